@@ -1,0 +1,99 @@
+//! Internet checksum (RFC 1071) arithmetic.
+//!
+//! Sums are kept as plain integers of big-endian 16-bit words so pieces of a packet can be
+//! summed separately (even from values, before they are written) and combined. A piece that
+//! starts at an odd offset contributes its byte-swapped folded sum (RFC 1071 §2(B)).
+
+/// Folds a wide one's-complement sum to 16 bits. Four rounds are enough for any u64.
+#[inline(always)]
+pub fn fold(sum: u64) -> u16 {
+    let mut s = sum;
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s as u16
+}
+
+/// The sum of a piece that started at an odd offset, as seen from an even one.
+#[inline(always)]
+pub fn shift_odd(sum: u64, odd: bool) -> u64 {
+    let f = fold(sum);
+    if odd {
+        f.swap_bytes() as u64
+    } else {
+        f as u64
+    }
+}
+
+/// The value to store in an IPv4 header checksum field.
+#[inline(always)]
+pub fn finish_ip(sum: u64) -> u16 {
+    !fold(sum)
+}
+
+/// The value to store in a UDP checksum field: zero is sent as all ones (RFC 768).
+#[inline(always)]
+pub fn finish_udp(sum: u64) -> u16 {
+    let c = !fold(sum);
+    if c == 0 {
+        0xffff
+    } else {
+        c
+    }
+}
+
+/// Sum of a byte slice that starts at an even offset (host reference and small fixed buffers).
+#[inline(always)]
+pub fn sum_bytes(data: &[u8]) -> u64 {
+    let mut s = 0u64;
+    let mut i = 0;
+    while i + 1 < data.len() {
+        s += u16::from_be_bytes([data[i], data[i + 1]]) as u64;
+        i += 2;
+    }
+    if i < data.len() {
+        s += (data[i] as u64) << 8;
+    }
+    s
+}
+
+/// Sum of a 16-byte buffer (an IPv6 address, or a zero-padded IPv4/ECS address).
+#[inline(always)]
+pub fn sum16(a: &[u8; 16]) -> u64 {
+    let mut s = 0u64;
+    let mut i = 0;
+    while i < 16 {
+        s += u16::from_be_bytes([a[i], a[i + 1]]) as u64;
+        i += 2;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn split_sums_equal_whole(data in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..300) {
+            let cut = cut.min(data.len());
+            let whole = fold(sum_bytes(&data));
+            let parts = fold(sum_bytes(&data[..cut]) + shift_odd(sum_bytes(&data[cut..]), cut % 2 == 1));
+            prop_assert_eq!(whole, parts);
+        }
+    }
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071 §3 worked example: 00 01 f2 03 f4 f5 f6 f7 sums to 0xddf2.
+        assert_eq!(fold(sum_bytes(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7])), 0xddf2);
+    }
+
+    #[test]
+    fn udp_zero_is_sent_as_ones() {
+        assert_eq!(finish_udp(0xffff), 0xffff);
+        assert_eq!(finish_udp(0x1234), !0x1234u16);
+    }
+}

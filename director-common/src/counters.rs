@@ -1,0 +1,79 @@
+//! Fixed keys of the per-CPU counter array: one per verdict reason.
+
+/// Why a packet got the verdict it got. The discriminant is the counter's key.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Answered with XDP_TX.
+    Answered = 0,
+    /// Not IPv4/IPv6 over Ethernet (or more than one VLAN tag).
+    NotIp = 1,
+    /// IP, but not UDP to port 53 (TCP, other ports, IPv6 extension headers).
+    NotDns = 2,
+    /// IPv4 fragment or IPv4 header with options.
+    IpFragmentOrOptions = 3,
+    /// Lengths that do not add up, or a packet cut short.
+    Malformed = 4,
+    /// A response, another opcode, TC set, or section counts of something other than a query.
+    NotQuery = 5,
+    /// A compression pointer or extended label in the question name, or a name over 255 bytes.
+    BadName = 6,
+    /// A type other than A/AAAA or a class other than IN.
+    QType = 7,
+    /// EDNS that cannot be handled: bad OPT, unknown version, bad or repeated ECS, other records.
+    Edns = 8,
+    /// A name director does not own.
+    UnknownName = 9,
+    /// No decision entry for the client's prefix.
+    NoDecision = 10,
+    /// No chosen server is up with an address of the asked family.
+    NoServer = 11,
+    /// The answer would not fit the client's UDP payload size.
+    TooBig = 12,
+    /// The packet could not be resized (it is passed unchanged).
+    ResizeFailed = 13,
+    /// Dropped: a check failed after the packet was already resized (never expected).
+    Dropped = 14,
+}
+
+pub const COUNTER_SLOTS: u32 = 16;
+
+pub const ALL: [Reason; 15] = [
+    Reason::Answered,
+    Reason::NotIp,
+    Reason::NotDns,
+    Reason::IpFragmentOrOptions,
+    Reason::Malformed,
+    Reason::NotQuery,
+    Reason::BadName,
+    Reason::QType,
+    Reason::Edns,
+    Reason::UnknownName,
+    Reason::NoDecision,
+    Reason::NoServer,
+    Reason::TooBig,
+    Reason::ResizeFailed,
+    Reason::Dropped,
+];
+
+impl Reason {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Reason::Answered => "answered",
+            Reason::NotIp => "pass_not_ip",
+            Reason::NotDns => "pass_not_dns",
+            Reason::IpFragmentOrOptions => "pass_ip_fragment_or_options",
+            Reason::Malformed => "pass_malformed",
+            Reason::NotQuery => "pass_not_query",
+            Reason::BadName => "pass_bad_name",
+            Reason::QType => "pass_qtype_or_class",
+            Reason::Edns => "pass_edns",
+            Reason::UnknownName => "pass_unknown_name",
+            Reason::NoDecision => "pass_no_decision",
+            Reason::NoServer => "pass_no_server",
+            Reason::TooBig => "pass_too_big",
+            Reason::ResizeFailed => "pass_resize_failed",
+            Reason::Dropped => "dropped",
+        }
+    }
+}

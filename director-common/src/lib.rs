@@ -1,0 +1,15 @@
+//! Map layouts and pure packet/selection logic shared by the XDP program and userspace.
+//!
+//! Everything here is `no_std` and allocation-free so the kernel program can call it; the
+//! `user` feature adds host-only helpers (text names, full-message parsing for tests).
+#![cfg_attr(not(feature = "user"), no_std)]
+
+pub mod checksum;
+pub mod counters;
+pub mod dns;
+pub mod maps;
+pub mod name;
+pub mod select;
+
+#[cfg(feature = "user")]
+pub mod query;

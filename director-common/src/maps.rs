@@ -1,0 +1,187 @@
+//! Every map's name, size, key and value, defined once for the kernel and userspace.
+//!
+//! Index 0 of the id-indexed arrays is reserved so that a zeroed id never means a real
+//! service or server. All layouts are `#[repr(C)]` with their padding spelled out.
+
+/// Where the maps (and the program's link) are pinned by default.
+pub const PIN_DIR: &str = "/sys/fs/bpf/director";
+
+pub const MAP_NAMES: &str = "DIR_NAMES";
+pub const MAP_SERVICES: &str = "DIR_SERVICES";
+pub const MAP_SERVERS: &str = "DIR_SERVERS";
+pub const MAP_DEC4: [&str; 2] = ["DIR_DEC4_A", "DIR_DEC4_B"];
+pub const MAP_DEC6: [&str; 2] = ["DIR_DEC6_A", "DIR_DEC6_B"];
+pub const MAP_CONFIG: &str = "DIR_CONFIG";
+pub const MAP_COUNTERS: &str = "DIR_COUNTERS";
+pub const MAP_SERVICE_STATS: &str = "DIR_SVC_STATS";
+pub const MAP_SCRATCH: &str = "DIR_SCRATCH";
+pub const PROGRAM: &str = "director";
+
+/// Service ids are 1..MAX_SERVICES.
+pub const MAX_SERVICES: u32 = 8192;
+/// Server ids are 1..MAX_SERVERS (they are u16 in decisions).
+pub const MAX_SERVERS: u32 = 8192;
+/// Decision entries per family and table.
+pub const MAX_DECISIONS: u32 = 1 << 21;
+/// DNS names owned (one per DNS service).
+pub const MAX_NAMES: u32 = 8192;
+/// Candidates per decision.
+pub const MAX_CANDIDATES: usize = 8;
+/// Bytes of a server's display name.
+pub const SERVER_NAME_LEN: usize = 32;
+/// A wire-format name (at most 255 bytes) in a buffer padded for 8-byte word compares.
+pub const NAME_BUF: usize = 256;
+
+/// Value of `DIR_NAMES`, keyed by `name::hash` of the lower-cased wire name. The kernel
+/// compares `name` in full, so a hash collision can never answer for the wrong name.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NameEntry {
+    pub service: u32,
+    /// Wire length including the root label.
+    pub len: u32,
+    /// Lower-cased wire name, zero after `len`.
+    pub name: [u8; NAME_BUF],
+}
+
+pub const SERVICE_ACTIVE: u8 = 1;
+
+/// What a service is reached by: a DNS name now, an address:port (a VIP) later.
+pub const KIND_DNS: u8 = 1;
+pub const KIND_VIP: u8 = 2;
+
+/// Value of `DIR_SERVICES`, indexed by service id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Service {
+    pub ttl: u32,
+    pub flags: u8,
+    pub kind: u8,
+    /// Addresses to return per answer (1..=8).
+    pub answers: u8,
+    /// `select::Mode` as u8.
+    pub select: u8,
+}
+
+pub const SERVER_EXISTS: u8 = 1;
+pub const SERVER_UP: u8 = 2;
+pub const SERVER_V4: u8 = 4;
+pub const SERVER_V6: u8 = 8;
+
+/// Value of `DIR_SERVERS`, indexed by server id. Aligned so the kernel copies the
+/// addresses in words (byte-aligned copies become calls to a looping memcpy).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Server {
+    pub flags: u8,
+    pub _pad: [u8; 3],
+    pub ipv4: [u8; 4],
+    pub ipv6: [u8; 16],
+    /// The operator's name for it, NUL-padded; the kernel never reads it.
+    pub name: [u8; SERVER_NAME_LEN],
+}
+
+impl Server {
+    #[inline(always)]
+    pub fn is_up(&self) -> bool {
+        self.flags & (SERVER_EXISTS | SERVER_UP) == (SERVER_EXISTS | SERVER_UP)
+    }
+    #[inline(always)]
+    pub fn has_family(&self, v6: bool) -> bool {
+        self.flags & if v6 { SERVER_V6 } else { SERVER_V4 } != 0
+    }
+}
+
+/// Value of the decision tries: the ranked candidates for one service and client prefix.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// The client prefix length this entry was written for: the ECS scope of its answers.
+    pub prefix_len: u8,
+    /// Candidates in use.
+    pub count: u8,
+    /// The first `primary` candidates are equally good and share answers by weight; the
+    /// rest are the next best, in order, used when those are down or for more answers.
+    pub primary: u8,
+    pub _pad: u8,
+    pub servers: [u16; MAX_CANDIDATES],
+    pub weights: [u16; MAX_CANDIDATES],
+}
+
+/// Data of an IPv4 decision key: the service id (big endian, always fully matched) then
+/// the client address. The LPM prefix length is 32 + the client prefix length.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecisionKeyV4 {
+    pub service: [u8; 4],
+    pub addr: [u8; 4],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecisionKeyV6 {
+    pub service: [u8; 4],
+    pub addr: [u8; 16],
+}
+
+/// Bits of the LPM prefix taken by the service id.
+pub const SERVICE_BITS: u32 = 32;
+
+/// Value of `DIR_CONFIG[0]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Which decision table (0 = A, 1 = B) queries read. A controller fills the other one
+    /// and flips this, so no query sees half of a replacement.
+    pub active_table: u32,
+    pub _pad: u32,
+}
+
+/// Per-CPU working memory of the XDP program (`DIR_SCRATCH[0]`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Scratch {
+    /// The question name, lower-cased.
+    pub name: [u8; NAME_BUF],
+    pub name_len: u32,
+    pub _pad: u32,
+    pub name_hash: u64,
+    /// Checksum sum of the question name as it came (original case), from DNS offset 12.
+    pub name_sum: u64,
+    /// The chosen servers' addresses (IPv4 in the first 4 bytes): too big for the stack.
+    pub addrs: [[u8; 16]; MAX_CANDIDATES],
+    /// Values written and read back so the verifier stops tracking them as constants.
+    pub hidden: [u64; 8],
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for NameEntry {}
+    unsafe impl aya::Pod for Service {}
+    unsafe impl aya::Pod for Server {}
+    unsafe impl aya::Pod for Decision {}
+    unsafe impl aya::Pod for DecisionKeyV4 {}
+    unsafe impl aya::Pod for DecisionKeyV6 {}
+    unsafe impl aya::Pod for Config {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::{align_of, size_of};
+
+    // The kernel and userspace agree on these by construction; the sizes pin the padding.
+    #[test]
+    fn layouts_have_no_hidden_padding() {
+        assert_eq!(size_of::<NameEntry>(), 8 + NAME_BUF);
+        assert_eq!(size_of::<Service>(), 8);
+        assert_eq!(size_of::<Server>(), 4 + 4 + 16 + SERVER_NAME_LEN);
+        assert_eq!(size_of::<Decision>(), 4 + 2 * 2 * MAX_CANDIDATES);
+        assert_eq!(size_of::<DecisionKeyV4>(), 8);
+        assert_eq!(size_of::<DecisionKeyV6>(), 20);
+        assert_eq!(size_of::<Config>(), 8);
+        assert_eq!(size_of::<Scratch>(), NAME_BUF + 24 + 16 * MAX_CANDIDATES + 64);
+        assert_eq!(align_of::<Scratch>(), 8);
+    }
+}

@@ -1,0 +1,218 @@
+//! Picking the servers to answer with from a decision, the kernel's half of the metric sort:
+//! the controller ranks, the kernel shares answers among the equally good by weight and
+//! skips servers that are down or lack the asked address family.
+
+use crate::maps::{Decision, MAX_CANDIDATES};
+
+/// How a service picks among its equally good servers.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Weighted random (DistributedDirector's "portion").
+    Random = 0,
+    /// Hash of the client address: a client keeps its server.
+    Client = 1,
+    /// Hash of the queried name: content affinity.
+    Name = 2,
+}
+
+impl Mode {
+    pub fn from_u8(v: u8) -> Mode {
+        match v {
+            1 => Mode::Client,
+            2 => Mode::Name,
+            _ => Mode::Random,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Random => "random",
+            Mode::Client => "client",
+            Mode::Name => "name",
+        }
+    }
+}
+
+/// A 32-bit key from a client address (already masked to its prefix).
+#[inline(always)]
+pub fn client_key(addr: &[u8; 16]) -> u32 {
+    let mut h: u32 = 0x9e37_79b9;
+    let mut i = 0;
+    while i < 16 {
+        let w = u32::from_be_bytes([addr[i], addr[i + 1], addr[i + 2], addr[i + 3]]);
+        h = (h ^ w).wrapping_mul(0x85eb_ca6b);
+        h ^= h >> 13;
+        i += 4;
+    }
+    h
+}
+
+/// A 32-bit key from a name hash.
+#[inline(always)]
+pub fn name_key(hash: u64) -> u32 {
+    (hash ^ (hash >> 32)) as u32
+}
+
+/// Emits up to `answers` server ids: first one of the primary candidates chosen by weight
+/// with `key`, then the other usable primaries after it in rotation, then the usable
+/// fallbacks in rank order. `usable` says whether a server is up and has an address of the
+/// asked family; `emit` returns whether it took the server. Returns how many were taken.
+///
+/// The three phases are public so the kernel can hide each phase's result from the
+/// verifier's constant tracking (otherwise it walks every combination of usable servers).
+#[inline(always)]
+pub fn select(
+    d: &Decision,
+    key: u32,
+    answers: u8,
+    usable: impl Fn(u16) -> bool,
+    emit: impl FnMut(u16) -> bool,
+) -> usize {
+    let (ok, total) = usable_mask(d, usable);
+    let start = pick_start(d, ok, total, key);
+    emit_ranked(d, ok, start, answers, emit)
+}
+
+/// Which candidates are usable (bit i for candidate i), and the primaries' total weight.
+/// A bit mask, not a `[bool; 8]`: the compiler turns variable indexes into stack arrays
+/// into pointer arithmetic the verifier refuses.
+#[inline(always)]
+pub fn usable_mask(d: &Decision, usable: impl Fn(u16) -> bool) -> (u32, u32) {
+    let count = (d.count as usize).min(MAX_CANDIDATES);
+    let primary = (d.primary as usize).min(count);
+    let mut ok: u32 = 0;
+    let mut total: u32 = 0;
+    let mut i = 0;
+    while i < MAX_CANDIDATES {
+        if i < count && usable(d.servers[i]) {
+            ok |= 1 << i;
+            if i < primary {
+                total += d.weights[i] as u32;
+            }
+        }
+        i += 1;
+    }
+    (ok, total)
+}
+
+/// The usable primary that `key` lands on when usable primaries share by weight.
+#[inline(always)]
+pub fn pick_start(d: &Decision, ok: u32, total: u32, key: u32) -> usize {
+    let primary = (d.primary.min(d.count) as usize).min(MAX_CANDIDATES);
+    if total == 0 {
+        return 0;
+    }
+    let mut r = key % total;
+    let mut j = 0;
+    while j < MAX_CANDIDATES {
+        if j < primary && ok & (1 << j) != 0 {
+            let w = d.weights[j] as u32;
+            if r < w {
+                return j;
+            }
+            r -= w;
+        }
+        j += 1;
+    }
+    0
+}
+
+/// Emits the usable primaries in rotation from `start`, then the usable fallbacks.
+#[inline(always)]
+pub fn emit_ranked(d: &Decision, ok: u32, start: usize, answers: u8, mut emit: impl FnMut(u16) -> bool) -> usize {
+    let count = (d.count as usize).min(MAX_CANDIDATES);
+    let primary = (d.primary as usize).min(count);
+    let want = (answers as usize).clamp(1, MAX_CANDIDATES);
+    let start = start & (MAX_CANDIDATES - 1);
+    let mut n = 0;
+    let mut k = 0;
+    while k < MAX_CANDIDATES {
+        if k < primary {
+            // A remainder rather than a compare-and-subtract: one path for the verifier,
+            // which knows nothing of a remainder's range; the mask it needs must survive
+            // the compiler, which knows the remainder is already below 8.
+            let idx = core::hint::black_box((start + k) % primary) & (MAX_CANDIDATES - 1);
+            if ok & (1 << idx) != 0 && n < want && emit(d.servers[idx]) {
+                n += 1;
+            }
+        }
+        k += 1;
+    }
+    let mut f = 0;
+    while f < MAX_CANDIDATES {
+        if f >= primary && ok & (1 << f) != 0 && n < want && emit(d.servers[f]) {
+            n += 1;
+        }
+        f += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn decision(servers: &[(u16, u16)], primary: u8) -> Decision {
+        let mut d = Decision { prefix_len: 24, count: servers.len() as u8, primary, ..Default::default() };
+        for (i, (s, w)) in servers.iter().enumerate() {
+            d.servers[i] = *s;
+            d.weights[i] = *w;
+        }
+        d
+    }
+
+    fn run(d: &Decision, key: u32, answers: u8, down: &[u16]) -> Vec<u16> {
+        let mut out = Vec::new();
+        let n = select(d, key, answers, |s| !down.contains(&s), |s| {
+            out.push(s);
+            true
+        });
+        assert_eq!(n, out.len());
+        out
+    }
+
+    #[test]
+    fn weights_share_answers() {
+        let d = decision(&[(1, 1), (2, 3)], 2);
+        let mut hits = [0; 3];
+        for key in 0..4000 {
+            hits[run(&d, key, 1, &[])[0] as usize] += 1;
+        }
+        assert_eq!(hits[1], 1000);
+        assert_eq!(hits[2], 3000);
+    }
+
+    #[test]
+    fn down_servers_are_skipped_and_fallbacks_follow() {
+        let d = decision(&[(1, 1), (2, 1), (3, 1)], 2);
+        assert_eq!(run(&d, 0, 1, &[1]), vec![2]);
+        assert_eq!(run(&d, 0, 1, &[1, 2]), vec![3]);
+        assert!(run(&d, 0, 1, &[1, 2, 3]).is_empty());
+        assert_eq!(run(&d, 1, 3, &[]), vec![2, 1, 3]);
+        assert_eq!(run(&d, 0, 8, &[]), vec![1, 2, 3]);
+    }
+
+    proptest! {
+        #[test]
+        fn only_usable_listed_servers_and_no_repeats(
+            servers in proptest::collection::vec((1u16..20, 0u16..5), 0..=8),
+            primary in 0u8..=9, key: u32, answers in 0u8..=9,
+            down in proptest::collection::vec(1u16..20, 0..5),
+        ) {
+            let mut seen = std::collections::HashSet::new();
+            let servers: Vec<_> = servers.into_iter().filter(|(s, _)| seen.insert(*s)).collect();
+            let d = decision(&servers, primary);
+            let got = run(&d, key, answers, &down);
+            prop_assert!(got.len() <= (answers as usize).clamp(1, 8));
+            let mut uniq = std::collections::HashSet::new();
+            for s in &got {
+                prop_assert!(servers.iter().any(|(x, _)| x == s));
+                prop_assert!(!down.contains(s));
+                prop_assert!(uniq.insert(*s));
+            }
+            let usable = servers.iter().filter(|(s, _)| !down.contains(s)).count();
+            prop_assert_eq!(got.len(), usable.min((answers as usize).clamp(1, 8)));
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! director's XDP program: answers DNS queries for the names it owns with the best servers
+//! for the client, in place, and passes everything else to the host untouched.
+//!
+//! parse (is this a query we own?) → policy (map lookups: who answers?) → rewrite.
+#![no_std]
+#![no_main]
+
+mod maps;
+mod opaque;
+mod packet;
+mod parse;
+mod policy;
+mod rewrite;
+
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_log_ebpf::debug;
+use director_common::counters::Reason;
+
+use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SVC_STATS};
+
+#[xdp]
+pub fn director(ctx: XdpContext) -> u32 {
+    let reason = match answer(&ctx) {
+        Ok(service) => {
+            count(&DIR_SVC_STATS, service);
+            Reason::Answered
+        }
+        Err(r) => r,
+    };
+    count(&DIR_COUNTERS, reason as u32);
+    match reason {
+        Reason::Answered => xdp_action::XDP_TX,
+        Reason::Dropped => xdp_action::XDP_DROP,
+        _ => {
+            // Compiled out by the verifier unless the loader enabled debug logging.
+            debug!(&ctx, "pass: reason {}", reason as u32);
+            xdp_action::XDP_PASS
+        }
+    }
+}
+
+#[inline(always)]
+fn answer(ctx: &XdpContext) -> Result<u32, Reason> {
+    let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Reason::Malformed)?;
+    let mut q = parse::query(ctx, s)?;
+    opaque::hide_query(s, &mut q);
+    let plan = policy::decide(&q, s)?;
+    rewrite::answer(ctx, &q, &plan, s)?;
+    Ok(plan.service)
+}
+
+#[inline(always)]
+fn count(map: &aya_ebpf::maps::PerCpuArray<u64>, key: u32) {
+    if let Some(c) = map.get_ptr_mut(key) {
+        unsafe { *c += 1 };
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";
+
+/// A pass-through for the far end of a veth pair: XDP_TX frames from the near end are only
+/// delivered promptly when the peer runs an XDP program (tests and the demo use it).
+#[xdp]
+pub fn director_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}

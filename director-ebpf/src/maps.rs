@@ -1,0 +1,38 @@
+//! The program's maps. Names, sizes and layouts come from director-common; maps are pinned
+//! by name so the CLI and a controller share them and answering outlives any process.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, LpmTrie, PerCpuArray},
+};
+use director_common::{
+    counters::COUNTER_SLOTS,
+    maps::{
+        Config, Decision, DecisionKeyV4, DecisionKeyV6, NameEntry, Scratch, Server, Service,
+        MAX_DECISIONS, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
+    },
+};
+
+#[map]
+pub static DIR_NAMES: HashMap<u64, NameEntry> = HashMap::pinned(MAX_NAMES, 0);
+#[map]
+pub static DIR_SERVICES: Array<Service> = Array::pinned(MAX_SERVICES, 0);
+#[map]
+pub static DIR_SERVERS: Array<Server> = Array::pinned(MAX_SERVERS, 0);
+#[map]
+pub static DIR_DEC4_A: LpmTrie<DecisionKeyV4, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
+#[map]
+pub static DIR_DEC4_B: LpmTrie<DecisionKeyV4, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
+#[map]
+pub static DIR_DEC6_A: LpmTrie<DecisionKeyV6, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
+#[map]
+pub static DIR_DEC6_B: LpmTrie<DecisionKeyV6, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
+#[map]
+pub static DIR_CONFIG: Array<Config> = Array::pinned(1, 0);
+#[map]
+pub static DIR_COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(COUNTER_SLOTS, 0);
+#[map]
+pub static DIR_SVC_STATS: PerCpuArray<u64> = PerCpuArray::pinned(MAX_SERVICES, 0);
+/// Not pinned: per-CPU working memory only this program uses.
+#[map]
+pub static DIR_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);

@@ -1,0 +1,55 @@
+//! Bounds-checked access to the packet. Every read or write goes through a pointer that was
+//! compared against `data_end` itself, which is what the verifier tracks.
+
+use aya_ebpf::programs::XdpContext;
+use director_common::counters::Reason;
+
+/// A pointer to `N` packet bytes at `off`, or `err` when the packet is shorter.
+///
+/// Never used with N = 1: the compiler rewrites `p + 1 > end` as `p >= end`, from which
+/// the verifier learns no range. Single bytes are read as the second of a pair.
+#[inline(always)]
+pub fn at<const N: usize>(ctx: &XdpContext, off: usize, err: Reason) -> Result<*mut [u8; N], Reason> {
+    let p = ctx.data() + off;
+    if p + N > ctx.data_end() {
+        return Err(err);
+    }
+    Ok(p as *mut [u8; N])
+}
+
+/// Like `at`, but the pointer goes through memory first, so the compiler cannot derive it
+/// from another packet pointer (for example at a negative offset from a later one), which
+/// the verifier would refuse. The rewrite path needs this; it costs a store and a load.
+#[inline(always)]
+pub fn at_fenced<const N: usize>(ctx: &XdpContext, off: usize, err: Reason) -> Result<*mut [u8; N], Reason> {
+    let p = core::hint::black_box(ctx.data() + off);
+    if p + N > ctx.data_end() {
+        return Err(err);
+    }
+    Ok(p as *mut [u8; N])
+}
+
+#[inline(always)]
+pub fn be16<const N: usize>(p: *const [u8; N], i: usize) -> u16 {
+    unsafe { u16::from_be_bytes([(*p)[i], (*p)[i + 1]]) }
+}
+
+#[inline(always)]
+pub fn put16<const N: usize>(p: *mut [u8; N], i: usize, v: u16) {
+    let b = v.to_be_bytes();
+    unsafe {
+        (*p)[i] = b[0];
+        (*p)[i + 1] = b[1];
+    }
+}
+
+#[inline(always)]
+pub fn put32<const N: usize>(p: *mut [u8; N], i: usize, v: u32) {
+    let b = v.to_be_bytes();
+    unsafe {
+        (*p)[i] = b[0];
+        (*p)[i + 1] = b[1];
+        (*p)[i + 2] = b[2];
+        (*p)[i + 3] = b[3];
+    }
+}

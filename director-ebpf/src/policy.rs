@@ -1,0 +1,125 @@
+//! Policy: map lookups only. Which service owns the name, which decision covers the client,
+//! and which of its servers answer.
+
+use aya_ebpf::helpers::bpf_get_prandom_u32;
+use aya_ebpf::maps::lpm_trie::Key;
+use director_common::{
+    counters::Reason,
+    maps::{
+        Decision, DecisionKeyV4, DecisionKeyV6, Scratch, KIND_DNS, MAX_CANDIDATES, NAME_BUF,
+        SERVICE_ACTIVE, SERVICE_BITS,
+    },
+    select::{self, Mode},
+};
+
+use crate::maps::*;
+use crate::opaque::{hide, SLOT_COUNT, SLOT_OK, SLOT_START, SLOT_TOTAL};
+use crate::parse::Query;
+
+pub struct Plan {
+    pub service: u32,
+    pub ttl: u32,
+    /// ECS scope: the prefix length of the decision entry that matched.
+    pub scope: u8,
+    /// How many addresses were put in `Scratch::addrs`.
+    pub n: usize,
+}
+
+pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
+    let hash = unsafe { core::ptr::read_volatile(&(*s).name_hash) };
+    let entry = unsafe { DIR_NAMES.get(&hash) }.ok_or(Reason::UnknownName)?;
+    if entry.len as usize != q.name_len || !same_name(&entry.name, s, q.name_len) {
+        return Err(Reason::UnknownName);
+    }
+    let service_id = entry.service;
+    let service = DIR_SERVICES.get(service_id).ok_or(Reason::UnknownName)?;
+    if service.flags & SERVICE_ACTIVE == 0 || service.kind != KIND_DNS {
+        return Err(Reason::UnknownName);
+    }
+
+    let table = DIR_CONFIG.get(0).map_or(0, |c| c.active_table);
+    let decision = lookup(q, service_id, table).ok_or(Reason::NoDecision)?;
+
+    let key = match Mode::from_u8(service.select) {
+        Mode::Random => unsafe { bpf_get_prandom_u32() },
+        Mode::Client => select::client_key(&q.client),
+        Mode::Name => select::name_key(hash),
+    };
+    let aaaa = q.aaaa;
+    // Each phase's result goes through memory: the verifier then sees one unknown value
+    // instead of walking every combination of usable servers (2^8) through the rest.
+    let (ok, total) = select::usable_mask(decision, |id| {
+        DIR_SERVERS.get(id as u32).is_some_and(|sv| sv.is_up() && sv.has_family(aaaa))
+    });
+    let ok = hide(s, SLOT_OK, ok as u64) as u32 & 0xff;
+    let total = hide(s, SLOT_TOTAL, total as u64) as u32;
+    let start = hide(s, SLOT_START, select::pick_start(decision, ok, total, key) as u64) as usize & 7;
+    let mut n = 0usize;
+    select::emit_ranked(decision, ok, start, service.answers, |id| {
+        // Read again: a server set down since the first read is still not answered.
+        let Some(sv) = DIR_SERVERS.get(id as u32) else { return false };
+        if !(sv.is_up() && sv.has_family(aaaa)) {
+            return false;
+        }
+        // Word copies, written volatile so they are not turned back into a memcpy call.
+        unsafe {
+            let dst = (*s).addrs[n & (MAX_CANDIDATES - 1)].as_mut_ptr() as *mut u64;
+            let (lo, hi) = if aaaa {
+                let src = sv.ipv6.as_ptr() as *const u64;
+                (*src, *src.add(1))
+            } else {
+                (u32::from_ne_bytes(sv.ipv4) as u64, 0)
+            };
+            core::ptr::write_volatile(dst, lo);
+            core::ptr::write_volatile(dst.add(1), hi);
+        }
+        n += 1;
+        true
+    });
+    let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
+    let plan = Plan { service: service_id, ttl: service.ttl, scope: decision.prefix_len, n };
+    if plan.n == 0 {
+        return Err(Reason::NoServer);
+    }
+    Ok(plan)
+}
+
+fn lookup(q: &Query, service: u32, table: u32) -> Option<&'static Decision> {
+    let svc = service.to_be_bytes();
+    let bits = SERVICE_BITS + q.client_bits as u32;
+    if q.client_v6 {
+        let key = Key::new(bits, DecisionKeyV6 { service: svc, addr: q.client });
+        if table == 0 { DIR_DEC6_A.get(&key) } else { DIR_DEC6_B.get(&key) }
+    } else {
+        let mut addr = [0u8; 4];
+        addr.copy_from_slice(&q.client[..4]);
+        let key = Key::new(bits, DecisionKeyV4 { service: svc, addr });
+        if table == 0 { DIR_DEC4_A.get(&key) } else { DIR_DEC4_B.get(&key) }
+    }
+}
+
+/// Compares the stored name with the walked one in 8-byte words; bytes past `len` in the
+/// scratch buffer are left over from earlier packets and are masked off.
+#[inline(always)]
+fn same_name(stored: &[u8; NAME_BUF], s: *const Scratch, len: usize) -> bool {
+    let mut w = 0;
+    while w < NAME_BUF / 8 {
+        let base = w * 8;
+        if base >= len {
+            break;
+        }
+        let (a, b) = unsafe {
+            (
+                *(stored.as_ptr().add(base) as *const u64),
+                *((*s).name.as_ptr().add(base) as *const u64),
+            )
+        };
+        let rem = len - base;
+        let mask = if rem >= 8 { u64::MAX } else { (1u64 << (rem * 8)) - 1 };
+        if (a ^ b) & mask != 0 {
+            return false;
+        }
+        w += 1;
+    }
+    true
+}

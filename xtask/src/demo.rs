@@ -1,0 +1,1 @@
+pub fn run() -> anyhow::Result<()> { anyhow::bail!("demo: not written yet") }

@@ -1,0 +1,47 @@
+//! Developer commands: `cargo xtask build-ebpf | setup | test | demo | bench`.
+
+mod bench;
+mod demo;
+mod setup;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install the eBPF toolchain if missing (rust-src, bpf-linker) and build the XDP object.
+    BuildEbpf,
+    /// Everything a fresh machine needs: Debian packages and the eBPF toolchain.
+    Setup,
+    /// Set up, then run every test (unit, BPF_PROG_TEST_RUN fixtures, network namespaces).
+    Test,
+    /// Set up, then show director answering real dig queries in its own namespaces.
+    Demo,
+    /// Set up, then print per-packet cost and on-the-wire answer rates against knot.
+    Bench {
+        /// Seconds per load run.
+        #[arg(long, default_value_t = 5)]
+        seconds: u32,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r: Result<()> = match cli.cmd {
+        Cmd::BuildEbpf => setup::build_ebpf().map(|p| println!("XDP object: {}", p.display())),
+        Cmd::Setup => setup::all(),
+        Cmd::Test => setup::all().and_then(|_| setup::run_tests()),
+        Cmd::Demo => setup::all().and_then(|_| demo::run()),
+        Cmd::Bench { seconds } => setup::all().and_then(|_| bench::run(seconds)),
+    };
+    if let Err(e) = r {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
