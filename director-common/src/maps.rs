@@ -151,7 +151,12 @@ pub struct Scratch {
     /// The chosen servers' addresses (IPv4 in the first 4 bytes): too big for the stack.
     pub addrs: [[u8; 16]; MAX_CANDIDATES],
     /// Values written and read back so the verifier stops tracking them as constants.
-    pub hidden: [u64; 8],
+    pub hidden: [u64; 16],
+    /// The address the decision is for (the ECS subnet, else the packet's source), and the
+    /// ECS address as it came. Kept here, not on the stack, so that the verifier does not
+    /// carry each parse path's different stack contents through the rest of the program.
+    pub client: [u8; 16],
+    pub ecs_addr: [u8; 16],
 }
 
 #[cfg(feature = "user")]
@@ -181,7 +186,7 @@ mod tests {
         assert_eq!(size_of::<DecisionKeyV4>(), 8);
         assert_eq!(size_of::<DecisionKeyV6>(), 20);
         assert_eq!(size_of::<Config>(), 8);
-        assert_eq!(size_of::<Scratch>(), NAME_BUF + 24 + 16 * MAX_CANDIDATES + 64);
+        assert_eq!(size_of::<Scratch>(), NAME_BUF + 24 + 16 * MAX_CANDIDATES + 128 + 32);
         assert_eq!(align_of::<Scratch>(), 8);
     }
 }

@@ -56,7 +56,7 @@ pub fn name_key(hash: u64) -> u32 {
 /// Emits up to `answers` server ids: first one of the primary candidates chosen by weight
 /// with `key`, then the other usable primaries after it in rotation, then the usable
 /// fallbacks in rank order. `usable` says whether a server is up and has an address of the
-/// asked family; `emit` returns whether it took the server. Returns how many were taken.
+/// asked family; `take` returns whether it took the server. Returns how many were taken.
 ///
 /// The three phases are public so the kernel can hide each phase's result from the
 /// verifier's constant tracking (otherwise it walks every combination of usable servers).
@@ -66,11 +66,19 @@ pub fn select(
     key: u32,
     answers: u8,
     usable: impl Fn(u16) -> bool,
-    emit: impl FnMut(u16) -> bool,
+    mut take: impl FnMut(u16) -> bool,
 ) -> usize {
     let (ok, total) = usable_mask(d, usable);
     let start = pick_start(d, ok, total, key);
-    emit_ranked(d, ok, start, answers, emit)
+    let want = (answers as usize).clamp(1, MAX_CANDIDATES);
+    let mut n = 0;
+    emit_ranked(d, ok, start, |id| {
+        if take(id) {
+            n += 1;
+        }
+        n >= want
+    });
+    n
 }
 
 /// Which candidates are usable (bit i for candidate i), and the primaries' total weight.
@@ -117,14 +125,14 @@ pub fn pick_start(d: &Decision, ok: u32, total: u32, key: u32) -> usize {
     0
 }
 
-/// Emits the usable primaries in rotation from `start`, then the usable fallbacks.
+/// Offers the usable primaries in rotation from `start`, then the usable fallbacks, to
+/// `offer`, which returns true once it has enough. The count lives with the caller: kept
+/// here it would be a constant the verifier tracks down every path.
 #[inline(always)]
-pub fn emit_ranked(d: &Decision, ok: u32, start: usize, answers: u8, mut emit: impl FnMut(u16) -> bool) -> usize {
+pub fn emit_ranked(d: &Decision, ok: u32, start: usize, mut offer: impl FnMut(u16) -> bool) {
     let count = (d.count as usize).min(MAX_CANDIDATES);
     let primary = (d.primary as usize).min(count);
-    let want = (answers as usize).clamp(1, MAX_CANDIDATES);
     let start = start & (MAX_CANDIDATES - 1);
-    let mut n = 0;
     let mut k = 0;
     while k < MAX_CANDIDATES {
         if k < primary {
@@ -132,20 +140,19 @@ pub fn emit_ranked(d: &Decision, ok: u32, start: usize, answers: u8, mut emit: i
             // which knows nothing of a remainder's range; the mask it needs must survive
             // the compiler, which knows the remainder is already below 8.
             let idx = core::hint::black_box((start + k) % primary) & (MAX_CANDIDATES - 1);
-            if ok & (1 << idx) != 0 && n < want && emit(d.servers[idx]) {
-                n += 1;
+            if ok & (1 << idx) != 0 && offer(d.servers[idx]) {
+                return;
             }
         }
         k += 1;
     }
     let mut f = 0;
     while f < MAX_CANDIDATES {
-        if f >= primary && ok & (1 << f) != 0 && n < want && emit(d.servers[f]) {
-            n += 1;
+        if f >= primary && ok & (1 << f) != 0 && offer(d.servers[f]) {
+            return;
         }
         f += 1;
     }
-    n
 }
 
 #[cfg(test)]

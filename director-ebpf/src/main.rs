@@ -42,9 +42,10 @@ pub fn director(ctx: XdpContext) -> u32 {
 #[inline(always)]
 fn answer(ctx: &XdpContext) -> Result<u32, Reason> {
     let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Reason::Malformed)?;
-    let mut q = parse::query(ctx, s)?;
-    opaque::hide_query(s, &mut q);
-    let plan = policy::decide(&q, s)?;
+    opaque::save_query(s, &parse::query(ctx, s)?);
+    let q = opaque::load_query(s);
+    opaque::save_plan(s, &policy::decide(&q, s)?);
+    let (q, plan) = (opaque::load_query(s), opaque::load_plan(s));
     rewrite::answer(ctx, &q, &plan, s)?;
     Ok(plan.service)
 }

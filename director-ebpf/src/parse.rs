@@ -4,7 +4,7 @@
 use aya_ebpf::programs::XdpContext;
 use director_common::{
     counters::Reason,
-    dns::{self, Ecs},
+    dns,
     maps::Scratch,
     name::{self, Step, HASH_INIT, MAX_WIRE_LEN},
 };
@@ -40,9 +40,9 @@ pub struct Query {
     pub udp_size: u16,
     pub edns: bool,
     pub has_ecs: bool,
-    pub ecs: Ecs,
-    /// The address the decision is for: the ECS subnet if any, else the packet's source.
-    pub client: [u8; 16],
+    pub ecs_family: u16,
+    pub ecs_source: u8,
+    /// Family and prefix length of the address the decision is for (`Scratch::client`).
     pub client_v6: bool,
     pub client_bits: u8,
 }
@@ -57,7 +57,12 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
         l3 += VLAN_LEN;
     }
 
-    let mut client = [0u8; 16];
+    // The packet's source, until an ECS option says otherwise.
+    unsafe {
+        let c = (*s).client.as_mut_ptr() as *mut u64;
+        core::ptr::write_volatile(c, 0);
+        core::ptr::write_volatile(c.add(1), 0);
+    }
     let (ip6, udp, ip_payload) = match ethertype {
         ETH_P_IPV4 => {
             let ip = at::<20>(ctx, l3, Reason::Malformed)?;
@@ -75,7 +80,7 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
             if total < 20 {
                 return Err(Reason::Malformed);
             }
-            unsafe { client[..4].copy_from_slice(&(&*ip)[12..16]) };
+            copy_bytes::<4, 20>(ip, 12, s);
             (false, l3 + 20, total - 20)
         }
         ETH_P_IPV6 => {
@@ -87,7 +92,7 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
             if unsafe { (*ip)[6] } != IPPROTO_UDP {
                 return Err(Reason::NotDns);
             }
-            unsafe { client.copy_from_slice(&(&*ip)[8..24]) };
+            copy_bytes::<16, 40>(ip, 8, s);
             (true, l3 + 40, be16(ip, 4) as usize)
         }
         _ => return Err(Reason::NotIp),
@@ -143,8 +148,8 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
         udp_size: dns::CLASSIC_UDP_SIZE,
         edns: false,
         has_ecs: false,
-        ecs: Ecs::default(),
-        client,
+        ecs_family: 0,
+        ecs_source: 0,
         client_v6: ip6,
         client_bits: if ip6 { 128 } else { 32 },
     };
@@ -155,14 +160,14 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
         }
         return Ok(q);
     }
-    parse_opt(ctx, q_end, msg_end, &mut q)?;
+    parse_opt(ctx, q_end, msg_end, &mut q, s)?;
     // Only now: done earlier, the compiler uses it to drop the header checks the verifier
     // needs. Option bodies are not all read, so the frame must be shown to hold them.
     at::<2>(ctx, msg_end - 2, Reason::Malformed)?;
     Ok(q)
 }
 
-fn parse_opt(ctx: &XdpContext, q_end: usize, msg_end: usize, q: &mut Query) -> Result<(), Reason> {
+fn parse_opt(ctx: &XdpContext, q_end: usize, msg_end: usize, q: &mut Query, s: *mut Scratch) -> Result<(), Reason> {
     let opt = at::<{ dns::OPT_FIXED_LEN }>(ctx, q_end, Reason::Malformed)?;
     let ttl = ((be16(opt, 5) as u32) << 16) | be16(opt, 7) as u32;
     q.udp_size = dns::check_opt(unsafe { (*opt)[0] }, be16(opt, 1), be16(opt, 3), ttl)?;
@@ -188,7 +193,7 @@ fn parse_opt(ctx: &XdpContext, q_end: usize, msg_end: usize, q: &mut Query) -> R
             if q.has_ecs || len < 4 {
                 return Err(Reason::Edns);
             }
-            read_ecs(ctx, body, len, q)?;
+            read_ecs(ctx, body, len, q, s)?;
         }
         off = body + len;
         n += 1;
@@ -199,19 +204,24 @@ fn parse_opt(ctx: &XdpContext, q_end: usize, msg_end: usize, q: &mut Query) -> R
     Ok(())
 }
 
-fn read_ecs(ctx: &XdpContext, body: usize, len: usize, q: &mut Query) -> Result<(), Reason> {
+fn read_ecs(ctx: &XdpContext, body: usize, len: usize, q: &mut Query, s: *mut Scratch) -> Result<(), Reason> {
     let e = at::<4>(ctx, body, Reason::Malformed)?;
     let family = be16(e, 0);
     let (source, scope) = unsafe { ((*e)[2], (*e)[3]) };
     let alen = dns::check_ecs(family, source, scope, len as u16)?;
-    let mut addr = [0u8; 16];
     let mut last = 0u8;
     let mut i = 0;
     while i < 16 {
+        let mut b = 0u8;
         if i < alen {
-            let b = at::<2>(ctx, body + 3 + i, Reason::Malformed)?;
-            last = unsafe { (*b)[1] };
-            addr[i] = last;
+            let p = at::<2>(ctx, body + 3 + i, Reason::Malformed)?;
+            b = unsafe { (*p)[1] };
+            last = b;
+        }
+        // Zero past the address: the decision key is the address masked to SOURCE.
+        unsafe {
+            core::ptr::write_volatile(&mut (*s).ecs_addr[i], b);
+            core::ptr::write_volatile(&mut (*s).client[i], b);
         }
         i += 1;
     }
@@ -219,11 +229,22 @@ fn read_ecs(ctx: &XdpContext, body: usize, len: usize, q: &mut Query) -> Result<
         return Err(Reason::Edns);
     }
     q.has_ecs = true;
-    q.ecs = Ecs { family, source, addr };
-    q.client = addr;
+    q.ecs_family = family;
+    q.ecs_source = source;
     q.client_v6 = family == dns::ECS_FAMILY_V6;
     q.client_bits = source;
     Ok(())
+}
+
+/// Copies `N` address bytes from a checked header into `Scratch::client`, byte by byte
+/// (a copy between byte-aligned memory would become a looping memcpy call).
+#[inline(always)]
+fn copy_bytes<const N: usize, const H: usize>(h: *const [u8; H], from: usize, s: *mut Scratch) {
+    let mut i = 0;
+    while i < N {
+        unsafe { core::ptr::write_volatile(&mut (*s).client[i], (*h)[from + i]) };
+        i += 1;
+    }
 }
 
 /// Walks the question name byte by byte (no compression, at most 255 bytes), storing it

@@ -38,11 +38,11 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     }
 
     let table = DIR_CONFIG.get(0).map_or(0, |c| c.active_table);
-    let decision = lookup(q, service_id, table).ok_or(Reason::NoDecision)?;
+    let decision = lookup(q, s, service_id, table).ok_or(Reason::NoDecision)?;
 
     let key = match Mode::from_u8(service.select) {
         Mode::Random => unsafe { bpf_get_prandom_u32() },
-        Mode::Client => select::client_key(&q.client),
+        Mode::Client => select::client_key(unsafe { &(*s).client }),
         Mode::Name => select::name_key(hash),
     };
     let aaaa = q.aaaa;
@@ -54,8 +54,15 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     let ok = hide(s, SLOT_OK, ok as u64) as u32 & 0xff;
     let total = hide(s, SLOT_TOTAL, total as u64) as u32;
     let start = hide(s, SLOT_START, select::pick_start(decision, ok, total, key) as u64) as usize & 7;
-    let mut n = 0usize;
-    select::emit_ranked(decision, ok, start, service.answers, |id| {
+    let want = (service.answers as u64).clamp(1, MAX_CANDIDATES as u64);
+    // The count of addresses taken stays in map memory: in a register it would be a
+    // different constant on every path through the candidates.
+    hide(s, SLOT_COUNT, 0);
+    select::emit_ranked(decision, ok, start, |id| {
+        let n = unsafe { core::ptr::read_volatile(&(*s).hidden[SLOT_COUNT]) };
+        if n >= want {
+            return true;
+        }
         // Read again: a server set down since the first read is still not answered.
         let Some(sv) = DIR_SERVERS.get(id as u32) else { return false };
         if !(sv.is_up() && sv.has_family(aaaa)) {
@@ -63,7 +70,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         }
         // Word copies, written volatile so they are not turned back into a memcpy call.
         unsafe {
-            let dst = (*s).addrs[n & (MAX_CANDIDATES - 1)].as_mut_ptr() as *mut u64;
+            let dst = (*s).addrs[n as usize & (MAX_CANDIDATES - 1)].as_mut_ptr() as *mut u64;
             let (lo, hi) = if aaaa {
                 let src = sv.ipv6.as_ptr() as *const u64;
                 (*src, *src.add(1))
@@ -72,11 +79,11 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
             };
             core::ptr::write_volatile(dst, lo);
             core::ptr::write_volatile(dst.add(1), hi);
+            core::ptr::write_volatile(&mut (*s).hidden[SLOT_COUNT], n + 1);
         }
-        n += 1;
-        true
+        n + 1 >= want
     });
-    let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
+    let n = unsafe { core::ptr::read_volatile(&(*s).hidden[SLOT_COUNT]) } as usize & 15;
     let plan = Plan { service: service_id, ttl: service.ttl, scope: decision.prefix_len, n };
     if plan.n == 0 {
         return Err(Reason::NoServer);
@@ -84,15 +91,15 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     Ok(plan)
 }
 
-fn lookup(q: &Query, service: u32, table: u32) -> Option<&'static Decision> {
+fn lookup(q: &Query, s: *const Scratch, service: u32, table: u32) -> Option<&'static Decision> {
     let svc = service.to_be_bytes();
     let bits = SERVICE_BITS + q.client_bits as u32;
+    let client = unsafe { &(*s).client };
     if q.client_v6 {
-        let key = Key::new(bits, DecisionKeyV6 { service: svc, addr: q.client });
+        let key = Key::new(bits, DecisionKeyV6 { service: svc, addr: *client });
         if table == 0 { DIR_DEC6_A.get(&key) } else { DIR_DEC6_B.get(&key) }
     } else {
-        let mut addr = [0u8; 4];
-        addr.copy_from_slice(&q.client[..4]);
+        let addr = [client[0], client[1], client[2], client[3]];
         let key = Key::new(bits, DecisionKeyV4 { service: svc, addr });
         if table == 0 { DIR_DEC4_A.get(&key) } else { DIR_DEC4_B.get(&key) }
     }

@@ -2,7 +2,7 @@
 //! silently; after it, any failed check drops the packet rather than pass a half-written one.
 
 use aya_ebpf::{
-    helpers::{bpf_xdp_adjust_tail, bpf_xdp_get_buff_len},
+    helpers::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail, bpf_xdp_get_buff_len},
     programs::XdpContext,
 };
 use director_common::{
@@ -13,7 +13,7 @@ use director_common::{
 };
 
 use crate::packet::{at_fenced as at, be16, put16, put32};
-use crate::opaque::{hide, SLOT_COUNT};
+use crate::opaque::{hide, SLOT_COUNT, SLOT_SHAPE};
 use crate::parse::Query;
 use crate::policy::Plan;
 
@@ -23,7 +23,8 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
     let n = plan.n & (MAX_CANDIDATES * 2 - 1);
     let rec_len = dns::record_len(q.aaaa);
     let tail_off = dns::HEADER_LEN + q.name_len + 4;
-    let ecs = if q.has_ecs { Some(&q.ecs) } else { None };
+    let ecs_value = Ecs { family: q.ecs_family, source: q.ecs_source, addr: unsafe { (*s).ecs_addr } };
+    let ecs = if q.has_ecs { Some(&ecs_value) } else { None };
     let opt_len = if q.edns { dns::opt_len(ecs) } else { 0 };
     let dns_len = tail_off + n * rec_len + opt_len;
     if dns_len > q.udp_size as usize {
@@ -34,10 +35,45 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
     let old_len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as usize;
     let delta = new_len as i32 - old_len as i32;
     if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
-        return Err(Reason::ResizeFailed);
+        // Some drivers leave little tailroom (veth hands over the sender's skb as is), but
+        // every driver leaves XDP_PACKET_HEADROOM: grow at the front and move the headers
+        // and question there instead.
+        if delta <= 0 || unsafe { bpf_xdp_adjust_head(ctx.ctx, -delta) } != 0 {
+            return Err(Reason::ResizeFailed);
+        }
+        let keep = hide(s, SLOT_SHAPE, (q.dns + dns::HEADER_LEN + q.name_len + 4) as u64) as usize & 0x1ff;
+        move_to_front(ctx, (delta as usize) & 0x1ff, keep).map_err(|_| Reason::Dropped)?;
     }
     // Every packet pointer is stale now; `at` re-reads data/data_end each time.
     write(ctx, q, plan, s, n, dns_len, ecs).map_err(|_| Reason::Dropped)
+}
+
+/// Moves the first `len` bytes of what now starts `by` bytes into the packet to its start,
+/// forward in 8-byte words. The last word is read before anything is written and stored
+/// last, ending exactly at `len`, so no byte-sized tail copy is needed.
+#[inline(always)]
+fn move_to_front(ctx: &XdpContext, by: usize, len: usize) -> Result<(), Reason> {
+    const WORDS: usize = 512 / 8;
+    if len < 8 {
+        return Err(Reason::Dropped);
+    }
+    let last_src = at::<8>(ctx, by + len - 8, Reason::Dropped)?;
+    let last = unsafe { core::ptr::read_unaligned(last_src as *const u64) };
+    let mut off = 0;
+    let mut i = 0;
+    while i < WORDS {
+        if off + 8 > len {
+            break;
+        }
+        let src = at::<8>(ctx, by + off, Reason::Dropped)?;
+        let dst = at::<8>(ctx, off, Reason::Dropped)?;
+        unsafe { core::ptr::write_unaligned(dst as *mut u64, core::ptr::read_unaligned(src as *const u64)) };
+        off += 8;
+        i += 1;
+    }
+    let dst = at::<8>(ctx, len - 8, Reason::Dropped)?;
+    unsafe { core::ptr::write_unaligned(dst as *mut u64, last) };
+    Ok(())
 }
 
 #[inline(always)]
@@ -109,60 +145,16 @@ fn write(
 
     let qtype = if q.aaaa { dns::TYPE_AAAA } else { dns::TYPE_A };
     let tail = q.dns + dns::HEADER_LEN + q.name_len + 4;
-    let rec_len = dns::record_len(q.aaaa);
-    let mut tail_sum = 0u64;
-    let mut i = 0;
-    while i < MAX_CANDIDATES {
-        if i < n {
-            let addr = unsafe { &(*s).addrs[i] };
-            let off = tail + i * rec_len;
-            if q.aaaa {
-                let r = at::<28>(ctx, off, Reason::Dropped)?;
-                record_head(r, dns::TYPE_AAAA, plan.ttl, 16);
-                unsafe { (&mut *r)[12..28].copy_from_slice(addr) };
-            } else {
-                let r = at::<16>(ctx, off, Reason::Dropped)?;
-                record_head(r, dns::TYPE_A, plan.ttl, 4);
-                unsafe { (&mut *r)[12..16].copy_from_slice(&addr[..4]) };
-            }
-            tail_sum += dns::record_sum(q.aaaa, plan.ttl, addr);
-        }
-        i += 1;
-    }
-
+    let mut tail_sum = write_records(ctx, q, plan, s, n, tail)?;
+    // The loop left the verifier one state per record count; read the count back so that
+    // what follows is verified once, not once per count.
+    let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
     if q.edns {
-        let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
-        let off = tail + n * rec_len;
-        let o = at::<{ dns::OPT_FIXED_LEN }>(ctx, off, Reason::Dropped)?;
-        unsafe { (*o)[0] = 0 };
-        put16(o, 1, dns::TYPE_OPT);
-        put16(o, 3, dns::EDNS_UDP_SIZE);
-        put32(o, 5, 0);
-        match ecs {
-            Some(e) => {
-                let alen = e.addr_len();
-                put16(o, 9, (8 + alen) as u16);
-                let eh = at::<8>(ctx, off + dns::OPT_FIXED_LEN, Reason::Dropped)?;
-                put16(eh, 0, dns::OPTION_ECS);
-                put16(eh, 2, (4 + alen) as u16);
-                put16(eh, 4, e.family);
-                unsafe {
-                    (*eh)[6] = e.source;
-                    (*eh)[7] = plan.scope;
-                }
-                let mut j = 0;
-                while j < 16 {
-                    if j < alen {
-                        let b = at::<2>(ctx, off + dns::OPT_FIXED_LEN + 7 + j, Reason::Dropped)?;
-                        unsafe { (*b)[1] = e.addr[j] };
-                    }
-                    j += 1;
-                }
-            }
-            None => put16(o, 9, 0),
-        }
+        let rec_len = dns::record_len(hide(s, SLOT_SHAPE, q.aaaa as u64) & 1 == 1);
+        write_opt(ctx, plan, tail + n * rec_len, ecs)?;
         tail_sum += dns::opt_sum(ecs, plan.scope);
     }
+    let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
 
     // The UDP checksum over the answer as written: pseudo-header, UDP header, DNS header,
     // the echoed question (its name summed during the walk) and the appended records.
@@ -184,6 +176,63 @@ fn write(
         + shift_odd(tail_sum, odd);
     let udp = at::<8>(ctx, udp_off, Reason::Dropped)?;
     put16(udp, 6, finish_udp(sum));
+    Ok(())
+}
+
+#[inline(always)]
+fn write_records(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch, n: usize, tail: usize) -> Result<u64, Reason> {
+    let rec_len = dns::record_len(q.aaaa);
+    let mut sum = 0u64;
+    let mut i = 0;
+    while i < MAX_CANDIDATES {
+        if i < n {
+            let addr = unsafe { &(*s).addrs[i] };
+            let off = tail + i * rec_len;
+            if q.aaaa {
+                let r = at::<28>(ctx, off, Reason::Dropped)?;
+                record_head(r, dns::TYPE_AAAA, plan.ttl, 16);
+                unsafe { (&mut *r)[12..28].copy_from_slice(addr) };
+            } else {
+                let r = at::<16>(ctx, off, Reason::Dropped)?;
+                record_head(r, dns::TYPE_A, plan.ttl, 4);
+                unsafe { (&mut *r)[12..16].copy_from_slice(&addr[..4]) };
+            }
+            sum += dns::record_sum(q.aaaa, plan.ttl, addr);
+        }
+        i += 1;
+    }
+    Ok(sum)
+}
+
+#[inline(always)]
+fn write_opt(ctx: &XdpContext, plan: &Plan, off: usize, ecs: Option<&Ecs>) -> Result<(), Reason> {
+    let o = at::<{ dns::OPT_FIXED_LEN }>(ctx, off, Reason::Dropped)?;
+    unsafe { (*o)[0] = 0 };
+    put16(o, 1, dns::TYPE_OPT);
+    put16(o, 3, dns::EDNS_UDP_SIZE);
+    put32(o, 5, 0);
+    let Some(e) = ecs else {
+        put16(o, 9, 0);
+        return Ok(());
+    };
+    let alen = e.addr_len();
+    put16(o, 9, (8 + alen) as u16);
+    let eh = at::<8>(ctx, off + dns::OPT_FIXED_LEN, Reason::Dropped)?;
+    put16(eh, 0, dns::OPTION_ECS);
+    put16(eh, 2, (4 + alen) as u16);
+    put16(eh, 4, e.family);
+    unsafe {
+        (*eh)[6] = e.source;
+        (*eh)[7] = plan.scope;
+    }
+    let mut j = 0;
+    while j < 16 {
+        if j < alen {
+            let b = at::<2>(ctx, off + dns::OPT_FIXED_LEN + 7 + j, Reason::Dropped)?;
+            unsafe { (*b)[1] = e.addr[j] };
+        }
+        j += 1;
+    }
     Ok(())
 }
 
