@@ -39,6 +39,8 @@ pub struct RouteView {
     pub service: String,
     pub prefix: String,
     pub servers: Vec<(String, u16)>,
+    /// How many of `servers` are equally good; the rest are fallbacks in order.
+    pub primary: usize,
 }
 
 fn server_name_of(s: &Server) -> String {
@@ -230,8 +232,13 @@ pub fn route_set(m: &mut Maps, dnsname: &str, prefix: &str, list: &str) -> Resul
     let service = require_service(m, dnsname)?;
     let p = input::prefix(prefix)?;
     let list = input::server_list(list)?;
-    let mut d = Decision { prefix_len: p.len, count: list.len() as u8, primary: list.len() as u8, ..Default::default() };
-    for (i, (n, w)) in list.iter().enumerate() {
+    let mut d = Decision {
+        prefix_len: p.len,
+        count: list.servers.len() as u8,
+        primary: list.primary as u8,
+        ..Default::default()
+    };
+    for (i, (n, w)) in list.servers.iter().enumerate() {
         d.servers[i] = require_server(m, n)?.id;
         d.weights[i] = *w;
     }
@@ -274,6 +281,7 @@ pub fn routes(m: &Maps, only: Option<&str>) -> Result<Vec<RouteView>> {
         out.push(RouteView {
             service: names.get(&svc).cloned().unwrap_or_else(|| format!("#{svc}")),
             prefix: format!("{addr}/{len}"),
+            primary: d.primary as usize,
             servers: (0..d.count as usize)
                 .map(|i| {
                     let id = d.servers[i];

@@ -133,7 +133,8 @@ enum ServiceCmd {
 
 #[derive(Subcommand)]
 enum RouteCmd {
-    /// Give clients in PREFIX these servers, SERVER[=WEIGHT][,SERVER[=WEIGHT]...].
+    /// Give clients in PREFIX these servers: SERVER[=WEIGHT],... share answers by weight;
+    /// servers after a '|' are fallbacks, in order (e.g. "fra-1=2,ams-1|nyc-1").
     Set { dnsname: String, prefix: String, servers: String },
     Del { dnsname: String, prefix: String },
     List {
@@ -218,7 +219,13 @@ fn run(cli: Cli) -> Result<()> {
                     } else {
                         for r in l {
                             let s: Vec<String> = r.servers.iter().map(|(n, w)| format!("{n}={w}")).collect();
-                            println!("{:<40} {:<44} {}", r.service, r.prefix, s.join(","));
+                            let (first, rest) = s.split_at(r.primary.min(s.len()));
+                            let list = if rest.is_empty() {
+                                first.join(",")
+                            } else {
+                                format!("{}|{}", first.join(","), rest.join(","))
+                            };
+                            println!("{:<40} {:<44} {list}", r.service, r.prefix);
                         }
                     }
                 }
@@ -326,7 +333,17 @@ fn follow_log(dir: &std::path::Path) -> Result<()> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // One line naming the problem, like every other refusal.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!("director-ctl: {}", first.trim_start_matches("error: "));
+            std::process::exit(2);
+        }
+    };
     if let Err(e) = run(cli) {
         eprintln!("director-ctl: {e:#}");
         std::process::exit(1);

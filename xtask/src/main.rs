@@ -37,8 +37,8 @@ fn main() {
         Cmd::BuildEbpf => setup::build_ebpf().map(|p| println!("XDP object: {}", p.display())),
         Cmd::Setup => setup::all(),
         Cmd::Test => setup::all().and_then(|_| setup::run_tests()),
-        Cmd::Demo => setup::all().and_then(|_| demo::run()),
-        Cmd::Bench { seconds } => setup::all().and_then(|_| bench::run(seconds)),
+        Cmd::Demo => setup::all().and_then(|_| demo::run_demo()),
+        Cmd::Bench { seconds } => setup::all().and_then(|_| bench::run_bench(seconds)),
     };
     if let Err(e) = r {
         eprintln!("xtask: {e:#}");
