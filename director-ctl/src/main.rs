@@ -311,7 +311,8 @@ fn status(dir: &std::path::Path, json: bool) -> Result<()> {
 
 fn follow_log(dir: &std::path::Path) -> Result<()> {
     let info = program::program_info(dir)?.context("nothing is attached")?;
-    env_logger::Builder::new().filter_level(log::LevelFilter::Trace).init();
+    // Only what the XDP program logs, not aya's own chatter.
+    env_logger::Builder::new().filter_module("director", log::LevelFilter::Trace).init();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let logger = aya_log::EbpfLogger::init_from_id(info.id())

@@ -33,6 +33,7 @@ pub fn director(ctx: XdpContext) -> u32 {
         Reason::Dropped => xdp_action::XDP_DROP,
         _ => {
             // Compiled out by the verifier unless the loader enabled debug logging.
+            // The number is a `counters::Reason`; `stats` names them.
             debug!(&ctx, "pass: reason {}", reason as u32);
             xdp_action::XDP_PASS
         }
