@@ -10,3 +10,4 @@ pub mod kernel;
 
 /// The XDP object, built by build.rs from director-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("DIRECTOR_EBPF_OBJ"));
+pub mod model;
