@@ -11,3 +11,5 @@ pub mod kernel;
 /// The XDP object, built by build.rs from director-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("DIRECTOR_EBPF_OBJ"));
 pub mod model;
+pub mod compile;
+pub mod config;

@@ -1,0 +1,287 @@
+//! The controller's config file (TOML): sites, servers, services and where the data is.
+//! Every key is documented in the README. Paths are relative to the config file.
+//!
+//! Loading checks everything that can be checked without reading the data files: unknown
+//! keys, duplicate names, references to unknown sites or servers, bad DNS names, metric
+//! names, ranges. Each error names the file, the entry and the reason.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    path::{Path, PathBuf},
+};
+
+use anyhow::{bail, Context, Result};
+use director_common::maps::{MAX_CANDIDATES, MAX_SERVERS, MAX_SERVICES};
+use serde::Deserialize;
+
+/// Metric names a service may give a priority or a weight (DistributedDirector's).
+pub const METRICS: [&str; 8] = ["ext", "int", "ser", "rtt", "med", "geo", "admin", "random"];
+
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Geo {
+    /// MaxMind City schema, or a "flat" lat/lon database.
+    pub database: Option<PathBuf>,
+    /// `prefix,lat,lon` or `prefix,location` lines that win over the database.
+    pub locations: Option<PathBuf>,
+    /// A weighted directed location graph: geo becomes the shortest-path distance.
+    pub graph: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Site {
+    pub name: String,
+    pub lat: Option<f64>,
+    pub lon: Option<f64>,
+    /// The site's node in the location graph (default: its name).
+    pub location: Option<String>,
+    /// MRT RIB dumps and/or update files: this site's view of the Internet.
+    #[serde(default)]
+    pub bgp: Vec<PathBuf>,
+    /// Which peer of a multi-peer RIB is this site's view (address or AS).
+    pub bgp_peer: Option<String>,
+    /// IGP cost from the site to BGP next hops (the `int` metric).
+    #[serde(default)]
+    pub igp_cost: BTreeMap<String, u32>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    pub name: String,
+    pub site: String,
+    pub ipv4: Option<Ipv4Addr>,
+    pub ipv6: Option<Ipv6Addr>,
+    /// Administrative cost, lower wins (`admin`).
+    #[serde(default)]
+    pub preference: u32,
+    /// Share of answers among equals (`portion`).
+    #[serde(default = "one")]
+    pub portion: u16,
+    /// Distance from the server to its site's border (`ser`).
+    #[serde(default)]
+    pub agent_distance: u32,
+}
+
+fn one() -> u16 {
+    1
+}
+fn thirty() -> u32 {
+    30
+}
+fn one_u8() -> u8 {
+    1
+}
+fn ten() -> f64 {
+    10.0
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    pub name: String,
+    #[serde(default = "thirty")]
+    pub ttl: u32,
+    #[serde(default = "one_u8")]
+    pub answers: u8,
+    pub servers: Vec<String>,
+    #[serde(default)]
+    pub priority: BTreeMap<String, u32>,
+    #[serde(default)]
+    pub weights: BTreeMap<String, f64>,
+    /// Percent: servers within it of the lowest RTT count as equal.
+    #[serde(default = "ten")]
+    pub rtt_tolerance: f64,
+    #[serde(default)]
+    pub med: bool,
+    /// How the kernel picks among the final equals: random (by portion), client, name.
+    pub select: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Rtt {
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub geo: Geo,
+    #[serde(default, rename = "site")]
+    pub sites: Vec<Site>,
+    #[serde(default, rename = "server")]
+    pub servers: Vec<Server>,
+    #[serde(default, rename = "service")]
+    pub services: Vec<Service>,
+    #[serde(default)]
+    pub rtt: Rtt,
+    /// The file it came from; paths in it are relative to its directory.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut c = Config::parse(&text).with_context(|| format!("{}", path.display()))?;
+        c.path = path.to_path_buf();
+        c.resolve_paths();
+        Ok(c)
+    }
+
+    pub fn parse(text: &str) -> Result<Config> {
+        let c: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn resolve_paths(&mut self) {
+        let dir = self.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        for p in [&mut self.geo.database, &mut self.geo.locations, &mut self.geo.graph].into_iter().flatten() {
+            fix(p);
+        }
+        for s in &mut self.sites {
+            s.bgp.iter_mut().for_each(fix);
+        }
+        self.rtt.files.iter_mut().for_each(fix);
+    }
+
+    fn validate(&self) -> Result<()> {
+        let mut sites = HashSet::new();
+        for (i, s) in self.sites.iter().enumerate() {
+            let at = || format!("[[site]] #{} ({:?})", i + 1, s.name);
+            if s.name.is_empty() || !sites.insert(s.name.as_str()) {
+                bail!("{}: site names must be unique and not empty", at());
+            }
+            match (s.lat, s.lon) {
+                (Some(lat), Some(lon)) if !(-90.0..=90.0).contains(&lat) || !(-180.0..=180.0).contains(&lon) => {
+                    bail!("{}: lat/lon {lat},{lon} out of range", at())
+                }
+                (Some(_), None) | (None, Some(_)) => bail!("{}: give both lat and lon, or neither", at()),
+                _ => {}
+            }
+            for hop in s.igp_cost.keys() {
+                if hop.parse::<IpAddr>().is_err() {
+                    bail!("{}: igp_cost key {hop:?} is not an IP address", at());
+                }
+            }
+        }
+        if self.servers.len() >= MAX_SERVERS as usize {
+            bail!("{} servers: at most {} fit the kernel's table", self.servers.len(), MAX_SERVERS - 1);
+        }
+        let mut servers = HashSet::new();
+        for (i, s) in self.servers.iter().enumerate() {
+            let at = || format!("[[server]] #{} ({:?})", i + 1, s.name);
+            crate::input::server_name(&s.name).with_context(at)?;
+            if !servers.insert(s.name.as_str()) {
+                bail!("{}: a server of that name is already defined", at());
+            }
+            if !sites.contains(s.site.as_str()) {
+                bail!("{}: unknown site {:?}", at(), s.site);
+            }
+            if s.ipv4.is_none() && s.ipv6.is_none() {
+                bail!("{}: needs ipv4 and/or ipv6", at());
+            }
+            if s.portion == 0 {
+                bail!("{}: portion must be at least 1", at());
+            }
+        }
+        if self.services.len() >= MAX_SERVICES as usize {
+            bail!("{} services: at most {}", self.services.len(), MAX_SERVICES - 1);
+        }
+        let mut names = HashSet::new();
+        for (i, s) in self.services.iter().enumerate() {
+            let at = || format!("[[service]] #{} ({:?})", i + 1, s.name);
+            let wire = director_common::name::encode(&s.name).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+            if !names.insert(wire) {
+                bail!("{}: the name is already a service", at());
+            }
+            if !(1..=MAX_CANDIDATES as u8).contains(&s.answers) {
+                bail!("{}: answers {} is not from 1 to {MAX_CANDIDATES}", at(), s.answers);
+            }
+            if s.servers.is_empty() {
+                bail!("{}: lists no servers", at());
+            }
+            for n in &s.servers {
+                if !servers.contains(n.as_str()) {
+                    bail!("{}: unknown server {n:?}", at());
+                }
+            }
+            for m in s.priority.keys().chain(s.weights.keys()) {
+                if !METRICS.contains(&m.as_str()) {
+                    bail!("{}: unknown metric {m:?} (known: {})", at(), METRICS.join(", "));
+                }
+            }
+            for (m, w) in &s.weights {
+                if !w.is_finite() || *w < 0.0 {
+                    bail!("{}: weight {w} of {m} must be a number >= 0", at());
+                }
+            }
+            if !(s.rtt_tolerance.is_finite() && s.rtt_tolerance >= 0.0) {
+                bail!("{}: rtt_tolerance {} must be a percentage >= 0", at(), s.rtt_tolerance);
+            }
+            if let Some(sel) = &s.select {
+                if !["random", "client", "name"].contains(&sel.as_str()) {
+                    bail!("{}: select {sel:?} is not random, client or name", at());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[site]]
+name = "fra"
+lat = 50.11
+lon = 8.68
+igp_cost = { "192.0.2.1" = 10 }
+
+[[server]]
+name = "fra-1"
+site = "fra"
+ipv4 = "192.0.2.10"
+
+[[service]]
+name = "www.example.com"
+servers = ["fra-1"]
+priority = { geo = 1, admin = 2 }
+"#;
+
+    #[test]
+    fn good_config_loads_with_defaults() {
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(c.services[0].ttl, 30);
+        assert_eq!(c.services[0].rtt_tolerance, 10.0);
+        assert_eq!(c.servers[0].portion, 1);
+    }
+
+    fn refused(text: &str) -> String {
+        format!("{:#}", Config::parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_the_entry_and_reason() {
+        assert!(refused(&GOOD.replace("site = \"fra\"", "site = \"ams\"")).contains("unknown site \"ams\""));
+        assert!(refused(&GOOD.replace("servers = [\"fra-1\"]", "servers = [\"nyc-1\"]")).contains("unknown server \"nyc-1\""));
+        assert!(refused(&GOOD.replace("geo = 1", "speed = 1")).contains("unknown metric \"speed\""));
+        assert!(refused(&GOOD.replace("www.example.com", "a..b")).contains("[[service]] #1"));
+        assert!(refused(&GOOD.replace("lat = 50.11", "lat = 150.0")).contains("out of range"));
+        assert!(refused(&GOOD.replace("ipv4 = \"192.0.2.10\"", "ipv4 = \"192.0.2\"")).contains("line"));
+        assert!(refused(&format!("{GOOD}\nbogus = 1\n")).contains("bogus"));
+    }
+}

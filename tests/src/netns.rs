@@ -1,0 +1,555 @@
+//! A two-namespace lab for end-to-end tests with real DNS clients and servers.
+//!
+//! ```text
+//!   client netns                         edge netns
+//!   <client_if> 192.0.2.2/24  <--veth-->  <edge_if> 192.0.2.1/24
+//!               2001:db8::2/64                     2001:db8::1/64
+//!   dig, kdig                             director (XDP), knotd
+//! ```
+//!
+//! Every lab has its own namespaces, interfaces and bpffs pin directories, all named after
+//! the test process's pid and a counter, so tests never see each other's state. `Drop`
+//! undoes everything (also when a test panics): it stops the processes the lab started, by
+//! pid, detaches director, deletes the namespaces and removes the pins.
+//!
+//! director-ctl runs through `nsenter --net=...`, not `ip netns exec`: the latter gives the
+//! command a private mount namespace with its own /sys, so pins it makes would vanish.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Once, OnceLock,
+    },
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+pub const EDGE_V4: &str = "192.0.2.1";
+pub const EDGE_V6: &str = "2001:db8::1";
+pub const CLIENT_V4: &str = "192.0.2.2";
+pub const CLIENT_V6: &str = "2001:db8::2";
+
+/// Prefix of every name a lab creates (namespaces, pin directories, temp directories).
+const PREFIX: &str = "dlab";
+
+static NEXT_LAB: AtomicUsize = AtomicUsize::new(0);
+
+/// The workspace root: this crate lives in `<root>/tests`.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// director-ctl from this workspace, built once per test process. The test crate cannot use
+/// `CARGO_BIN_EXE_*` for another package's binary; building (a no-op when it is fresh) also
+/// keeps the tests from running a binary older than the sources. `DIRECTOR_CTL=<path>`
+/// runs the tests against that binary instead (e.g. one built from another revision).
+pub fn ctl_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("DIRECTOR_CTL") {
+            return PathBuf::from(bin);
+        }
+        let root = workspace_root();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "director-ctl"])
+            .current_dir(&root)
+            .status()
+            .expect("running cargo build -p director-ctl");
+        assert!(status.success(), "cargo build -p director-ctl failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        let bin = target.join("debug/director-ctl");
+        assert!(bin.exists(), "{} missing after the build", bin.display());
+        bin
+    })
+}
+
+/// Runs a command to completion, panicking only if it cannot be started.
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// Runs a command and panics with its output unless it succeeds.
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = run(cmd);
+    assert!(out.status.success(), "{cmd:?} failed: {}", describe(&out));
+    out
+}
+
+/// Exit status, stdout and stderr, for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "{}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `program` in the network namespace `ns` (and nothing else of it: see the module docs).
+fn nsenter(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net=/run/netns/{ns}")).arg(program);
+    c
+}
+
+fn ip(args: &[&str]) -> Output {
+    run_ok(Command::new("ip").args(args))
+}
+
+/// Whether a process with this pid exists (for sweeping what killed test runs left).
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes the files of a bpffs directory (pins), then the directory. Best effort.
+fn remove_pin_dir(dir: &Path) {
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+    let _ = fs::remove_dir(dir);
+}
+
+/// Labs of test processes that were killed (no Drop ran) leave namespaces and pins named
+/// after a pid that no longer exists; remove those once per process so they do not pile up.
+fn sweep_stale() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let owner_dead = |name: &str| -> bool {
+            let Some(rest) = name.strip_prefix(PREFIX).and_then(|r| r.strip_prefix('-')) else {
+                return false;
+            };
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            pid.is_some_and(|p| p != std::process::id() && !pid_alive(p))
+        };
+        let list = run(Command::new("ip").args(["netns", "list"]));
+        for line in String::from_utf8_lossy(&list.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            if owner_dead(name) {
+                let _ = run(Command::new("ip").args(["netns", "del", name]));
+            }
+        }
+        if let Ok(rd) = fs::read_dir("/sys/fs/bpf") {
+            for e in rd.flatten() {
+                if owner_dead(&e.file_name().to_string_lossy()) {
+                    remove_pin_dir(&e.path());
+                }
+            }
+        }
+    });
+}
+
+/// A running knotd, stopped (by pid) and its files removed on drop.
+struct Knot {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Knot {
+    fn stop(&mut self) {
+        // SIGTERM lets knotd close its databases; SIGKILL if it does not exit in time.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("knotd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Knot {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One zone for Knot: `origin` with a trailing dot, `records` in zone-file syntax relative to
+/// it (SOA, NS and ns A are added).
+pub struct Zone<'a> {
+    pub origin: &'a str,
+    pub records: &'a str,
+}
+
+pub struct Lab {
+    pub id: String,
+    pub edge_ns: String,
+    pub client_ns: String,
+    pub edge_if: String,
+    pub client_if: String,
+    /// director's pin directory (the pass-through program pins into `<pin_dir>-pass`).
+    pub pin_dir: PathBuf,
+    knot: Option<Knot>,
+}
+
+impl Lab {
+    /// Creates both namespaces, the veth pair and the addresses, and waits until IPv4 and
+    /// IPv6 are usable on both ends. Nothing is attached yet (see [`Lab::attach`]).
+    pub fn new() -> Lab {
+        sweep_stale();
+        let pid = std::process::id();
+        let n = NEXT_LAB.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{PREFIX}-{pid}-{n}");
+        // The lab exists before the first command, so a failing setup is still cleaned up.
+        let lab = Lab {
+            edge_ns: format!("{id}-edge"),
+            client_ns: format!("{id}-client"),
+            // At most 15 bytes (IFNAMSIZ - 1): "de" + 4 + "x" + counter.
+            edge_if: format!("de{}x{n}", pid % 10000),
+            client_if: format!("dc{}x{n}", pid % 10000),
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/{id}")),
+            knot: None,
+            id,
+        };
+        lab.setup_network();
+        lab
+    }
+
+    fn setup_network(&self) {
+        for ns in [&self.edge_ns, &self.client_ns] {
+            ip(&["netns", "add", ns]);
+            // Duplicate address detection would keep addresses (the link-local one too)
+            // tentative for a second or more; nothing else can claim them here.
+            for conf in ["all", "default"] {
+                run_ok(nsenter(ns, "sysctl").args([
+                    "-q",
+                    "-w",
+                    &format!("net.ipv6.conf.{conf}.accept_dad=0"),
+                ]));
+            }
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        ip(&[
+            "link", "add", &self.edge_if, "netns", &self.edge_ns, "type", "veth", "peer", "name",
+            &self.client_if, "netns", &self.client_ns,
+        ]);
+        for (ns, ifname, v4, v6) in [
+            (&self.edge_ns, &self.edge_if, EDGE_V4, EDGE_V6),
+            (&self.client_ns, &self.client_if, CLIENT_V4, CLIENT_V6),
+        ] {
+            ip(&["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", ifname]);
+            ip(&["-n", ns, "addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"]);
+            ip(&["-n", ns, "link", "set", ifname, "up"]);
+        }
+        self.wait_links_ready();
+    }
+
+    /// Both veth ends have carrier and no tentative IPv6 address (a tentative address cannot
+    /// be bound or used as a source, which would make the first queries fail).
+    fn wait_links_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ready = [(&self.edge_ns, &self.edge_if), (&self.client_ns, &self.client_if)]
+                .iter()
+                .all(|(ns, ifname)| {
+                    let link = String::from_utf8_lossy(&ip(&["-n", ns, "-o", "link", "show", "dev", ifname]).stdout)
+                        .into_owned();
+                    let addrs = String::from_utf8_lossy(&ip(&["-n", ns, "-o", "-6", "addr", "show", "dev", ifname]).stdout)
+                        .into_owned();
+                    link.contains("LOWER_UP") && addrs.contains("scope global") && !addrs.contains("tentative")
+                });
+            if ready {
+                return;
+            }
+            assert!(Instant::now() < deadline, "lab {}: links or IPv6 addresses not ready after 10 s", self.id);
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// director-ctl in `ns` with this lab's pin directory.
+    fn ctl_in(&self, ns: &str, args: &[&str]) -> Output {
+        run(nsenter(ns, ctl_binary()).arg("--pin-dir").arg(&self.pin_dir).args(args))
+    }
+
+    /// director-ctl in the edge namespace with this lab's pin directory.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        self.ctl_in(&self.edge_ns, args)
+    }
+
+    /// Like [`Lab::ctl`], panicking unless it succeeds; returns stdout.
+    pub fn ctl_ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(out.status.success(), "director-ctl {args:?} failed: {}", describe(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Attaches director to the edge interface, and the pass-through program to the client
+    /// end: without it the frames director sends back with XDP_TX are not delivered.
+    /// Native mode unless `DIRECTOR_XDP_MODE=skb` (to tell driver-mode effects from others).
+    pub fn attach(&self) {
+        let mode = std::env::var("DIRECTOR_XDP_MODE").unwrap_or_else(|_| "native".into());
+        self.ctl_ok(&["attach", "--iface", &self.edge_if, "--mode", &mode]);
+        let out = self.ctl_in(&self.client_ns, &["veth-peer", "--iface", &self.client_if]);
+        assert!(out.status.success(), "veth-peer failed: {}", describe(&out));
+    }
+
+    /// A command in the client namespace.
+    pub fn client(&self, cmd: &[&str]) -> Output {
+        run(Command::new("ip").args(["netns", "exec", &self.client_ns]).args(cmd))
+    }
+
+    /// dig from the client, bounded to one try of 2 s; returns stdout (dig reports failures
+    /// such as timeouts there too).
+    pub fn dig(&self, args: &[&str]) -> String {
+        let mut cmd = vec!["dig", "+tries=1", "+timeout=2"];
+        cmd.extend_from_slice(args);
+        String::from_utf8_lossy(&self.client(&cmd).stdout).into_owned()
+    }
+
+    /// dig inside the edge namespace: the query goes over loopback, where director is not
+    /// attached, so this is what the servers behind director say.
+    pub fn dig_in_edge(&self, args: &[&str]) -> String {
+        let out = run(nsenter(&self.edge_ns, "dig").args(["+tries=1", "+timeout=2"]).args(args));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// kdig from the client, bounded like [`Lab::dig`].
+    pub fn kdig(&self, args: &[&str]) -> String {
+        let mut cmd = vec!["kdig", "+retry=0", "+timeout=2"];
+        cmd.extend_from_slice(args);
+        let out = self.client(&cmd);
+        // kdig prints some diagnostics (e.g. timeouts) on stderr; keep them for the parser.
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    }
+
+    /// director's counters from `stats --json`.
+    pub fn stats(&self) -> Stats {
+        Stats::parse(&self.ctl_ok(&["stats", "--json"]))
+    }
+
+    /// Starts knotd in the edge namespace, authoritative for `zones`, listening on
+    /// 192.0.2.1@53 and [2001:db8::1]@53, and waits until it answers on both.
+    pub fn start_knot(&mut self, zones: &[Zone]) {
+        assert!(self.knot.is_none(), "knot already runs in lab {}", self.id);
+        let dir = std::env::temp_dir().join(format!("{}-knot", self.id));
+        let _ = fs::remove_dir_all(&dir);
+        for sub in ["zones", "db", "run"] {
+            fs::create_dir_all(dir.join(sub)).expect("creating knot's directories");
+        }
+        let mut conf = format!(
+            "server:\n    rundir: \"{d}/run\"\n    listen: [ {EDGE_V4}@53, {EDGE_V6}@53 ]\n\
+             \x20   udp-workers: 1\n    tcp-workers: 1\n    background-workers: 1\n\
+             log:\n  - target: stderr\n    any: info\n\
+             database:\n    storage: \"{d}/db\"\n\
+             template:\n  - id: default\n    storage: \"{d}/zones\"\n\
+             zone:\n",
+            d = dir.display()
+        );
+        for z in zones {
+            let file = format!("{}zone", z.origin);
+            conf.push_str(&format!("  - domain: {}\n    file: \"{file}\"\n", z.origin));
+            let text = format!(
+                "$ORIGIN {o}\n$TTL 300\n@ SOA ns.{o} hostmaster.{o} 1 3600 600 86400 300\n\
+                 @ NS ns.{o}\nns A {EDGE_V4}\n{}\n",
+                z.records,
+                o = z.origin
+            );
+            fs::write(dir.join("zones").join(file), text).expect("writing a zone file");
+        }
+        let conf_path = dir.join("knot.conf");
+        fs::write(&conf_path, conf).expect("writing knot.conf");
+        let log = fs::File::create(dir.join("knotd.log")).expect("creating knotd.log");
+        // nsenter execs knotd, so the child's pid is knotd's.
+        let child = nsenter(&self.edge_ns, "knotd")
+            .arg("-c")
+            .arg(&conf_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting knotd");
+        let first = zones.first().expect("knot needs a zone").origin;
+        self.knot = Some(Knot { child, dir });
+        let knot = self.knot.as_mut().unwrap();
+        // Probe from inside the edge namespace: loopback traffic does not cross director.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for server in [EDGE_V4, EDGE_V6] {
+            loop {
+                if let Ok(Some(st)) = knot.child.try_wait() {
+                    panic!("knotd exited ({st}):\n{}", knot.log());
+                }
+                let out = run(nsenter(&self.edge_ns, "dig").args([
+                    "+tries=1",
+                    "+timeout=1",
+                    "+short",
+                    &format!("@{server}"),
+                    first,
+                    "SOA",
+                ]));
+                if out.status.success() && !out.stdout.is_empty() {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "knotd does not answer on {server}:\n{}", knot.log());
+                sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+impl Default for Lab {
+    fn default() -> Self {
+        Lab::new()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // Stop knot first: a process left in a namespace keeps the namespace alive.
+        drop(self.knot.take());
+        // Best effort: the test may have detached already, or failed before attaching.
+        let _ = self.ctl(&["detach", "--iface", &self.edge_if]);
+        let _ = self.ctl_in(&self.client_ns, &["veth-peer", "--iface", &self.client_if, "--detach"]);
+        for ns in [&self.edge_ns, &self.client_ns] {
+            let _ = run(Command::new("ip").args(["netns", "del", ns]));
+        }
+        // Pinned links keep programs alive after their interface is gone; remove every pin.
+        remove_pin_dir(&self.pin_dir);
+        let mut pass = self.pin_dir.clone().into_os_string();
+        pass.push("-pass");
+        remove_pin_dir(Path::new(&pass));
+    }
+}
+
+/// director's counters, parsed from `stats --json`:
+/// `{"counters": [["answered", 3], ...], "services": [["www.example.com", 3], ...]}`.
+/// (The test crate has no JSON dependency; these pairs are all it needs.)
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub counters: Vec<(String, u64)>,
+    pub services: Vec<(String, u64)>,
+}
+
+impl Stats {
+    pub fn parse(json: &str) -> Stats {
+        // Names hold no whitespace, so dropping it leaves `["name",N]` pairs to scan for.
+        let compact: String = json.chars().filter(|c| !c.is_whitespace()).collect();
+        let section = |key: &str| -> Vec<(String, u64)> {
+            let start = compact
+                .find(&format!("\"{key}\":["))
+                .unwrap_or_else(|| panic!("no {key:?} in stats --json output: {json}"));
+            let mut rest = &compact[start + key.len() + 4..];
+            let mut out = Vec::new();
+            while let Some(pair) = rest.strip_prefix("[\"") {
+                let (name, tail) = pair.split_once("\",").expect("a [name, count] pair");
+                let (num, tail) = tail.split_once(']').expect("a closing bracket");
+                out.push((name.to_string(), num.parse().expect("a count")));
+                rest = tail.strip_prefix(',').unwrap_or(tail);
+            }
+            out
+        };
+        Stats { counters: section("counters"), services: section("services") }
+    }
+
+    /// A counter by name (`answered`, `pass_unknown_name`, ...); panics if there is none.
+    pub fn get(&self, name: &str) -> u64 {
+        self.counters
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no counter {name:?} in {:?}", self.counters))
+            .1
+    }
+
+    /// Answers counted for a service (0 if it is not listed).
+    pub fn service(&self, name: &str) -> u64 {
+        self.services.iter().find(|(n, _)| n == name).map_or(0, |s| s.1)
+    }
+
+    /// Sum of every `pass_*` counter.
+    pub fn passed(&self) -> u64 {
+        self.counters.iter().filter(|(n, _)| n.starts_with("pass_")).map(|c| c.1).sum()
+    }
+}
+
+/// One resource record from an answer section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub name: String,
+    pub ttl: u32,
+    pub rtype: String,
+    pub data: String,
+}
+
+/// The parts of a dig or kdig reply the tests look at. Both tools print the same section
+/// headings; they differ in separators (`,` vs `;`) and comment prefixes, handled here.
+#[derive(Debug, Clone, Default)]
+pub struct Reply {
+    /// None when no reply arrived (timeout, unreachable).
+    pub status: Option<String>,
+    pub flags: Vec<String>,
+    /// Question section as printed: `(name, type)`, with the reply's case.
+    pub question: Vec<(String, String)>,
+    pub answers: Vec<Record>,
+    /// The EDNS Client Subnet option of the reply, e.g. `203.0.113.0/24/24`.
+    pub client_subnet: Option<String>,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn parse(text: &str) -> Reply {
+        let mut r = Reply { text: text.to_string(), ..Default::default() };
+        let mut section = "";
+        for line in text.lines() {
+            let l = line.trim();
+            if let Some(i) = l.find("status: ") {
+                let s = &l[i + 8..];
+                r.status = Some(s.split([',', ';']).next().unwrap_or("").trim().to_string());
+            }
+            if let Some(i) = l.find("CLIENT-SUBNET:") {
+                r.client_subnet = Some(l[i + 14..].trim().to_string());
+            }
+            if l.to_ascii_lowercase().starts_with(";; flags:") {
+                let f = l[9..].split(';').next().unwrap_or("");
+                r.flags = f.split_whitespace().map(str::to_string).collect();
+            }
+            if l.is_empty() {
+                section = "";
+            } else if l.starts_with(";; ") && l.ends_with(" SECTION:") {
+                section = if l.contains("QUESTION") { "question" } else if l.contains("ANSWER") { "answer" } else { "other" };
+            } else if section == "question" {
+                let f: Vec<&str> = l.trim_start_matches(';').split_whitespace().collect();
+                if f.len() >= 3 {
+                    r.question.push((f[0].to_string(), f[2].to_string()));
+                }
+            } else if section == "answer" && !l.starts_with(';') {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() >= 5 {
+                    r.answers.push(Record {
+                        name: f[0].to_string(),
+                        ttl: f[1].parse().unwrap_or(u32::MAX),
+                        rtype: f[3].to_string(),
+                        data: f[4..].join(" "),
+                    });
+                }
+            }
+        }
+        r
+    }
+
+    pub fn has_flag(&self, f: &str) -> bool {
+        self.flags.iter().any(|x| x == f)
+    }
+
+    /// Data of the answer records of one type, sorted.
+    pub fn data(&self, rtype: &str) -> Vec<String> {
+        let mut v: Vec<String> = self.answers.iter().filter(|a| a.rtype == rtype).map(|a| a.data.clone()).collect();
+        v.sort();
+        v
+    }
+}
