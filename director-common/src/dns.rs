@@ -57,6 +57,11 @@ pub fn check_question(qtype: u16, qclass: u16) -> Result<bool, Reason> {
 /// Fixed part of an OPT record after its (root, one zero byte) owner name.
 pub const OPT_FIXED_LEN: usize = 11;
 
+/// The DO bit in the OPT record's TTL field (RFC 3225).
+pub const EDNS_DO: u32 = 0x8000;
+/// EDNS options looked at before giving up on a query (the kernel loop's bound).
+pub const MAX_OPTIONS: usize = 8;
+
 /// Checks the OPT record's fixed fields; returns the client's UDP payload size.
 /// An unknown EDNS version is passed to the host rather than answered BADVERS.
 #[inline(always)]
@@ -155,10 +160,14 @@ pub fn opt_len(ecs: Option<&Ecs>) -> usize {
 
 /// Checksum sum of the answer's OPT record (plus ECS with `scope`) when it starts at an
 /// even offset. Its owner is one zero byte, so everything after it sits one byte over.
+/// `dnssec_ok` is the query's DO bit, copied as RFC 3225 §3 requires.
 #[inline(always)]
-pub fn opt_sum(ecs: Option<&Ecs>, scope: u8) -> u64 {
-    // After the owner byte: TYPE, CLASS (UDP size), TTL (zero: rcode, version, DO, Z), RDLEN.
+pub fn opt_sum(ecs: Option<&Ecs>, scope: u8, dnssec_ok: bool) -> u64 {
+    // After the owner byte: TYPE, CLASS (UDP size), TTL (rcode, version: 0; DO, Z), RDLEN.
     let mut after_owner = TYPE_OPT as u64 + EDNS_UDP_SIZE as u64;
+    if dnssec_ok {
+        after_owner += EDNS_DO as u64;
+    }
     match ecs {
         Some(e) => {
             let len = 4 + e.addr_len() as u64;
@@ -174,11 +183,11 @@ pub fn opt_sum(ecs: Option<&Ecs>, scope: u8) -> u64 {
 
 /// Writes the OPT record (and ECS) the way `opt_sum` counts it: the reference layout for
 /// tests and the host.
-pub fn write_opt(out: &mut [u8], ecs: Option<&Ecs>, scope: u8) -> usize {
+pub fn write_opt(out: &mut [u8], ecs: Option<&Ecs>, scope: u8, dnssec_ok: bool) -> usize {
     out[0] = 0;
     out[1..3].copy_from_slice(&TYPE_OPT.to_be_bytes());
     out[3..5].copy_from_slice(&EDNS_UDP_SIZE.to_be_bytes());
-    out[5..9].copy_from_slice(&[0; 4]);
+    out[5..9].copy_from_slice(&(if dnssec_ok { EDNS_DO } else { 0 }).to_be_bytes());
     match ecs {
         Some(e) => {
             let alen = e.addr_len();
@@ -226,16 +235,16 @@ mod tests {
         }
 
         #[test]
-        fn opt_sum_matches_bytes(with_ecs: bool, v6: bool, source in 0u8..=128, scope: u8, addr: [u8; 16]) {
+        fn opt_sum_matches_bytes(with_ecs: bool, v6: bool, source in 0u8..=128, scope: u8, addr: [u8; 16], dnssec_ok: bool) {
             let source = if v6 { source } else { source % 33 };
             let mut e = Ecs { family: if v6 { ECS_FAMILY_V6 } else { ECS_FAMILY_V4 }, source, addr };
             let alen = e.addr_len();
             e.addr[alen..].fill(0);
             let ecs = with_ecs.then_some(&e);
             let mut buf = [0u8; 64];
-            let n = write_opt(&mut buf, ecs, scope);
+            let n = write_opt(&mut buf, ecs, scope, dnssec_ok);
             prop_assert_eq!(n, opt_len(ecs));
-            prop_assert_eq!(fold(opt_sum(ecs, scope)), fold(sum_bytes(&buf[..n])));
+            prop_assert_eq!(fold(opt_sum(ecs, scope, dnssec_ok)), fold(sum_bytes(&buf[..n])));
         }
     }
 

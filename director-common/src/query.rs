@@ -14,6 +14,8 @@ pub struct Query {
     pub v6: bool,
     /// Whether the query had an OPT record, and the client's UDP payload size.
     pub edns: Option<u16>,
+    /// The query's DO bit (copied to the answer).
+    pub dnssec_ok: bool,
     pub ecs: Option<Ecs>,
     /// Where the question ends (the answer's records start here).
     pub question_end: usize,
@@ -42,6 +44,7 @@ pub fn parse(msg: &[u8]) -> Result<Query, Reason> {
     let question_end = at;
     let mut edns = None;
     let mut ecs = None;
+    let mut dnssec_ok = false;
     if ar == 1 {
         let owner = *msg.get(at).ok_or(Reason::Malformed)?;
         let rtype = be16(msg, at + 1)?;
@@ -49,12 +52,19 @@ pub fn parse(msg: &[u8]) -> Result<Query, Reason> {
         let ttl = ((be16(msg, at + 5)? as u32) << 16) | be16(msg, at + 7)? as u32;
         let rdlen = be16(msg, at + 9)? as usize;
         edns = Some(check_opt(owner, rtype, class, ttl)?);
+        dnssec_ok = ttl & EDNS_DO != 0;
         at += OPT_FIXED_LEN;
         let end = at + rdlen;
         if end > msg.len() {
             return Err(Reason::Malformed);
         }
+        let mut options = 0;
         while at < end {
+            // The kernel looks at this many options and passes queries with more.
+            if options == MAX_OPTIONS {
+                return Err(Reason::Edns);
+            }
+            options += 1;
             let code = be16(msg, at)?;
             let len = be16(msg, at + 2)? as usize;
             at += 4;
@@ -81,5 +91,5 @@ pub fn parse(msg: &[u8]) -> Result<Query, Reason> {
     if at != msg.len() {
         return Err(Reason::Malformed);
     }
-    Ok(Query { id: be16(msg, 0)?, flags, name: walked, v6, edns, ecs, question_end })
+    Ok(Query { id: be16(msg, 0)?, flags, name: walked, v6, edns, dnssec_ok, ecs, question_end })
 }

@@ -56,7 +56,8 @@ pub fn save_query(s: *mut Scratch, q: &Query) {
             | bit(q.aaaa, 49)
             | bit(q.edns, 50)
             | bit(q.has_ecs, 51)
-            | bit(q.client_v6, 52),
+            | bit(q.client_v6, 52)
+            | bit(q.dnssec_ok, 53),
     );
 }
 
@@ -79,6 +80,7 @@ pub fn load_query(s: *const Scratch) -> Query {
         edns: b & (1 << 50) != 0,
         has_ecs: b & (1 << 51) != 0,
         client_v6: b & (1 << 52) != 0,
+        dnssec_ok: b & (1 << 53) != 0,
     }
 }
 

@@ -19,8 +19,6 @@ const ETH_P_IPV6: u16 = 0x86dd;
 const ETH_P_8021Q: u16 = 0x8100;
 const IPPROTO_UDP: u8 = 17;
 const UDP_LEN: usize = 8;
-/// EDNS options looked at before giving up on a query.
-const MAX_OPTIONS: usize = 8;
 /// Larger frames (jumbo frames are 9 KB) are left to the host.
 const MAX_FRAME: usize = 16 * 1024;
 
@@ -39,6 +37,8 @@ pub struct Query {
     /// Largest answer the client accepts.
     pub udp_size: u16,
     pub edns: bool,
+    /// The query's DO bit, copied to the answer (RFC 3225 §3).
+    pub dnssec_ok: bool,
     pub has_ecs: bool,
     pub ecs_family: u16,
     pub ecs_source: u8,
@@ -147,6 +147,7 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
         name_len,
         udp_size: dns::CLASSIC_UDP_SIZE,
         edns: false,
+        dnssec_ok: false,
         has_ecs: false,
         ecs_family: 0,
         ecs_source: 0,
@@ -172,13 +173,14 @@ fn parse_opt(ctx: &XdpContext, q_end: usize, msg_end: usize, q: &mut Query, s: *
     let ttl = ((be16(opt, 5) as u32) << 16) | be16(opt, 7) as u32;
     q.udp_size = dns::check_opt(unsafe { (*opt)[0] }, be16(opt, 1), be16(opt, 3), ttl)?;
     q.edns = true;
+    q.dnssec_ok = ttl & dns::EDNS_DO != 0;
     let opts_end = q_end + dns::OPT_FIXED_LEN + be16(opt, 9) as usize;
     if opts_end != msg_end {
         return Err(Reason::Malformed);
     }
     let mut off = q_end + dns::OPT_FIXED_LEN;
     let mut n = 0;
-    while n < MAX_OPTIONS {
+    while n < dns::MAX_OPTIONS {
         if off >= opts_end {
             break;
         }

@@ -151,8 +151,8 @@ fn write(
     let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
     if q.edns {
         let rec_len = dns::record_len(hide(s, SLOT_SHAPE, q.aaaa as u64) & 1 == 1);
-        write_opt(ctx, plan, tail + n * rec_len, ecs)?;
-        tail_sum += dns::opt_sum(ecs, plan.scope);
+        write_opt(ctx, plan, tail + n * rec_len, ecs, q.dnssec_ok)?;
+        tail_sum += dns::opt_sum(ecs, plan.scope, q.dnssec_ok);
     }
     let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
 
@@ -205,12 +205,12 @@ fn write_records(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch, n: u
 }
 
 #[inline(always)]
-fn write_opt(ctx: &XdpContext, plan: &Plan, off: usize, ecs: Option<&Ecs>) -> Result<(), Reason> {
+fn write_opt(ctx: &XdpContext, plan: &Plan, off: usize, ecs: Option<&Ecs>, dnssec_ok: bool) -> Result<(), Reason> {
     let o = at::<{ dns::OPT_FIXED_LEN }>(ctx, off, Reason::Dropped)?;
     unsafe { (*o)[0] = 0 };
     put16(o, 1, dns::TYPE_OPT);
     put16(o, 3, dns::EDNS_UDP_SIZE);
-    put32(o, 5, 0);
+    put32(o, 5, if dnssec_ok { dns::EDNS_DO } else { 0 });
     let Some(e) = ecs else {
         put16(o, 9, 0);
         return Ok(());

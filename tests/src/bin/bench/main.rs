@@ -1,0 +1,94 @@
+//! `cargo run --release -p director-tests --bin bench -- --seconds N`: how fast director
+//! answers, printed as tables (no pass/fail), everything measured in this one run:
+//!
+//! 1. the XDP program's cost per packet from BPF_PROG_TEST_RUN (passed packets, answers);
+//! 2. answers per second on a veth pair between two namespaces, director against knotd
+//!    answering the same query, with server CPU time per answer;
+//! 3. which of those figures the load generator limits.
+//!
+//! Needs root. Everything lives in a lab of namespaces made for this run; the lab's drop
+//! removes it, also on a panic. Options: `--seconds N` (per load run, default 5),
+//! `--runs N` (default 3), `--packets N` (per test-run measurement, default 1000000),
+//! `--generator auto|kxdpgun|dnsperf` (default auto: kxdpgun, dnsperf if it cannot run).
+
+mod sys;
+mod table;
+mod testrun;
+mod wire;
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use director_tests::netns::Lab;
+
+use wire::{Generator, Server};
+
+/// The service both servers answer for, and the address both answer with.
+pub const NAME: &str = "www.example.com";
+pub const FRA_V4: &str = "198.51.100.10";
+pub const FRA_V6: &str = "2001:db8:f::10";
+
+struct Args {
+    seconds: u32,
+    runs: usize,
+    packets: u32,
+    generator: Option<Generator>,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args { seconds: 5, runs: 3, packets: 1_000_000, generator: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--seconds" => a.seconds = value()?.parse().context("--seconds")?,
+            "--runs" => a.runs = value()?.parse().context("--runs")?,
+            "--packets" => a.packets = value()?.parse().context("--packets")?,
+            "--generator" => {
+                a.generator = match value()?.as_str() {
+                    "auto" => None,
+                    "kxdpgun" => Some(Generator::Kxdpgun),
+                    "dnsperf" => Some(Generator::Dnsperf),
+                    other => bail!("--generator {other}: auto, kxdpgun or dnsperf"),
+                }
+            }
+            "-h" | "--help" => {
+                println!("bench [--seconds N] [--runs N] [--packets N] [--generator auto|kxdpgun|dnsperf]");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other} (see --help)"),
+        }
+    }
+    if a.seconds == 0 || a.runs == 0 || a.packets == 0 {
+        bail!("--seconds, --runs and --packets must be positive");
+    }
+    Ok(a)
+}
+
+fn main() -> Result<()> {
+    let a = args()?;
+    let start = Instant::now();
+    if std::thread::available_parallelism().map_or(0, |n| n.get()) < 2 {
+        bail!("the bench places the generator on CPU 0 and the server on CPU 1: it needs 2 CPUs");
+    }
+    eprintln!("setting up the lab (namespaces, director, knotd)");
+    let mut lab = Lab::new();
+    let (edge_ns, edge_if) = (lab.edge_ns.clone(), lab.edge_if.clone());
+    let w = wire::prepare(&mut lab)?;
+
+    let t1 = testrun::run(testrun::Options { packets: a.packets, runs: a.runs, edge_ns, edge_if })?;
+    t1.print();
+
+    let mut gen = a.generator.unwrap_or(Generator::Kxdpgun);
+    let mut log = String::new();
+    let mut points = Vec::new();
+    for server in [Server::Director, Server::Knot] {
+        points.push(w.point(server, &mut gen, a.generator.is_none(), a.seconds, a.runs, &mut log)?);
+    }
+    wire::table(&points, gen, a.seconds, a.runs, &log).print();
+    wire::limits(&points, gen).print();
+    drop(w);
+    drop(lab);
+    println!("\n(bench took {:.0} s)", start.elapsed().as_secs_f64());
+    Ok(())
+}

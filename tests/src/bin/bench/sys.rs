@@ -1,0 +1,220 @@
+//! Small operating-system helpers: commands with a time bound, per-thread CPU time, CPU
+//! pinning, threaded NAPI, entering a network namespace.
+
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// What a finished command printed.
+pub struct Finished {
+    pub success: bool,
+    pub status: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` with its output in files under `dir` (a pipe could fill up and stall it while
+/// we poll), killing it by pid if it is still running after `limit`.
+pub fn run_bounded(mut cmd: Command, dir: &Path, tag: &str, limit: Duration) -> Result<Finished> {
+    let out_path = dir.join(format!("{tag}.out"));
+    let err_path = dir.join(format!("{tag}.err"));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&out_path)?)
+        .stderr(fs::File::create(&err_path)?)
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st.to_string();
+        }
+        if Instant::now() > deadline {
+            // Child::kill sends SIGKILL to this child's pid only.
+            let _ = child.kill();
+            let _ = child.wait();
+            break format!("killed after {limit:?}");
+        }
+        sleep(Duration::from_millis(20));
+    };
+    Ok(Finished {
+        success: status == "exit status: 0",
+        status,
+        stdout: fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: fs::read_to_string(&err_path).unwrap_or_default(),
+    })
+}
+
+/// Runs a short command and fails unless it succeeds; returns stdout.
+pub fn run_ok(cmd: &mut Command) -> Result<String> {
+    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `nsenter --net=/run/netns/NS PROGRAM`: the namespace's network, the host's /sys and pins.
+pub fn nsenter(ns: &str, program: &str) -> Command {
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net=/run/netns/{ns}")).arg(program);
+    c
+}
+
+/// `ip netns exec NS PROGRAM`: also mounts the namespace's own /sys, which tools that look
+/// up interfaces in /sys/class/net (kxdpgun, writes to `threaded`) need.
+pub fn netns_exec(ns: &str, program: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, program]);
+    c
+}
+
+/// CPU time a thread has run, in ns: the first field of its schedstat (exact, unlike the
+/// tick-sampled /proc/stat). None once the thread is gone.
+pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// The thread ids of a process.
+pub fn threads(pid: u32) -> Vec<u32> {
+    let Ok(rd) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// Total CPU time of a set of threads.
+pub fn cpu_ns(tids: &[u32]) -> u64 {
+    tids.iter().filter_map(|t| thread_cpu_ns(*t)).sum()
+}
+
+/// Restricts a thread (or process) to one CPU.
+pub fn pin_to_cpu(tid: u32, cpu: usize) -> Result<()> {
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of_val(&set), &set) != 0 {
+            return Err(std::io::Error::last_os_error()).with_context(|| format!("pinning thread {tid} to CPU {cpu}"));
+        }
+    }
+    Ok(())
+}
+
+/// SCHED_FIFO at `priority` (what `chrt -f -p` does).
+pub fn set_fifo(tid: u32, priority: i32) -> Result<()> {
+    let p = libc::sched_param { sched_priority: priority };
+    if unsafe { libc::sched_setscheduler(tid as libc::pid_t, libc::SCHED_FIFO, &p) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("making thread {tid} SCHED_FIFO"));
+    }
+    Ok(())
+}
+
+/// Kernel threads whose name starts like the NAPI thread of `ifname` (`napi/<if>-<id>`,
+/// cut to the 15 characters a thread name keeps).
+fn napi_threads(ifname: &str) -> BTreeSet<u32> {
+    let prefix: String = format!("napi/{ifname}-").chars().take(15).collect();
+    let Ok(rd) = fs::read_dir("/proc") else { return BTreeSet::new() };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix)))
+        .collect()
+}
+
+/// Turns on threaded NAPI for `ifname` in `ns` and returns the NAPI thread's id. The thread
+/// is the one that appears after the switch, so a same-named interface of another
+/// namespace cannot be mistaken for ours. The device must already have a NAPI instance
+/// (on veth: XDP attached, or GRO on), or the kernel refuses.
+pub fn threaded_napi(ns: &str, ifname: &str) -> Result<u32> {
+    let before = napi_threads(ifname);
+    run_ok(netns_exec(ns, "sh").args(["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")]))
+        .with_context(|| format!("enabling threaded NAPI on {ifname}"))?;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let new: Vec<u32> = napi_threads(ifname).difference(&before).copied().collect();
+        match new.as_slice() {
+            [tid] => return Ok(*tid),
+            [] if Instant::now() < deadline => sleep(Duration::from_millis(20)),
+            _ => bail!("expected one new NAPI thread for {ifname}, found {new:?}"),
+        }
+    }
+}
+
+/// Moves the calling thread (only) into network namespace `ns`.
+pub fn enter_netns(ns: &str) -> Result<()> {
+    let f = fs::File::open(format!("/run/netns/{ns}")).with_context(|| format!("opening namespace {ns}"))?;
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("entering namespace {ns}"));
+    }
+    Ok(())
+}
+
+/// An interface's index in the calling thread's network namespace.
+pub fn ifindex(ifname: &str) -> Result<u32> {
+    let c = CString::new(ifname)?;
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => bail!("no interface {ifname} in this thread's namespace"),
+        i => Ok(i),
+    }
+}
+
+/// Processes named `comm` whose network namespace is `ns` (compared by namespace inode).
+pub fn processes_in_netns(ns: &str, comm: &str) -> Result<Vec<u32>> {
+    let ino = fs::metadata(format!("/run/netns/{ns}"))?.ino();
+    let want = format!("net:[{ino}]");
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let same_ns = fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l.to_string_lossy() == want);
+        let same_comm = fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm);
+        if same_ns && same_comm {
+            out.push(pid);
+        }
+    }
+    Ok(out)
+}
+
+/// An interface's MAC address as `ip` prints it.
+pub fn mac_of(ns: &str, ifname: &str) -> Result<String> {
+    let out = run_ok(Command::new("ip").args(["-n", ns, "-o", "link", "show", "dev", ifname]))?;
+    let mut words = out.split_whitespace();
+    words.find(|w| *w == "link/ether");
+    words.next().map(str::to_string).with_context(|| format!("no MAC address in {out:?}"))
+}
+
+/// One counter of `ethtool -S` (veth reports XDP_TX and ndo_xdp_xmit there).
+pub fn ethtool_stat(ns: &str, ifname: &str, name: &str) -> Result<u64> {
+    let out = run_ok(nsenter(ns, "ethtool").args(["-S", ifname]))?;
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+        .with_context(|| format!("no {name} in ethtool -S {ifname}"))
+}
+
+/// A directory of our own under the temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Result<TempDir> {
+        let p = std::env::temp_dir().join(name);
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p)?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,298 @@
+//! Section 1: the XDP program's own cost per packet, from BPF_PROG_TEST_RUN.
+//!
+//! Three ways, because an XDP test run repeats on one buffer (after the first run an
+//! answering program sees its own reply, which it passes):
+//! - plain `repeat`: right for packets that are passed unchanged;
+//! - BPF_F_TEST_XDP_LIVE_FRAMES: every run gets a fresh copy of the frame and XDP_TX frames
+//!   really go out of the ingress interface given in `ctx_in` (the lab's edge veth here).
+//!   The figure includes the test harness's frame reset and the transmit into the veth;
+//!   no floor is subtracted, as the object holds no XDP_TX program to time as one;
+//! - `repeat = 1` over many calls: a fresh frame per call, with the kernel's own timing of
+//!   each call; the per-call floor (timer reads and call overhead) is measured with the
+//!   empty `director_pass` program and subtracted.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+
+use anyhow::{bail, ensure, Context, Result};
+use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp};
+use aya::Ebpf;
+use director_common::maps::PROGRAM;
+use director_common::select::Mode;
+use director_ctl::control;
+use director_ctl::kernel::{program, Maps};
+use director_tests::packets::{self, Flow};
+use hickory_proto::op::Message;
+use hickory_proto::rr::RecordType;
+
+use crate::sys;
+use crate::table::{Spread, Table};
+use crate::{FRA_V4, FRA_V6, NAME};
+
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+/// Frames per batch in live-frames mode (the kernel's default is 64, NAPI's budget).
+const LIVE_BATCH: u32 = 64;
+/// The CPU the measurements run on (the server side's CPU in section 2).
+const CPU: usize = 1;
+
+pub struct Options {
+    /// Packets per measurement: `repeat` for the repeat methods, calls for repeat = 1.
+    pub packets: u32,
+    /// Measurements per point (median, min, max are printed).
+    pub runs: usize,
+    pub edge_ns: String,
+    pub edge_if: String,
+}
+
+/// The program loaded on its own, maps pinned in a directory of ours, so nothing here
+/// touches the director attached in the lab.
+struct Loaded {
+    ebpf: Ebpf,
+    maps: Maps,
+    // Last: the pins go after the descriptors are closed.
+    _dir: PinDir,
+}
+
+/// Named like the lab's pins (`dlab-<pid>-...`) so that the lab's sweep removes it if this
+/// process is killed before its drop runs.
+struct PinDir(PathBuf);
+
+impl Drop for PinDir {
+    fn drop(&mut self) {
+        if let Ok(rd) = std::fs::read_dir(&self.0) {
+            for e in rd.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+impl Loaded {
+    fn new() -> Result<Loaded> {
+        let dir = PinDir(PathBuf::from(format!("/sys/fs/bpf/dlab-{}-bench", std::process::id())));
+        let mut ebpf = program::load(&dir.0, 0)?;
+        let pass: &mut Xdp = ebpf.program_mut("director_pass").context("no director_pass program")?.try_into()?;
+        pass.load().context("loading director_pass")?;
+        let maps = Maps::open(&dir.0)?;
+        Ok(Loaded { ebpf, maps, _dir: dir })
+    }
+
+    fn xdp(&self, name: &str) -> Result<&Xdp> {
+        Ok(self.ebpf.program(name).with_context(|| format!("no program {name}"))?.try_into()?)
+    }
+
+    /// The same service as the lab's: one server, a default route for each family.
+    fn configure(&mut self) -> Result<()> {
+        let m = &mut self.maps;
+        control::server_add(m, "fra-1", Some(FRA_V4.parse()?), Some(FRA_V6.parse()?))?;
+        control::service_add(m, NAME, 60, 1, Mode::Random)?;
+        control::route_set(m, NAME, "0.0.0.0/0", "fra-1")?;
+        control::route_set(m, NAME, "::/0", "fra-1")
+    }
+
+    fn answered(&self) -> Result<u64> {
+        let s = control::stats(&self.maps)?;
+        Ok(s.counters.iter().find(|(n, _)| *n == "answered").map_or(0, |c| c.1))
+    }
+}
+
+/// The frames timed: what a resolver sends (EDNS, 1232-byte payload), from documentation
+/// addresses.
+struct Frames {
+    a4: Vec<u8>,
+    aaaa6: Vec<u8>,
+    ecs4: Vec<u8>,
+    unowned4: Vec<u8>,
+    tcp4: Vec<u8>,
+}
+
+fn frames() -> Frames {
+    let v4 = Flow::v4(Ipv4Addr::new(192, 0, 2, 2));
+    let v6 = Flow::v6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2));
+    let q = |name: &str, t| packets::wire(&packets::with_edns(packets::query(0x5eed, name, t), 1232));
+    let ecs = packets::with_ecs(packets::query(0x5eed, &format!("{NAME}."), RecordType::A), "203.0.113.0".parse().unwrap(), 24, 0);
+    let mut tcp_payload = Vec::new();
+    let dns = q(&format!("{NAME}."), RecordType::A);
+    tcp_payload.extend((dns.len() as u16).to_be_bytes());
+    tcp_payload.extend(&dns);
+    Frames {
+        a4: packets::udp_frame(&v4, &q(&format!("{NAME}."), RecordType::A)),
+        aaaa6: packets::udp_frame(&v6, &q(&format!("{NAME}."), RecordType::AAAA)),
+        ecs4: packets::udp_frame(&v4, &packets::wire(&ecs)),
+        unowned4: packets::udp_frame(&v4, &q("mail.example.net.", RecordType::A)),
+        tcp4: packets::ip_frame(&v4, packets::IPPROTO_TCP, &packets::tcp_segment(&v4, &tcp_payload)),
+    }
+}
+
+/// One run with the output kept: the verdict must be `want`, and an answer must be a
+/// well-formed reply with an address, so that the timings are of the path we think.
+fn check(prog: &Xdp, frame: &[u8], want: u32) -> Result<()> {
+    let mut out = vec![0u8; 4096];
+    let r = prog.test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::new() })?;
+    ensure!(r.return_value == want, "verdict {} where {want} was expected", r.return_value);
+    if want == XDP_TX {
+        out.truncate(r.data_size_out as usize);
+        packets::verify_checksums(&out).map_err(anyhow::Error::msg)?;
+        let reply = Message::from_vec(&packets::parse_udp(&out).map_err(anyhow::Error::msg)?.payload)?;
+        ensure!(!reply.answers().is_empty(), "the answer has no records: {reply:?}");
+    }
+    Ok(())
+}
+
+/// Mean ns per run of one call with `repeat` runs on the same buffer.
+fn plain(prog: &Xdp, frame: &[u8], repeat: u32, want: u32) -> Result<f64> {
+    let r = prog.test_run(TestRunOptions { data_in: Some(frame), repeat, ..TestRunOptions::new() })?;
+    ensure!(r.return_value == want, "verdict {} where {want} was expected", r.return_value);
+    Ok(r.duration.as_nanos() as f64)
+}
+
+/// Mean ns per frame in live-frames mode, each run on a fresh copy, XDP_TX going out of
+/// interface `ifindex` (of the calling thread's namespace).
+fn live(prog: &Xdp, frame: &[u8], repeat: u32, ifindex: u32) -> Result<f64> {
+    // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+    // egress_ifindex. The kernel wants data_end = frame length and no metadata.
+    let md: Vec<u8> = [0, frame.len() as u32, 0, ifindex, 0, 0].iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let r = prog
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            ctx_in: Some(&md),
+            repeat,
+            attrs: TestRunAttrs::new().xdp_live_frames(LIVE_BATCH),
+            ..TestRunOptions::new()
+        })
+        .context("BPF_PROG_TEST_RUN with live frames")?;
+    Ok(r.duration.as_nanos() as f64)
+}
+
+/// Mean ns per call over `calls` calls of one run each, as the kernel timed them.
+fn per_call(prog: &Xdp, frame: &[u8], calls: u32, want: u32) -> Result<f64> {
+    let mut total = 0u128;
+    for _ in 0..calls {
+        let r = prog.test_run(TestRunOptions { data_in: Some(frame), ..TestRunOptions::new() })?;
+        if r.return_value != want {
+            bail!("verdict {} where {want} was expected", r.return_value);
+        }
+        total += r.duration.as_nanos();
+    }
+    Ok(total as f64 / calls as f64)
+}
+
+fn spread(runs: usize, mut f: impl FnMut() -> Result<f64>) -> Result<Spread> {
+    let v = (0..runs).map(|_| f()).collect::<Result<Vec<f64>>>()?;
+    Ok(Spread::of(&v))
+}
+
+struct Row {
+    packet: &'static str,
+    verdict: &'static str,
+    method: &'static str,
+    ns: Spread,
+    floor: Option<f64>,
+}
+
+/// What the live-frames runs did to the edge veth, to show the kernel took the ifindex.
+struct LiveCheck {
+    ifindex: u32,
+    frames: u64,
+    answered: u64,
+    xmit: u64,
+    xmit_errors: u64,
+}
+
+pub fn run(opts: Options) -> Result<Table> {
+    // In a thread of its own: it enters the edge namespace (live frames look the ingress
+    // ifindex up in the caller's namespace) and sits on the server CPU; the rest of the
+    // bench stays where it was.
+    std::thread::spawn(move || measure(&opts)).join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+fn measure(o: &Options) -> Result<Table> {
+    sys::pin_to_cpu(0, CPU)?;
+    sys::enter_netns(&o.edge_ns)?;
+    let ifindex = sys::ifindex(&o.edge_if)?;
+    let mut l = Loaded::new()?;
+    l.configure()?;
+    let (dir, pass) = (l.xdp(PROGRAM)?, l.xdp("director_pass")?);
+    let f = frames();
+    for (frame, want) in [(&f.a4, XDP_TX), (&f.aaaa6, XDP_TX), (&f.ecs4, XDP_TX), (&f.unowned4, XDP_PASS), (&f.tcp4, XDP_PASS)] {
+        check(dir, frame, want)?;
+    }
+    let (n, runs) = (o.packets, o.runs);
+    let mut rows = Vec::new();
+
+    eprintln!("section 1: plain repeat");
+    let floor = spread(runs, || plain(pass, &f.a4, n, XDP_PASS))?;
+    rows.push(Row { packet: "empty program (director_pass)", verdict: "PASS", method: "repeat", ns: floor, floor: None });
+    for (packet, frame) in [("A, name not owned, IPv4", &f.unowned4), ("TCP to port 53, IPv4", &f.tcp4)] {
+        let ns = spread(runs, || plain(dir, frame, n, XDP_PASS))?;
+        rows.push(Row { packet, verdict: "PASS", method: "repeat", ns, floor: Some(floor.median) });
+    }
+
+    eprintln!("section 1: live frames");
+    let answered0 = l.answered()?;
+    let stat = |name| sys::ethtool_stat(&o.edge_ns, &o.edge_if, name);
+    let (xmit0, err0) = (stat("tx_queue_0_xdp_xmit")?, stat("tx_queue_0_xdp_xmit_errors")?);
+    for (packet, frame) in answer_frames(&f) {
+        let ns = spread(runs, || live(dir, frame, n, ifindex))?;
+        rows.push(Row { packet, verdict: "TX", method: "live frames", ns, floor: None });
+    }
+    let check = LiveCheck {
+        ifindex,
+        frames: 3 * runs as u64 * n as u64,
+        answered: l.answered()? - answered0,
+        xmit: stat("tx_queue_0_xdp_xmit")? - xmit0,
+        xmit_errors: stat("tx_queue_0_xdp_xmit_errors")? - err0,
+    };
+
+    eprintln!("section 1: repeat = 1 over {n} calls");
+    let floor = spread(runs, || per_call(pass, &f.a4, n, XDP_PASS))?;
+    rows.push(Row { packet: "empty program (director_pass)", verdict: "PASS", method: "repeat=1 calls", ns: floor, floor: None });
+    for (packet, frame) in answer_frames(&f) {
+        let ns = spread(runs, || per_call(dir, frame, n, XDP_TX))?;
+        rows.push(Row { packet, verdict: "TX", method: "repeat=1 calls", ns, floor: Some(floor.median) });
+    }
+
+    let insns = dir.info()?.verified_instruction_count();
+    Ok(table(&rows, o, insns, &check))
+}
+
+fn answer_frames(f: &Frames) -> [(&'static str, &Vec<u8>); 3] {
+    [("A, IPv4", &f.a4), ("AAAA, IPv6", &f.aaaa6), ("A with ECS /24, IPv4", &f.ecs4)]
+}
+
+fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Table {
+    let insns = insns.map_or("unknown".into(), |i| i.to_string());
+    let mut t = Table::new(
+        format!(
+            "1. Per-packet cost, BPF_PROG_TEST_RUN ({} packets per measurement, {} measurements, CPU {CPU}; \
+             verifier: {insns} instructions processed)",
+            crate::table::thousands(o.packets as u64),
+            o.runs
+        ),
+        &["packet (EDNS queries)", "verdict", "method", "ns median", "min", "max", "minus floor"],
+    );
+    let ns = |v: f64| format!("{v:.1}");
+    for r in rows {
+        let [med, min, max] = r.ns.cells(ns);
+        let net = r.floor.map_or("-".into(), |fl| ns(r.ns.median - fl));
+        t.row(vec![r.packet.into(), r.verdict.into(), r.method.into(), med, min, max, net]);
+    }
+    t.note("Aim from the issue: <= 150 ns per answer.");
+    t.note("repeat: one call running the frame N times on the same buffer (right for passed packets only).");
+    t.note("repeat=1 calls: a fresh frame per call; 'minus floor' subtracts the empty program's per-call median.");
+    t.note(format!(
+        "live frames: fresh copy per run, XDP_TX sent out of {} (ifindex {}, accepted by the kernel); includes the \
+         harness's frame reset and the veth transmit, no floor subtracted.",
+        o.edge_if, live.ifindex
+    ));
+    t.note(format!(
+        "  {} frames run, director counted {} answered, the edge veth's ndo_xdp_xmit took {} ({} errors: ring full).",
+        crate::table::thousands(live.frames),
+        crate::table::thousands(live.answered),
+        crate::table::thousands(live.xmit),
+        crate::table::thousands(live.xmit_errors)
+    ));
+    t
+}

@@ -1,0 +1,345 @@
+//! Section 2: answers per second over the lab's veth pair, director against knotd answering
+//! the same query, with the server side's CPU time per answer.
+//!
+//! Placement (benchmarking.md): generator on CPU 0, server side on CPU 1; threaded NAPI on
+//! both veth ends, the edge's NAPI thread on CPU 1 (it runs director, and the stack for
+//! knotd), the client's on CPU 0 at SCHED_FIFO 50 (with kxdpgun's busy loop beside it,
+//! replies were lost otherwise). Server CPU = the edge NAPI thread + knotd's threads, from
+//! their schedstat.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use director_tests::netns::{ctl_binary, Lab, Reply, Zone, CLIENT_V4, EDGE_V4};
+
+use crate::sys::{self, TempDir};
+use crate::table::{thousands, Spread, Table};
+use crate::{FRA_V4, FRA_V6, NAME};
+
+const GEN_CPU: usize = 0;
+const SERVER_CPU: usize = 1;
+/// Above what kxdpgun can send from one core, so it sends as fast as it can.
+const KXDPGUN_QPS: &str = "2000000";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Generator {
+    Kxdpgun,
+    Dnsperf,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    Director,
+    Knot,
+}
+
+impl Server {
+    fn name(self) -> &'static str {
+        match self {
+            Server::Director => "director (XDP)",
+            Server::Knot => "knotd (UDP, 1 worker)",
+        }
+    }
+}
+
+/// The lab made ready for load, and what the runs need to know about it.
+pub struct Wire<'a> {
+    lab: &'a mut Lab,
+    dir: TempDir,
+    query_file: PathBuf,
+    edge_mac: String,
+    client_mac: String,
+    edge_napi: u32,
+    knotd: u32,
+    /// Whether the pass-through program is on the client end now (Lab::attach puts it there).
+    client_pass: std::cell::Cell<bool>,
+}
+
+/// One load run.
+struct Sample {
+    sent: u64,
+    replies: u64,
+    seconds: f64,
+    /// Server-side CPU time during the run.
+    cpu_ns: u64,
+    /// director's `answered` counter over the run (shows who answered).
+    director_answered: u64,
+}
+
+impl Sample {
+    fn answers_per_s(&self) -> f64 {
+        self.replies as f64 / self.seconds
+    }
+    fn sent_per_s(&self) -> f64 {
+        self.sent as f64 / self.seconds
+    }
+    fn cpu_us_per_answer(&self) -> f64 {
+        self.cpu_ns as f64 / 1e3 / self.replies.max(1) as f64
+    }
+    fn busy(&self) -> f64 {
+        self.cpu_ns as f64 / 1e9 / self.seconds
+    }
+}
+
+/// Everything section 2 found for one server.
+pub struct Point {
+    server: Server,
+    answers: Spread,
+    sent: Spread,
+    replied: Spread,
+    cpu_us: Spread,
+    busy: Spread,
+    director_answered: Spread,
+}
+
+pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
+    let (edge_ns, edge_if) = (lab.edge_ns.clone(), lab.edge_if.clone());
+    let (client_ns, client_if) = (lab.client_ns.clone(), lab.client_if.clone());
+    // GRO gives the client veth a NAPI instance of its own, so its (threaded, pinned) NAPI
+    // thread survives kxdpgun attaching and removing its XDP program on every run.
+    sys::run_ok(sys::nsenter(&client_ns, "ethtool").args(["-K", &client_if, "gro", "on"]))?;
+    lab.attach();
+    for args in [
+        vec!["server", "add", "fra-1", "--ipv4", FRA_V4, "--ipv6", FRA_V6],
+        vec!["service", "add", NAME, "--ttl", "60"],
+        vec!["route", "set", NAME, "0.0.0.0/0", "fra-1"],
+        vec!["route", "set", NAME, "::/0", "fra-1"],
+    ] {
+        lab.ctl_ok(&args);
+    }
+    let edge_napi = sys::threaded_napi(&edge_ns, &edge_if)?;
+    let client_napi = sys::threaded_napi(&client_ns, &client_if)?;
+    sys::pin_to_cpu(edge_napi, SERVER_CPU)?;
+    sys::pin_to_cpu(client_napi, GEN_CPU)?;
+    sys::set_fifo(client_napi, 50)?;
+
+    let (edge_mac, client_mac) = (sys::mac_of(&edge_ns, &edge_if)?, sys::mac_of(&client_ns, &client_if)?);
+    // Static neighbours: no ARP exchange competes with (or is eaten by) the load.
+    for (ns, ifname, addr, mac) in [(&edge_ns, &edge_if, CLIENT_V4, &client_mac), (&client_ns, &client_if, EDGE_V4, &edge_mac)] {
+        sys::run_ok(Command::new("ip").args(["-n", ns, "neigh", "replace", addr, "lladdr", mac, "dev", ifname, "nud", "permanent"]))?;
+    }
+
+    let records = format!("www A {FRA_V4}\nwww AAAA {FRA_V6}\n");
+    lab.start_knot(&[Zone { origin: "example.com.", records: &records }]);
+    let knotd = match sys::processes_in_netns(&edge_ns, "knotd")?.as_slice() {
+        [pid] => *pid,
+        other => bail!("expected one knotd in {edge_ns}, found {other:?}"),
+    };
+
+    let dir = TempDir::new(&format!("{}-bench", lab.id))?;
+    let query_file = dir.0.join("queries.txt");
+    std::fs::write(&query_file, format!("{NAME} A\n"))?;
+    Ok(Wire { lab, dir, query_file, edge_mac, client_mac, edge_napi, knotd, client_pass: true.into() })
+}
+
+impl Wire<'_> {
+    /// The pass-through program on the client end: needed for director's XDP_TX replies to
+    /// reach sockets (dig, dnsperf); kxdpgun brings its own and cannot attach beside it.
+    fn client_pass(&self, on: bool) -> Result<()> {
+        if self.client_pass.get() == on {
+            return Ok(());
+        }
+        let mut cmd = sys::nsenter(&self.lab.client_ns, ctl_binary().to_str().context("ctl path")?);
+        cmd.arg("--pin-dir").arg(&self.lab.pin_dir).args(["veth-peer", "--iface", &self.lab.client_if]);
+        if !on {
+            cmd.arg("--detach");
+        }
+        sys::run_ok(&mut cmd)?;
+        self.client_pass.set(on);
+        Ok(())
+    }
+
+    fn answered(&self) -> u64 {
+        self.lab.stats().get("answered")
+    }
+
+    /// dig from the client: the reply must hold fra-1's address, and director's counter
+    /// must show whether director or knot gave it.
+    fn sanity(&self, server: Server) -> Result<()> {
+        self.client_pass(true)?;
+        let before = self.answered();
+        let reply = Reply::parse(&self.lab.dig(&[&format!("@{EDGE_V4}"), NAME, "A"]));
+        let by_director = self.answered() - before;
+        ensure!(reply.data("A") == [FRA_V4], "{} did not answer {NAME} A with {FRA_V4}:\n{}", server.name(), reply.text);
+        let want = u64::from(server == Server::Director);
+        ensure!(by_director == want, "director's answered counter rose by {by_director} for a {} answer", server.name());
+        Ok(())
+    }
+
+    /// knotd's threads (it may have started more since the last look), pinned to the
+    /// server CPU, plus the edge NAPI thread.
+    fn server_threads(&self, server: Server) -> Result<Vec<u32>> {
+        let mut tids = vec![self.edge_napi];
+        if server == Server::Knot {
+            for t in sys::threads(self.knotd) {
+                sys::pin_to_cpu(t, SERVER_CPU)?;
+                tids.push(t);
+            }
+        }
+        Ok(tids)
+    }
+
+    fn sample(&self, server: Server, gen: Generator, seconds: u32) -> Result<Sample> {
+        let tids = self.server_threads(server)?;
+        let answered0 = self.answered();
+        let cpu0 = sys::cpu_ns(&tids);
+        let (sent, replies, secs) = match gen {
+            Generator::Kxdpgun => self.kxdpgun(seconds)?,
+            Generator::Dnsperf => self.dnsperf(seconds)?,
+        };
+        let cpu_ns = sys::cpu_ns(&tids) - cpu0;
+        let director_answered = self.answered() - answered0;
+        Ok(Sample { sent, replies, seconds: secs, cpu_ns, director_answered })
+    }
+
+    /// kxdpgun at its maximum rate from CPU 0: (queries sent, replies received, seconds).
+    fn kxdpgun(&self, seconds: u32) -> Result<(u64, u64, f64)> {
+        let lab = &self.lab;
+        let mut cmd = sys::netns_exec(&lab.client_ns, "taskset");
+        cmd.args(["-c", &GEN_CPU.to_string(), "kxdpgun", "-t", &seconds.to_string(), "-Q", KXDPGUN_QPS, "-b", "32"])
+            .arg("-i")
+            .arg(&self.query_file)
+            .args(["-I", &lab.client_if, "-F", &GEN_CPU.to_string(), "-l", CLIENT_V4])
+            .args(["-L", &self.client_mac, "-R", &self.edge_mac, EDGE_V4]);
+        let done = sys::run_bounded(cmd, &self.dir.0, "kxdpgun", Duration::from_secs(seconds as u64 + 20));
+        // kxdpgun leaves its XDP program attached when it exits.
+        let off = sys::run_ok(Command::new("ip").args(["-n", &lab.client_ns, "link", "set", "dev", &lab.client_if, "xdp", "off"]));
+        let done = done?;
+        off?;
+        ensure!(done.success, "kxdpgun: {}\n{}{}", done.status, done.stdout, done.stderr);
+        // "total queries:     1058087 (352695 pps)", "total replies:     1035239 (345079 pps) (97%)"
+        let total = |what: &str| -> Result<u64> {
+            done.stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(what)?.split_whitespace().next()?.parse().ok())
+                .with_context(|| format!("no {what:?} line in kxdpgun's output:\n{}", done.stdout))
+        };
+        Ok((total("total queries:")?, total("total replies:")?, seconds as f64))
+    }
+
+    /// dnsperf (the fallback): (queries sent, queries completed, run time).
+    fn dnsperf(&self, seconds: u32) -> Result<(u64, u64, f64)> {
+        let mut cmd = sys::netns_exec(&self.lab.client_ns, "taskset");
+        cmd.args(["-c", &GEN_CPU.to_string(), "dnsperf", "-s", EDGE_V4, "-d"])
+            .arg(&self.query_file)
+            .args(["-l", &seconds.to_string(), "-c", "8", "-T", "1", "-q", "100"]);
+        let done = sys::run_bounded(cmd, &self.dir.0, "dnsperf", Duration::from_secs(seconds as u64 + 20))?;
+        ensure!(done.success, "dnsperf: {}\n{}{}", done.status, done.stdout, done.stderr);
+        // "  Queries sent:         1503912", "  Queries completed:    1503812 (99.99%)", "  Run time (s):         5.000116"
+        let field = |what: &str| -> Result<f64> {
+            done.stdout
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(what)?.split_whitespace().next()?.parse().ok())
+                .with_context(|| format!("no {what:?} line in dnsperf's output:\n{}", done.stdout))
+        };
+        Ok((field("Queries sent:")? as u64, field("Queries completed:")? as u64, field("Run time (s):")?))
+    }
+
+    /// `runs` samples of one server; the generator is tried and, in auto mode, kxdpgun's
+    /// failure switches to dnsperf (returned so both servers use the same generator).
+    pub fn point(&self, server: Server, gen: &mut Generator, auto: bool, seconds: u32, runs: usize, log: &mut String) -> Result<Point> {
+        if server == Server::Knot {
+            // director stays attached (it now passes the query to the stack), as in a
+            // real deployment where knot answers whatever director does not own.
+            self.lab.ctl_ok(&["service", "del", NAME]);
+        }
+        self.sanity(server)?;
+        let mut samples = Vec::new();
+        while samples.len() < runs {
+            // Only kxdpgun's own XDP program may be on the client end while it runs.
+            self.client_pass(*gen == Generator::Dnsperf)?;
+            eprintln!("section 2: {} run {} of {runs} ({gen:?}, {seconds} s)", server.name(), samples.len() + 1);
+            match self.sample(server, *gen, seconds) {
+                Ok(s) if s.replies > 0 => samples.push(s),
+                r => {
+                    let why = r.map_or_else(|e| format!("{e:#}"), |_| "no replies".into());
+                    if !(auto && *gen == Generator::Kxdpgun && samples.is_empty() && server == Server::Director) {
+                        bail!("{:?} against {}: {why}", gen, server.name());
+                    }
+                    let _ = writeln!(log, "kxdpgun could not be used ({why}); fell back to dnsperf.");
+                    *gen = Generator::Dnsperf;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let s = |f: fn(&Sample) -> f64| Spread::of(&samples.iter().map(f).collect::<Vec<_>>());
+        Ok(Point {
+            server,
+            answers: s(Sample::answers_per_s),
+            sent: s(Sample::sent_per_s),
+            replied: s(|x| 100.0 * x.replies as f64 / x.sent.max(1) as f64),
+            cpu_us: s(Sample::cpu_us_per_answer),
+            busy: s(Sample::busy),
+            director_answered: s(|x| x.director_answered as f64),
+        })
+    }
+}
+
+pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &str) -> Table {
+    let how = match gen {
+        Generator::Kxdpgun => format!("kxdpgun -Q {KXDPGUN_QPS} -b 32 (AF_XDP, as fast as it can)"),
+        Generator::Dnsperf => "dnsperf -c 8 -T 1 -q 100 (FALLBACK: kxdpgun could not be used)".into(),
+    };
+    let mut t = Table::new(
+        format!("2. Answers per second over a veth pair: {how}, {runs} runs of {seconds} s; `{NAME} A` from both servers"),
+        &["server", "answers/s median", "min", "max", "CPU us/answer median", "min", "max", "sent q/s", "replied", "server CPU busy", "director answered/run"],
+    );
+    for p in points {
+        let [a, amin, amax] = p.answers.cells(|v| thousands(v as u64));
+        let [c, cmin, cmax] = p.cpu_us.cells(|v| format!("{v:.2}"));
+        t.row(vec![
+            p.server.name().into(),
+            a,
+            amin,
+            amax,
+            c,
+            cmin,
+            cmax,
+            thousands(p.sent.median as u64),
+            format!("{:.1}%", p.replied.median),
+            format!("{:.0}%", 100.0 * p.busy.median),
+            thousands(p.director_answered.median as u64),
+        ]);
+    }
+    if let [d, k] = points {
+        t.note(format!(
+            "director/knot: answers/s x{:.2}, CPU per answer x{:.2} (medians).",
+            d.answers.median / k.answers.median,
+            d.cpu_us.median / k.cpu_us.median
+        ));
+    }
+    t.note("Server CPU = schedstat of the edge veth's NAPI thread (director's XDP, and the kernel's receive path for knot) + knotd's threads, all on CPU 1; the generator and the client NAPI thread are on CPU 0.");
+    t.note("answers/s = replies the generator received / run time; sent and replied are medians.");
+    for l in log.lines() {
+        t.note(l);
+    }
+    t
+}
+
+/// Section 3: which of the figures above measure the generator rather than the server.
+pub fn limits(points: &[Point], gen: Generator) -> Table {
+    let mut t = Table::new("3. What limits these numbers", &["figure", "limited by", "why"]);
+    for p in points {
+        let busy = 100.0 * p.busy.median;
+        let (by, why) = if busy < 85.0 {
+            ("generator", format!("server CPU 1 was busy only {busy:.0}% while the generator sent {} q/s", thousands(p.sent.median as u64)))
+        } else {
+            ("server", format!("server CPU 1 was busy {busy:.0}%"))
+        };
+        t.row(vec![format!("{} answers/s", p.server.name()), by.into(), why]);
+        t.row(vec![format!("{} CPU us/answer", p.server.name()), "server".into(), "own CPU time per answer; ranks servers even when the generator is the bottleneck".into()]);
+    }
+    t.row(vec!["section 1".into(), "program".into(), "no network: the program (and test harness) alone".into()]);
+    match gen {
+        Generator::Kxdpgun => t.note(
+            "benchmarking.md: with 2 cores kxdpgun runs out of CPU first (about 0.9-1.2 M q/s alone on a core); \
+             here it also shares CPU 0 with the client NAPI thread that receives the replies. A turn-around-only \
+             XDP program answered about 0.90 M/s on such a machine: the ceiling of the setup, not of XDP.",
+        ),
+        Generator::Dnsperf => t.note("benchmarking.md: dnsperf tops out near 0.25-0.30 M responses/s on these machines."),
+    }
+    t
+}

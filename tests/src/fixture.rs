@@ -1,0 +1,117 @@
+//! The XDP program loaded for BPF_PROG_TEST_RUN: a packet in, the verdict and the packet
+//! out, with the program's maps open for configuration and counters.
+//!
+//! Every fixture pins its maps in a directory of its own, so fixtures never share state
+//! with each other, with a running director (`/sys/fs/bpf/director`) or with other test
+//! processes, and each starts with empty tables and zeroed counters.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{bail, Context, Result};
+use aya::programs::{TestRun, TestRunOptions, Xdp};
+use aya::Ebpf;
+use director_common::counters::Reason;
+use director_common::maps::PROGRAM;
+use director_ctl::control;
+use director_ctl::kernel::{program, Maps};
+
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
+
+/// Room for any frame a test sends and its answer (BPF_PROG_TEST_RUN takes at most a page).
+const OUT_BUF: usize = 4096;
+
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+/// A bpffs directory of this process's own; everything pinned in it is removed on drop.
+struct PinDir(PathBuf);
+
+impl PinDir {
+    fn unique() -> PinDir {
+        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+        PinDir(PathBuf::from(format!("/sys/fs/bpf/director-fx-{}-{n}", std::process::id())))
+    }
+}
+
+impl Drop for PinDir {
+    fn drop(&mut self) {
+        // Pins are files; the directory can only go once they are gone. Errors are ignored:
+        // a half-removed directory must not turn a passing test into a panic in drop.
+        if let Ok(entries) = std::fs::read_dir(&self.0) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+pub struct Fixture {
+    maps: Maps,
+    ebpf: Ebpf,
+    // Last: dropped after the map and program descriptors are closed.
+    dir: PinDir,
+}
+
+impl Fixture {
+    /// Loads (and so verifies) the program with fresh maps.
+    pub fn new() -> Result<Fixture> {
+        let dir = PinDir::unique();
+        let ebpf = program::load(&dir.0, 0).context("loading director for BPF_PROG_TEST_RUN")?;
+        let maps = Maps::open(&dir.0)?;
+        Ok(Fixture { maps, ebpf, dir })
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        &self.dir.0
+    }
+
+    /// The pinned maps, for `director_ctl::control` operations.
+    pub fn maps(&mut self) -> &mut Maps {
+        &mut self.maps
+    }
+
+    fn program(&self) -> Result<&Xdp> {
+        let prog = self.ebpf.program(PROGRAM).context("no program named director")?;
+        Ok(prog.try_into()?)
+    }
+
+    /// Runs the program once over `frame`: (verdict, frame as the program left it).
+    pub fn try_run(&self, frame: &[u8]) -> Result<(u32, Vec<u8>)> {
+        let mut out = vec![0u8; OUT_BUF];
+        let result = self
+            .program()?
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                // One run: XDP test runs repeat on the same buffer, so a second run would
+                // see the first run's answer rather than the query.
+                repeat: 1,
+                ..TestRunOptions::new()
+            })
+            .with_context(|| format!("BPF_PROG_TEST_RUN with a {}-byte frame", frame.len()))?;
+        let len = result.data_size_out as usize;
+        if len > out.len() {
+            bail!("the kernel reports {len} output bytes, more than the {OUT_BUF}-byte buffer");
+        }
+        out.truncate(len);
+        Ok((result.return_value, out))
+    }
+
+    /// `try_run` for frames the kernel accepts (at least an Ethernet header long).
+    pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        self.try_run(frame).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// Every verdict counter by its `stats` name, as the CLI reports them.
+    pub fn counters(&self) -> BTreeMap<&'static str, u64> {
+        control::stats(&self.maps).expect("reading the counters").counters.into_iter().collect()
+    }
+
+    pub fn counter(&self, reason: Reason) -> u64 {
+        self.counters()[reason.name()]
+    }
+}

@@ -1,0 +1,1278 @@
+//! BPF_PROG_TEST_RUN fixtures for the XDP program: a frame in, the verdict and the frame
+//! out, checked field by field. Answers are read back with hickory-proto and their
+//! checksums recomputed by `director_tests::packets`, so no check leans on the wire code
+//! the program itself is built from.
+//!
+//! Needs root (it loads the program): `cargo test -p director-tests --test xdp_fixtures --
+//! --test-threads=1`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use director_common::counters::Reason;
+use director_common::select::Mode;
+use director_ctl::control;
+use director_tests::fixture::{Fixture, XDP_DROP, XDP_PASS, XDP_TX};
+use director_tests::packets::*;
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
+use hickory_proto::rr::{DNSClass, RData, RecordType};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
+
+const NAME: &str = "www.example.com";
+/// The owned name the way a 0x20-randomising resolver sends it.
+const QNAME: &str = "wWw.ExAmPlE.cOm.";
+const TTL: u32 = 42;
+const ID: u16 = 0xbeef;
+
+const CLIENT_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+const CLIENT_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x10);
+
+const OPTION_ECS: u16 = 8;
+const OPT_TYPE: u16 = 41;
+/// Header flag bits (RFC 1035 §4.1.1, RFC 4035 §3.1.6 for AD/CD).
+const QR: u16 = 0x8000;
+const AA: u16 = 0x0400;
+const RD: u16 = 0x0100;
+const CD: u16 = 0x0010;
+/// Hop limit director gives its answers.
+const ANSWER_TTL: u8 = 64;
+
+struct Server {
+    name: &'static str,
+    v4: Ipv4Addr,
+    v6: Ipv6Addr,
+}
+
+impl Server {
+    fn addr(&self, rtype: RecordType) -> IpAddr {
+        if rtype == RecordType::AAAA {
+            self.v6.into()
+        } else {
+            self.v4.into()
+        }
+    }
+}
+
+const FRA: Server = Server {
+    name: "fra-1",
+    v4: Ipv4Addr::new(198, 51, 100, 1),
+    v6: Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 1),
+};
+const NYC: Server = Server {
+    name: "nyc-1",
+    v4: Ipv4Addr::new(198, 51, 100, 2),
+    v6: Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 2),
+};
+
+// ---------------------------------------------------------------------------------------
+// Setup.
+
+/// A fresh program owning NAME (TTL, `answers` per reply) with FRA and NYC as servers and
+/// the given (prefix, server list) routes.
+fn setup(answers: u8, routes: &[(&str, &str)]) -> Fixture {
+    let mut fx = Fixture::new().expect("loading director for BPF_PROG_TEST_RUN (run as root)");
+    let m = fx.maps();
+    control::server_add(m, FRA.name, Some(FRA.v4), Some(FRA.v6)).unwrap();
+    control::server_add(m, NYC.name, Some(NYC.v4), Some(NYC.v6)).unwrap();
+    control::service_add(m, NAME, TTL, answers, Mode::Random).unwrap();
+    for (prefix, servers) in routes {
+        control::route_set(m, NAME, prefix, servers).unwrap();
+    }
+    fx
+}
+
+/// Every client, of both families, is sent to FRA.
+fn setup_fra() -> Fixture {
+    setup(1, &[("0.0.0.0/0", FRA.name), ("::/0", FRA.name)])
+}
+
+fn v4() -> Flow {
+    Flow::v4(CLIENT_V4)
+}
+
+fn v6() -> Flow {
+    Flow::v6(CLIENT_V6)
+}
+
+/// IPv4 and IPv6, untagged and with an 802.1Q tag.
+fn all_flows() -> [Flow; 4] {
+    [v4(), v4().with_vlan(100), v6(), v6().with_vlan(4094)]
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// What every answer must be.
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+/// What an answer said, once everything any answer must satisfy has been checked.
+#[derive(Debug)]
+struct Answer {
+    /// Addresses of the answer records, in order.
+    addrs: Vec<IpAddr>,
+    ttls: Vec<u32>,
+    /// The answer's OPT record, read raw.
+    opt: Option<RawOpt>,
+    /// Its ECS option, as hickory reads it.
+    ecs: Option<ClientSubnet>,
+    msg: Message,
+}
+
+impl Answer {
+    fn ecs_scope(&self) -> Option<u8> {
+        self.opt.as_ref()?.option(OPTION_ECS).map(|b| b[3])
+    }
+}
+
+/// Checks `answer` as the reply to `query`: the frame turned around with valid checksums,
+/// then the DNS message both byte by byte and through hickory.
+fn check_answer(query: &[u8], answer: &[u8]) -> Result<Answer, String> {
+    let q = parse_udp(query).map_err(|e| format!("query frame: {e}"))?;
+    let a = parse_udp(answer).map_err(|e| format!("answer frame: {e}"))?;
+    check_turned_around(&q, &a, answer.len())?;
+    verify_checksums(answer)?;
+    let wire = check_dns_wire(&q.payload, &a.payload)?;
+    let (msg, ecs) = check_dns_hickory(&q.payload, &a.payload, &wire.records)?;
+    Ok(Answer {
+        addrs: wire.records.iter().map(|r| r.1).collect(),
+        ttls: wire.records.iter().map(|r| r.0).collect(),
+        opt: wire.opt,
+        ecs,
+        msg,
+    })
+}
+
+/// Ethernet, IP and UDP of the answer: the query's, addressed back to the client.
+fn check_turned_around(q: &UdpFrame, a: &UdpFrame, answer_len: usize) -> Result<(), String> {
+    ensure!(a.dst_mac == q.src_mac && a.src_mac == q.dst_mac, "MACs not swapped: {:?} -> {:?}", a.src_mac, a.dst_mac);
+    ensure!(a.vlan == q.vlan, "VLAN tag {:?}, the query had {:?}", a.vlan, q.vlan);
+    ensure!(a.src == q.dst && a.dst == q.src, "IPs not swapped: {} -> {}", a.src, a.dst);
+    ensure!(
+        a.src_port == q.dst_port && a.dst_port == q.src_port,
+        "ports not swapped: {} -> {}",
+        a.src_port,
+        a.dst_port
+    );
+    ensure!(a.end == answer_len, "the IP packet ends at {} but the frame is {answer_len} bytes", a.end);
+    ensure!(a.ttl == ANSWER_TTL, "TTL/hop limit {} rather than a fresh {ANSWER_TTL}", a.ttl);
+    // Everything else in the IP header is the query's: version, DSCP, ID and flags for
+    // IPv4 (length, TTL, checksum and addresses change); version, class and flow label,
+    // next header for IPv6 (length, hop limit and addresses change).
+    let same: &[usize] = if a.src.is_ipv4() { &[0, 1, 4, 5, 6, 7, 9] } else { &[0, 1, 2, 3, 6] };
+    for &i in same {
+        ensure!(
+            a.ip_header[i] == q.ip_header[i],
+            "IP header byte {i} changed: {:#04x} -> {:#04x}",
+            q.ip_header[i],
+            a.ip_header[i]
+        );
+    }
+    Ok(())
+}
+
+/// The answer section as (TTL, address) per record, and the OPT record, read raw.
+struct WireAnswer {
+    records: Vec<(u32, IpAddr)>,
+    opt: Option<RawOpt>,
+}
+
+/// The DNS answer byte by byte: header, the question echoed as sent (letter case too),
+/// records whose owner is a pointer to the question name, and the OPT record.
+fn check_dns_wire(q: &[u8], a: &[u8]) -> Result<WireAnswer, String> {
+    let q_end = question_end(q).ok_or("the query has no plain question")?;
+    ensure!(a.len() >= q_end, "answer of {} bytes is shorter than the question", a.len());
+    ensure!(a[0..2] == q[0..2], "ID {:#06x}, the query's is {:#06x}", be16(a, 0), be16(q, 0));
+    let (qflags, aflags) = (be16(q, 2), be16(a, 2));
+    // QR and AA set; RD and CD copied; opcode, TC, RA, Z, AD and RCODE zero.
+    let want = QR | AA | (qflags & (RD | CD));
+    ensure!(aflags == want, "flags {aflags:#06x}, expected {want:#06x} for query flags {qflags:#06x}");
+    let (qd, an, ns, ar) = (be16(a, 4), be16(a, 6) as usize, be16(a, 8), be16(a, 10));
+    ensure!(qd == 1 && ns == 0 && an >= 1, "counts QD={qd} AN={an} NS={ns}");
+    ensure!(ar == be16(q, 10), "ARCOUNT {ar}: an OPT record is answered with one, else none");
+    ensure!(a[12..q_end] == q[12..q_end], "question not echoed: {} vs {}", hex(&a[12..q_end]), hex(&q[12..q_end]));
+
+    let qtype = be16(q, q_end - 4);
+    let rdlen = if qtype == u16::from(RecordType::AAAA) { 16 } else { 4 };
+    let mut at = q_end;
+    let mut records = Vec::new();
+    for i in 0..an {
+        ensure!(a.len() >= at + 12 + rdlen, "answer record {i} cut short");
+        let r = &a[at..at + 12 + rdlen];
+        ensure!(r[0..2] == [0xc0, 0x0c], "record {i} owner {} is not a pointer to offset 12", hex(&r[0..2]));
+        ensure!(be16(r, 2) == qtype && be16(r, 4) == 1, "record {i} type/class {}/{}", be16(r, 2), be16(r, 4));
+        ensure!(be16(r, 10) as usize == rdlen, "record {i} RDLENGTH {}", be16(r, 10));
+        let addr = if rdlen == 4 {
+            IpAddr::from(<[u8; 4]>::try_from(&r[12..16]).unwrap())
+        } else {
+            IpAddr::from(<[u8; 16]>::try_from(&r[12..28]).unwrap())
+        };
+        records.push((u32::from_be_bytes(r[6..10].try_into().unwrap()), addr));
+        at += 12 + rdlen;
+    }
+
+    let (opt, limit) = if ar == 1 {
+        let qo = read_opt(q, q_end)?;
+        let o = read_opt(a, at)?;
+        check_opt_wire(&qo, &o)?;
+        at = o.end;
+        // Sizes under 512 mean 512 (RFC 6891 §6.2.5).
+        (Some(o), qo.udp_size.max(512))
+    } else {
+        (None, 512)
+    };
+    ensure!(at == a.len(), "{} bytes after the last record", a.len() - at);
+    ensure!(a.len() <= limit as usize, "answer of {} bytes, the client takes {limit}", a.len());
+    Ok(WireAnswer { records, opt })
+}
+
+/// The answer's OPT: payload size 1232, version 0, no extended RCODE, Z clear, DO clear
+/// unless the query set it, and the query's ECS option with the scope filled in.
+fn check_opt_wire(q: &RawOpt, a: &RawOpt) -> Result<(), String> {
+    ensure!(a.owner == 0 && a.rtype == OPT_TYPE, "OPT owner {} type {}", a.owner, a.rtype);
+    ensure!(a.udp_size == 1232, "OPT UDP payload size {}, not 1232", a.udp_size);
+    ensure!(a.ttl & !0x8000 == 0, "OPT TTL field {:#010x}: extended RCODE, version and Z must be 0", a.ttl);
+    ensure!(q.dnssec_ok() || !a.dnssec_ok(), "DO set in the answer to a query without it");
+    match q.option(OPTION_ECS) {
+        Some(qe) => {
+            ensure!(a.options.len() == 1, "answer OPT options {:?}, expected only ECS", a.options);
+            let ae = a.option(OPTION_ECS).ok_or("no ECS in the answer to an ECS query")?;
+            ensure!(ae.len() == qe.len(), "ECS of {} bytes, the query's had {}", ae.len(), qe.len());
+            // FAMILY, SOURCE PREFIX-LENGTH and ADDRESS echoed; SCOPE is the answer's own.
+            ensure!(ae[..3] == qe[..3] && ae[4..] == qe[4..], "ECS {} does not echo the query's {}", hex(ae), hex(qe));
+        }
+        None => ensure!(a.options.is_empty(), "options {:?} in the answer to a query without ECS", a.options),
+    }
+    Ok(())
+}
+
+/// Reads a message and requires that it used every byte.
+fn decode_all(dns: &[u8]) -> Result<Message, String> {
+    let mut d = BinDecoder::new(dns);
+    let m = Message::read(&mut d).map_err(|e| format!("hickory cannot read it: {e}"))?;
+    ensure!(d.is_empty(), "hickory left {} bytes unread", d.len());
+    Ok(m)
+}
+
+/// The same answer as hickory reads it, against the query as hickory reads it.
+fn check_dns_hickory(q: &[u8], a: &[u8], records: &[(u32, IpAddr)]) -> Result<(Message, Option<ClientSubnet>), String> {
+    let qm = Message::from_vec(q).map_err(|e| format!("hickory cannot read the query: {e}"))?;
+    let am = decode_all(a)?;
+    ensure!(am.id() == qm.id(), "ID {} vs {}", am.id(), qm.id());
+    ensure!(am.message_type() == MessageType::Response, "not a response");
+    ensure!(am.op_code() == OpCode::Query, "opcode {:?}", am.op_code());
+    ensure!(am.authoritative(), "AA clear");
+    ensure!(!am.truncated(), "TC set");
+    ensure!(am.recursion_desired() == qm.recursion_desired(), "RD not copied");
+    ensure!(!am.recursion_available(), "RA set");
+    ensure!(!am.authentic_data(), "AD set");
+    ensure!(am.checking_disabled() == qm.checking_disabled(), "CD not copied");
+    ensure!(am.response_code() == ResponseCode::NoError, "RCODE {:?}", am.response_code());
+    ensure!(am.queries() == qm.queries(), "question {:?} vs {:?}", am.queries(), qm.queries());
+    let question = &qm.queries()[0];
+    ensure!(am.answers().len() == records.len(), "hickory sees {} answers", am.answers().len());
+    for (r, (ttl, addr)) in am.answers().iter().zip(records) {
+        ensure!(r.name() == question.name(), "answer owner {} for question {}", r.name(), question.name());
+        ensure!(r.record_type() == question.query_type() && r.dns_class() == DNSClass::IN, "answer {r}");
+        ensure!(r.ttl() == *ttl, "hickory TTL {} vs wire {ttl}", r.ttl());
+        let got = match r.data() {
+            Some(RData::A(x)) => IpAddr::V4(x.0),
+            Some(RData::AAAA(x)) => IpAddr::V6(x.0),
+            other => return Err(format!("answer data {other:?}")),
+        };
+        ensure!(got == *addr, "hickory address {got} vs wire {addr}");
+    }
+    ensure!(am.name_servers().is_empty() && am.additionals().is_empty(), "extra records");
+    let ecs = match (qm.extensions(), am.extensions()) {
+        (None, None) => None,
+        (Some(qe), Some(ae)) => {
+            ensure!(ae.max_payload() == 1232 && ae.version() == 0 && ae.rcode_high() == 0, "EDNS {ae:?}");
+            ensure!(qe.dnssec_ok() || !ae.dnssec_ok(), "DO set in the answer to a query without it");
+            match ae.option(EdnsCode::Subnet) {
+                Some(EdnsOption::Subnet(cs)) => Some(*cs),
+                Some(other) => return Err(format!("ECS option read as {other:?}")),
+                None => None,
+            }
+        }
+        (q, a) => return Err(format!("EDNS in query {} but in answer {}", q.is_some(), a.is_some())),
+    };
+    Ok((am, ecs))
+}
+
+// ---------------------------------------------------------------------------------------
+// Running frames.
+
+/// The counters that moved between two snapshots, by name.
+fn moved(before: &BTreeMap<&'static str, u64>, after: &BTreeMap<&'static str, u64>) -> Vec<(&'static str, u64)> {
+    after.iter().filter(|(k, v)| before[*k] != **v).map(|(k, v)| (*k, v - before[k])).collect()
+}
+
+/// Runs a frame that must be answered; returns the checked answer.
+fn expect_answer(fx: &Fixture, frame: &[u8]) -> Answer {
+    let before = fx.counters();
+    let (verdict, out) = fx.run(frame);
+    let moved = moved(&before, &fx.counters());
+    assert_eq!(verdict, XDP_TX, "expected an answer; counters moved: {moved:?}\nquery {}", hex(frame));
+    assert_eq!(moved, vec![(Reason::Answered.name(), 1)], "the answered counter");
+    check_answer(frame, &out).unwrap_or_else(|e| panic!("{e}\nquery  {}\nanswer {}", hex(frame), hex(&out)))
+}
+
+/// Runs a frame that must be passed to the host untouched, counted under `reason` only.
+fn expect_pass(fx: &Fixture, frame: &[u8], reason: Reason) {
+    let before = fx.counters();
+    let (verdict, out) = fx.run(frame);
+    let moved = moved(&before, &fx.counters());
+    assert_eq!(
+        verdict,
+        XDP_PASS,
+        "expected XDP_PASS for {}; counters moved: {moved:?}\nframe {}",
+        reason.name(),
+        hex(frame)
+    );
+    assert!(out == frame, "a passed frame changed:\nin  {}\nout {}", hex(frame), hex(&out));
+    assert_eq!(moved, vec![(reason.name(), 1)], "counters moved for frame {}", hex(frame));
+}
+
+fn a_query() -> Message {
+    query(ID, QNAME, RecordType::A)
+}
+
+fn frame_of(flow: &Flow, m: &Message) -> Vec<u8> {
+    udp_frame(flow, &wire(m))
+}
+
+// ---------------------------------------------------------------------------------------
+// Answers.
+
+#[test]
+fn answers_a_and_aaaa_over_ipv4_and_ipv6_with_and_without_vlan() {
+    let fx = setup_fra();
+    for flow in all_flows() {
+        for rtype in [RecordType::A, RecordType::AAAA] {
+            let a = expect_answer(&fx, &frame_of(&flow, &query(ID, QNAME, rtype)));
+            assert_eq!(a.addrs, vec![FRA.addr(rtype)], "{rtype} over {flow:?}");
+            assert_eq!(a.ttls, vec![TTL]);
+            assert!(a.opt.is_none() && a.msg.extensions().is_none(), "no OPT without EDNS in the query");
+        }
+    }
+}
+
+#[test]
+fn answer_keeps_the_clients_letter_case_and_points_at_the_question() {
+    let fx = setup_fra();
+    for name in ["WWW.EXAMPLE.COM.", "www.example.com.", QNAME] {
+        let frame = frame_of(&v4(), &query(ID, name, RecordType::A));
+        let (verdict, out) = fx.run(&frame);
+        assert_eq!(verdict, XDP_TX, "{name}");
+        let dns = parse_udp(&out).unwrap().payload;
+        // check_answer compares the question bytes; here the raw layout is spelled out.
+        let mut want = vec![];
+        for label in name.trim_end_matches('.').split('.') {
+            want.push(label.len() as u8);
+            want.extend(label.as_bytes());
+        }
+        want.extend([0, 0, 1, 0, 1]);
+        assert_eq!(&dns[12..12 + want.len()], &want[..], "question of {name}");
+        assert_eq!(&dns[12 + want.len()..12 + want.len() + 2], &[0xc0, 0x0c], "answer owner of {name}");
+        check_answer(&frame, &out).unwrap();
+    }
+}
+
+#[test]
+fn header_flags_copy_rd_and_cd_only() {
+    let fx = setup_fra();
+    let mut no_rd = a_query();
+    no_rd.set_recursion_desired(false);
+    let a = expect_answer(&fx, &frame_of(&v4(), &no_rd));
+    assert!(!a.msg.recursion_desired() && a.msg.authoritative() && !a.msg.recursion_available());
+
+    // dig's default sets AD in queries; an answer must not claim authenticated data.
+    let mut cd_ad = a_query();
+    cd_ad.set_checking_disabled(true).set_authentic_data(true);
+    let a = expect_answer(&fx, &frame_of(&v6(), &cd_ad));
+    assert!(a.msg.recursion_desired() && a.msg.checking_disabled() && !a.msg.authentic_data());
+    assert_eq!(a.msg.id(), ID);
+}
+
+/// The UDP checksum covers the echoed name and the appended records at either byte parity:
+/// names of odd and even wire length, ECS addresses of every length.
+#[test]
+fn checksums_hold_for_every_name_and_ecs_length_parity() {
+    let names = ["a.example.com", "ab.example.com", "abc.example.com", "abcd.example.com"];
+    let mut fx = setup_fra();
+    for name in names {
+        control::service_add(fx.maps(), name, TTL, 2, Mode::Random).unwrap();
+        control::route_set(fx.maps(), name, "0.0.0.0/0", "fra-1,nyc-1").unwrap();
+        control::route_set(fx.maps(), name, "::/0", "fra-1,nyc-1").unwrap();
+    }
+    let ecs = [
+        ("0.0.0.0", 0),
+        ("192.0.0.0", 7),
+        ("203.0.0.0", 16),
+        ("203.0.113.0", 24),
+        ("203.0.113.7", 32),
+        ("2001:db8::", 33),
+        ("2001:db8:1:2::", 64),
+        ("2001:db8::1", 128),
+    ];
+    for name in names {
+        let qname = name.to_uppercase() + ".";
+        for flow in [v4(), v6().with_vlan(8)] {
+            for rtype in [RecordType::A, RecordType::AAAA] {
+                let a = expect_answer(&fx, &frame_of(&flow, &query(ID, &qname, rtype)));
+                assert_eq!(a.addrs.len(), 2);
+                for (addr, source) in ecs {
+                    let a =
+                        expect_answer(&fx, &frame_of(&flow, &with_ecs(query(ID, &qname, rtype), ip(addr), source, 0)));
+                    assert_eq!(a.ecs, Some(ClientSubnet::new(ip(addr), source, 0)));
+                }
+            }
+        }
+    }
+}
+
+/// The answer's checksum is computed over the answer, whatever the query's said: none
+/// (IPv4 allows it), a wrong one, or only the pseudo-header sum a veth with checksum
+/// offload leaves in it.
+#[test]
+fn answer_checksum_does_not_depend_on_the_querys() {
+    let fx = setup_fra();
+    for flow in [v4(), v6()] {
+        let frame = frame_of(&flow, &with_ecs(a_query(), ip("203.0.113.0"), 24, 0));
+        let f = parse_udp(&frame).unwrap();
+        let good = f.udp_checksum;
+        for field in [0u16, 0x1234, !good, good.wrapping_add(1)] {
+            let mut q = frame.clone();
+            q[f.udp + 6..f.udp + 8].copy_from_slice(&field.to_be_bytes());
+            expect_answer(&fx, &q);
+        }
+    }
+}
+
+/// Frames shorter than 60 bytes arrive padded; the padding is not part of the query and
+/// must not be part of the answer.
+#[test]
+fn ethernet_padding_is_left_out_of_the_answer() {
+    let fx = setup_fra();
+    for flow in [v4(), v6().with_vlan(2)] {
+        let mut frame = frame_of(&flow, &a_query());
+        frame.extend([0u8; 18]);
+        let (verdict, out) = fx.run(&frame);
+        assert_eq!(verdict, XDP_TX);
+        // check_answer requires the IP packet to end where the frame does.
+        check_answer(&frame, &out).unwrap();
+    }
+}
+
+/// A query padded (RFC 7830) to 468 bytes gets an answer far shorter than itself.
+#[test]
+fn a_padded_query_gets_a_shorter_answer() {
+    let fx = setup_fra();
+    let mut dns = wire(&with_ecs(a_query(), ip("203.0.113.0"), 24, 0));
+    let pad = 468 - dns.len() - 4;
+    push_edns_option(&mut dns, 12, &vec![0; pad]);
+    assert_eq!(dns.len(), 468);
+    let frame = udp_frame(&v6(), &dns);
+    let a = expect_answer(&fx, &frame);
+    assert_eq!(a.opt.unwrap().options.len(), 1, "only ECS is echoed, not the padding");
+    // Question, one A record, OPT with a /24 ECS: the frame shrinks to fit.
+    let answer = fx.run(&frame).1;
+    assert_eq!(parse_udp(&answer).unwrap().payload.len(), question_end(&dns).unwrap() + 16 + 11 + 8 + 3);
+}
+
+/// EDNS payload sizes under 512 mean 512 (RFC 6891 §6.2.5); hickory will not write them.
+#[test]
+fn edns_payload_size_below_512_is_read_as_512() {
+    let fx = setup_fra();
+    for size in [0u16, 1, 511] {
+        let mut dns = wire(&with_edns(a_query(), 1232));
+        let opt = question_end(&dns).unwrap();
+        dns[opt + 3..opt + 5].copy_from_slice(&size.to_be_bytes());
+        expect_answer(&fx, &udp_frame(&v4(), &dns));
+    }
+}
+
+#[test]
+fn edns_answer_has_opt_1232_version_0_do_clear() {
+    let fx = setup_fra();
+    for (flow, max_payload) in [(v4(), 4096), (v6().with_vlan(3), 512), (v4().with_vlan(9), 1232)] {
+        let a = expect_answer(&fx, &frame_of(&flow, &with_edns(a_query(), max_payload)));
+        let opt = a.opt.as_ref().expect("an OPT record in the answer");
+        assert_eq!((opt.udp_size, opt.version(), opt.dnssec_ok()), (1232, 0, false));
+        assert!(opt.options.is_empty());
+        let edns = a.msg.extensions().as_ref().expect("hickory sees EDNS");
+        assert_eq!((edns.max_payload(), edns.version(), edns.dnssec_ok()), (1232, 0, false));
+        assert_eq!(a.addrs, vec![FRA.addr(RecordType::A)]);
+    }
+}
+
+/// RFC 3225 §3: "The DO bit of the query MUST be copied in the response."
+#[test]
+fn edns_do_bit_is_copied_from_the_query() {
+    let fx = setup_fra();
+    let mut m = with_edns(a_query(), 1232);
+    m.extensions_mut().as_mut().unwrap().set_dnssec_ok(true);
+    let a = expect_answer(&fx, &frame_of(&v4(), &m));
+    assert!(a.opt.as_ref().unwrap().dnssec_ok(), "DO not copied from a query with DO=1 (RFC 3225 §3)");
+}
+
+#[test]
+fn ecs_decides_by_the_subnet_not_the_packet_source() {
+    let fx = setup(1, &[("0.0.0.0/0", FRA.name), ("203.0.113.0/24", NYC.name), ("::/0", FRA.name)]);
+    // (client, ECS address, source prefix) -> (server, scope)
+    let cases = [
+        (CLIENT_V4, "203.0.113.0", 24, &NYC, 24),
+        (CLIENT_V4, "203.0.113.128", 25, &NYC, 24),
+        (CLIENT_V4, "203.0.113.7", 32, &NYC, 24),
+        (CLIENT_V4, "203.0.112.0", 23, &FRA, 0),
+        (Ipv4Addr::new(203, 0, 113, 9), "192.0.2.0", 24, &FRA, 0),
+    ];
+    for (client, ecs, source, server, scope) in cases {
+        for rtype in [RecordType::A, RecordType::AAAA] {
+            let m = with_ecs(query(ID, QNAME, rtype), ip(ecs), source, 0);
+            let a = expect_answer(&fx, &frame_of(&Flow::v4(client), &m));
+            let what = format!("{rtype} from {client} with ECS {ecs}/{source}");
+            assert_eq!(a.addrs, vec![server.addr(rtype)], "{what}");
+            assert_eq!(a.ecs_scope(), Some(scope), "{what}: scope is the matched route's length");
+            assert_eq!(a.ecs, Some(ClientSubnet::new(ip(ecs), source, scope)), "{what}");
+        }
+    }
+    // Without ECS the packet's source decides.
+    let from_b = Flow::v4(Ipv4Addr::new(203, 0, 113, 9));
+    let a = expect_answer(&fx, &frame_of(&from_b, &with_edns(a_query(), 1232)));
+    assert_eq!(a.addrs, vec![NYC.addr(RecordType::A)]);
+    assert_eq!(a.ecs_scope(), None);
+}
+
+#[test]
+fn ecs_with_an_ipv6_subnet() {
+    let fx = setup(1, &[("0.0.0.0/0", FRA.name), ("::/0", FRA.name), ("2001:db8:1::/48", NYC.name)]);
+    let cases = [
+        (v6(), "2001:db8:1:ab00::", 56, &NYC, 48),
+        (v4(), "2001:db8:1::", 48, &NYC, 48),
+        (v6().with_vlan(5), "2001:db8:1:2:3:4:5:6", 128, &NYC, 48),
+        (Flow::v6("2001:db8:1::5".parse().unwrap()), "2001:db8:ff::", 48, &FRA, 0),
+    ];
+    for (flow, ecs, source, server, scope) in cases {
+        let m = with_ecs(query(ID, QNAME, RecordType::AAAA), ip(ecs), source, 0);
+        let a = expect_answer(&fx, &frame_of(&flow, &m));
+        let what = format!("from {} with ECS {ecs}/{source}", flow.client);
+        assert_eq!(a.addrs, vec![server.addr(RecordType::AAAA)], "{what}");
+        assert_eq!(a.ecs, Some(ClientSubnet::new(ip(ecs), source, scope)), "{what}");
+    }
+}
+
+#[test]
+fn ecs_with_a_zero_prefix_uses_the_default_route() {
+    // The client's own prefix has a route; ECS /0 says "do not use my address".
+    let fx = setup(
+        1,
+        &[("0.0.0.0/0", FRA.name), ("192.0.2.0/24", NYC.name), ("::/0", FRA.name), ("2001:db8:2::/48", NYC.name)],
+    );
+    for (flow, ecs) in [(v4(), "0.0.0.0"), (v6(), "::"), (v4(), "::"), (v6(), "0.0.0.0")] {
+        let a = expect_answer(&fx, &frame_of(&flow, &with_ecs(a_query(), ip(ecs), 0, 0)));
+        assert_eq!(a.addrs, vec![FRA.addr(RecordType::A)], "ECS {ecs}/0 from {}", flow.client);
+        assert_eq!(a.ecs, Some(ClientSubnet::new(ip(ecs), 0, 0)));
+        assert_eq!(a.opt.unwrap().option(OPTION_ECS).unwrap().len(), 4, "no address bytes for /0");
+    }
+    // And without ECS the same client gets its own prefix's server.
+    let a = expect_answer(&fx, &frame_of(&v4(), &a_query()));
+    assert_eq!(a.addrs, vec![NYC.addr(RecordType::A)]);
+}
+
+// ---------------------------------------------------------------------------------------
+// How many answers, and from which servers.
+
+fn both() -> [(&'static str, &'static str); 2] {
+    [("0.0.0.0/0", "fra-1,nyc-1"), ("::/0", "fra-1,nyc-1")]
+}
+
+fn addr_set(addrs: &[IpAddr]) -> BTreeSet<IpAddr> {
+    addrs.iter().copied().collect()
+}
+
+#[test]
+fn two_answers_from_two_servers() {
+    let fx = setup(2, &both());
+    for flow in all_flows() {
+        for rtype in [RecordType::A, RecordType::AAAA] {
+            let a = expect_answer(&fx, &frame_of(&flow, &query(ID, QNAME, rtype)));
+            assert_eq!(a.addrs.len(), 2, "{rtype} over {flow:?}: {:?}", a.addrs);
+            assert_eq!(addr_set(&a.addrs), addr_set(&[FRA.addr(rtype), NYC.addr(rtype)]));
+            assert_eq!(a.ttls, vec![TTL, TTL]);
+        }
+    }
+}
+
+#[test]
+fn a_server_set_down_is_never_answered() {
+    for answers in [1, 2] {
+        let mut fx = setup(answers, &both());
+        control::server_set(fx.maps(), FRA.name, false).unwrap();
+        for i in 0..64 {
+            let rtype = if i % 2 == 0 { RecordType::A } else { RecordType::AAAA };
+            let a = expect_answer(&fx, &frame_of(&v4(), &query(i, QNAME, rtype)));
+            assert_eq!(a.addrs, vec![NYC.addr(rtype)], "with {answers} answers and fra-1 down");
+        }
+        // Back up, it is answered again: with random selection both show up in 64 tries.
+        control::server_set(fx.maps(), FRA.name, true).unwrap();
+        let mut seen = BTreeSet::new();
+        for i in 0..64 {
+            seen.extend(expect_answer(&fx, &frame_of(&v4(), &query(i, QNAME, RecordType::A))).addrs);
+        }
+        assert_eq!(seen, addr_set(&[FRA.addr(RecordType::A), NYC.addr(RecordType::A)]));
+    }
+}
+
+/// `a|b`: b is a fallback, answered only when a is down or for a second answer.
+#[test]
+fn fallback_servers_answer_only_when_the_primaries_cannot() {
+    let routes = [("0.0.0.0/0", "fra-1|nyc-1"), ("::/0", "fra-1|nyc-1")];
+    let mut one = setup(1, &routes);
+    for i in 0..32 {
+        let a = expect_answer(&one, &frame_of(&v4(), &query(i, QNAME, RecordType::A)));
+        assert_eq!(a.addrs, vec![FRA.addr(RecordType::A)], "the fallback answered while the primary was up");
+    }
+    control::server_set(one.maps(), FRA.name, false).unwrap();
+    let a = expect_answer(&one, &frame_of(&v6(), &query(ID, QNAME, RecordType::AAAA)));
+    assert_eq!(a.addrs, vec![NYC.addr(RecordType::AAAA)]);
+
+    let two = setup(2, &routes);
+    let a = expect_answer(&two, &frame_of(&v4(), &a_query()));
+    assert_eq!(a.addrs, vec![FRA.addr(RecordType::A), NYC.addr(RecordType::A)], "primary first, then the fallback");
+}
+
+/// `fra-1=3,nyc-1`: three answers in four go to fra-1 (random selection, so loose bounds:
+/// 800 draws put fra-1 at 600 +- 12; 480..720 is ten standard deviations either way).
+#[test]
+fn weights_share_answers() {
+    let fx = setup(1, &[("0.0.0.0/0", "fra-1=3,nyc-1")]);
+    let fra = (0..800)
+        .filter(|&i| {
+            expect_answer(&fx, &frame_of(&v4(), &query(i, QNAME, RecordType::A))).addrs == vec![FRA.addr(RecordType::A)]
+        })
+        .count();
+    assert!((480..=720).contains(&fra), "fra-1 answered {fra} of 800 with weight 3:1");
+}
+
+/// `--select client` keeps a client (its address, or its ECS subnet) on one server, and
+/// still spreads different clients over both.
+#[test]
+fn client_selection_keeps_a_client_on_one_server() {
+    let mut fx = setup(1, &both());
+    control::service_add(fx.maps(), NAME, TTL, 1, Mode::Client).unwrap();
+    let mut chosen = BTreeSet::new();
+    for subnet in 0..64u8 {
+        let ecs = IpAddr::V4(Ipv4Addr::new(203, 0, subnet, 0));
+        let mut seen = BTreeSet::new();
+        for i in 0..8 {
+            let m = with_ecs(query(i, QNAME, RecordType::A), ecs, 24, 0);
+            seen.extend(expect_answer(&fx, &frame_of(&v4(), &m)).addrs);
+        }
+        assert_eq!(seen.len(), 1, "client {ecs}/24 moved between servers: {seen:?}");
+        chosen.extend(seen);
+    }
+    assert_eq!(chosen, addr_set(&[FRA.addr(RecordType::A), NYC.addr(RecordType::A)]), "64 clients, one server");
+}
+
+#[test]
+fn all_servers_down_passes_unchanged() {
+    let mut fx = setup(2, &both());
+    control::server_set(fx.maps(), FRA.name, false).unwrap();
+    control::server_set(fx.maps(), NYC.name, false).unwrap();
+    for flow in all_flows() {
+        expect_pass(&fx, &frame_of(&flow, &a_query()), Reason::NoServer);
+        expect_pass(&fx, &frame_of(&flow, &with_ecs(a_query(), ip("203.0.113.0"), 24, 0)), Reason::NoServer);
+    }
+}
+
+#[test]
+fn aaaa_without_a_server_with_ipv6_passes() {
+    let mut fx = Fixture::new().unwrap();
+    let m = fx.maps();
+    control::server_add(m, FRA.name, Some(FRA.v4), None).unwrap();
+    control::service_add(m, NAME, TTL, 1, Mode::Random).unwrap();
+    control::route_set(m, NAME, "0.0.0.0/0", FRA.name).unwrap();
+    expect_pass(&fx, &frame_of(&v4(), &query(ID, QNAME, RecordType::AAAA)), Reason::NoServer);
+    expect_answer(&fx, &frame_of(&v4(), &query(ID, QNAME, RecordType::A)));
+}
+
+/// The largest answer director can give: a 255-byte name, 8 AAAA records, and ECS for
+/// a /128. Without EDNS it fits in 512 bytes; with EDNS advertising 512 and the ECS
+/// option it does not, and is left to the host.
+#[test]
+fn answers_that_do_not_fit_the_clients_size_pass() {
+    let long = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
+    let mut fx = Fixture::new().unwrap();
+    let m = fx.maps();
+    let mut list = Vec::new();
+    for i in 1..=8u16 {
+        let name = format!("s{i}");
+        let v6 = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, i);
+        control::server_add(m, &name, None, Some(v6)).unwrap();
+        list.push(name);
+    }
+    control::service_add(m, &long, TTL, 8, Mode::Random).unwrap();
+    control::route_set(m, &long, "::/0", &list.join(",")).unwrap();
+    let q = query(ID, &format!("{long}."), RecordType::AAAA);
+    assert_eq!(question_end(&wire(&q)), Some(12 + 255 + 4));
+
+    let a = expect_answer(&fx, &frame_of(&v6(), &q));
+    assert_eq!(a.addrs.len(), 8);
+    assert_eq!(parse_udp(&frame_of(&v6(), &q)).unwrap().payload.len() + 8 * 28, 495);
+
+    let mut big = with_ecs(q.clone(), ip("2001:db8:2::10"), 128, 0);
+    big.extensions_mut().as_mut().unwrap().set_max_payload(512);
+    expect_pass(&fx, &frame_of(&v6(), &big), Reason::TooBig);
+    // The same with room to spare is answered.
+    big.extensions_mut().as_mut().unwrap().set_max_payload(1232);
+    assert_eq!(expect_answer(&fx, &frame_of(&v6(), &big)).addrs.len(), 8);
+}
+
+// ---------------------------------------------------------------------------------------
+// Passed to the host, unchanged, under the right counter.
+
+#[test]
+fn unknown_names_pass() {
+    let fx = setup_fra();
+    for name in ["other.example.com.", "example.com.", "www.example.org.", "com."] {
+        expect_pass(&fx, &frame_of(&v4(), &query(ID, name, RecordType::A)), Reason::UnknownName);
+    }
+}
+
+#[test]
+fn names_that_differ_only_in_length_or_prefix_pass() {
+    let fx = setup_fra();
+    let near = [
+        "ww.example.com.",
+        "wwww.example.com.",
+        "www.example.com.evil.",
+        "www.example.co.",
+        "www.example.comm.",
+        "xwww.example.com.",
+        "a.www.example.com.",
+        "www.examplf.com.",
+        "www-example.com.",
+    ];
+    for flow in [v4(), v6()] {
+        for name in near {
+            expect_pass(&fx, &frame_of(&flow, &query(ID, name, RecordType::A)), Reason::UnknownName);
+        }
+    }
+    // A label boundary in a different place: "www.example.com" as "wwwe.xample.com".
+    expect_pass(&fx, &frame_of(&v4(), &query(ID, "wwwe.xample.com.", RecordType::A)), Reason::UnknownName);
+}
+
+#[test]
+fn tcp_to_port_53_passes() {
+    let fx = setup_fra();
+    let dns = wire(&a_query());
+    let mut stream = (dns.len() as u16).to_be_bytes().to_vec();
+    stream.extend(&dns);
+    for flow in all_flows() {
+        expect_pass(&fx, &ip_frame(&flow, IPPROTO_TCP, &tcp_segment(&flow, &stream)), Reason::NotDns);
+    }
+}
+
+#[test]
+fn udp_to_another_port_passes() {
+    let fx = setup_fra();
+    for flow in all_flows() {
+        for port in [5353, 54, 0] {
+            expect_pass(&fx, &frame_of(&flow.to_port(port), &a_query()), Reason::NotDns);
+        }
+    }
+}
+
+#[test]
+fn non_ip_frames_pass() {
+    let fx = setup_fra();
+    expect_pass(&fx, &arp_frame(), Reason::NotIp);
+}
+
+#[test]
+fn dns_responses_pass() {
+    let fx = setup_fra();
+    let mut m = a_query();
+    m.set_message_type(MessageType::Response);
+    for flow in all_flows() {
+        expect_pass(&fx, &frame_of(&flow, &m), Reason::NotQuery);
+    }
+}
+
+#[test]
+fn other_opcodes_pass() {
+    let fx = setup_fra();
+    for op in [OpCode::Update, OpCode::Notify, OpCode::Status] {
+        let mut m = a_query();
+        m.set_op_code(op);
+        expect_pass(&fx, &frame_of(&v4(), &m), Reason::NotQuery);
+    }
+}
+
+#[test]
+fn truncated_flag_passes() {
+    let fx = setup_fra();
+    let mut m = a_query();
+    m.set_truncated(true);
+    expect_pass(&fx, &frame_of(&v4(), &m), Reason::NotQuery);
+}
+
+#[test]
+fn two_questions_pass() {
+    let fx = setup_fra();
+    let mut m = a_query();
+    m.add_query(hickory_proto::op::Query::query(hickory_proto::rr::Name::from_ascii(QNAME).unwrap(), RecordType::AAAA));
+    expect_pass(&fx, &frame_of(&v4(), &m), Reason::NotQuery);
+}
+
+#[test]
+fn other_types_pass() {
+    let fx = setup_fra();
+    for rtype in [RecordType::MX, RecordType::ANY, RecordType::TXT, RecordType::NS, RecordType::CNAME] {
+        expect_pass(&fx, &frame_of(&v4(), &query(ID, QNAME, rtype)), Reason::QType);
+    }
+}
+
+#[test]
+fn other_classes_pass() {
+    let fx = setup_fra();
+    for class in [DNSClass::CH, DNSClass::HS, DNSClass::ANY] {
+        let mut m = a_query();
+        m.queries_mut()[0].set_query_class(class);
+        expect_pass(&fx, &frame_of(&v6(), &m), Reason::QType);
+    }
+}
+
+#[test]
+fn compression_pointer_in_the_question_passes() {
+    let fx = setup_fra();
+    let plain = wire(&a_query());
+    let tail = &plain[question_end(&plain).unwrap() - 4..];
+    // "www" then a pointer to offset 16 ("example.com" as it would sit in a real message),
+    // and a name that is only a pointer.
+    for name in [&b"\x03www\xc0\x10"[..], &b"\xc0\x0c"[..], &b"\x03www\x80\x10"[..], &b"\x03www\x40\x10"[..]] {
+        let mut dns = plain[..12].to_vec();
+        dns.extend(name);
+        dns.extend(tail);
+        expect_pass(&fx, &udp_frame(&v4(), &dns), Reason::BadName);
+    }
+}
+
+#[test]
+fn truncated_frames_pass() {
+    let fx = setup_fra();
+    let q = with_ecs(query(ID, QNAME, RecordType::AAAA), ip("203.0.113.0"), 24, 0);
+    for flow in [v4(), v6().with_vlan(7)] {
+        let frame = frame_of(&flow, &q);
+        expect_answer(&fx, &frame);
+        // BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet header.
+        for cut in ETH_LEN..frame.len() {
+            let reason =
+                if flow.vlan.is_some() && cut < ETH_LEN + VLAN_LEN { Reason::NotIp } else { Reason::Malformed };
+            expect_pass(&fx, &frame[..cut], reason);
+        }
+    }
+}
+
+#[test]
+fn ipv4_with_options_passes() {
+    let fx = setup_fra();
+    let flow = v4();
+    let udp = udp_segment(&flow, &wire(&a_query()));
+    // NOP, NOP, NOP, End of options: IHL 6.
+    let frame = ip_frame_with(&flow, IPPROTO_UDP, &udp, &[1, 1, 1, 0], IPV4_DF);
+    assert_eq!(frame[ETH_LEN], 0x46);
+    verify_checksums(&ip_frame_with(&flow, IPPROTO_UDP, &udp, &[], IPV4_DF)).unwrap();
+    expect_pass(&fx, &frame, Reason::IpFragmentOrOptions);
+}
+
+#[test]
+fn ipv4_fragments_pass() {
+    let fx = setup_fra();
+    for flow in [v4(), v4().with_vlan(12)] {
+        let udp = udp_segment(&flow, &wire(&a_query()));
+        // First fragment (MF), a later one (offset), and the last one (offset, no MF).
+        for flags in [IPV4_MF, IPV4_MF | 0x0010, 0x0010, IPV4_DF | 0x0001] {
+            expect_pass(&fx, &ip_frame_with(&flow, IPPROTO_UDP, &udp, &[], flags), Reason::IpFragmentOrOptions);
+        }
+    }
+}
+
+#[test]
+fn edns_version_1_passes() {
+    let fx = setup_fra();
+    let mut m = with_edns(a_query(), 1232);
+    m.extensions_mut().as_mut().unwrap().set_version(1);
+    expect_pass(&fx, &frame_of(&v4(), &m), Reason::Edns);
+}
+
+#[test]
+fn two_ecs_options_pass() {
+    let fx = setup_fra();
+    let mut dns = wire(&with_ecs(a_query(), ip("203.0.113.0"), 24, 0));
+    push_edns_option(&mut dns, OPTION_ECS, &ecs_body(1, 24, 0, &[198, 51, 100]));
+    expect_pass(&fx, &udp_frame(&v4(), &dns), Reason::Edns);
+    // The same second option under another code is just an unknown option: answered.
+    let mut dns = wire(&with_ecs(a_query(), ip("203.0.113.0"), 24, 0));
+    push_edns_option(&mut dns, 65001, &ecs_body(1, 24, 0, &[198, 51, 100]));
+    expect_answer(&fx, &udp_frame(&v4(), &dns));
+}
+
+#[test]
+fn ecs_with_a_nonzero_scope_passes() {
+    let fx = setup_fra();
+    for (addr, source, scope) in [("203.0.113.0", 24, 24), ("203.0.113.0", 24, 1), ("2001:db8:1::", 48, 48)] {
+        expect_pass(&fx, &frame_of(&v4(), &with_ecs(a_query(), ip(addr), source, scope)), Reason::Edns);
+    }
+}
+
+#[test]
+fn ecs_with_host_bits_past_the_source_prefix_passes() {
+    let fx = setup_fra();
+    // 113 = 0b0111_0001: bits past /20 set; 129 past /25; 2001:db8:1:ab01:: past /55.
+    for (addr, source) in [("203.0.113.0", 20), ("203.0.113.129", 25), ("2001:db8:1:ab01::", 55)] {
+        expect_pass(&fx, &frame_of(&v4(), &with_ecs(a_query(), ip(addr), source, 0)), Reason::Edns);
+    }
+}
+
+#[test]
+fn ecs_with_a_wrong_length_passes() {
+    let fx = setup_fra();
+    // /24 with 4 address bytes, /24 with 2, and a /33 IPv4 prefix.
+    for body in
+        [ecs_body(1, 24, 0, &[203, 0, 113, 0]), ecs_body(1, 24, 0, &[203, 0]), ecs_body(1, 33, 0, &[203, 0, 113, 0, 0])]
+    {
+        let mut dns = wire(&with_edns(a_query(), 1232));
+        push_edns_option(&mut dns, OPTION_ECS, &body);
+        expect_pass(&fx, &udp_frame(&v4(), &dns), Reason::Edns);
+    }
+}
+
+#[test]
+fn a_trailing_byte_after_the_message_passes() {
+    let fx = setup_fra();
+    for m in [a_query(), with_edns(a_query(), 1232), with_ecs(a_query(), ip("203.0.113.0"), 24, 0)] {
+        let mut dns = wire(&m);
+        dns.push(0);
+        for flow in [v4(), v6()] {
+            expect_pass(&fx, &udp_frame(&flow, &dns), Reason::Malformed);
+        }
+    }
+}
+
+#[test]
+fn a_client_without_a_decision_passes() {
+    let fx = setup(1, &[("203.0.113.0/24", NYC.name), ("2001:db8:1::/48", NYC.name)]);
+    expect_pass(&fx, &frame_of(&v4(), &a_query()), Reason::NoDecision);
+    expect_pass(&fx, &frame_of(&v6(), &a_query()), Reason::NoDecision);
+    expect_pass(&fx, &frame_of(&v4(), &with_ecs(a_query(), ip("198.51.100.0"), 24, 0)), Reason::NoDecision);
+    // The covered subnet is answered, by packet source or by ECS.
+    expect_answer(&fx, &frame_of(&Flow::v4(Ipv4Addr::new(203, 0, 113, 1)), &a_query()));
+    expect_answer(&fx, &frame_of(&v4(), &with_ecs(a_query(), ip("203.0.113.0"), 24, 0)));
+}
+
+#[test]
+fn double_tagged_frames_pass() {
+    let fx = setup_fra();
+    let single = frame_of(&v4().with_vlan(10), &a_query());
+    for outer in [ETHERTYPE_VLAN, 0x88a8] {
+        let mut frame = single[..12].to_vec();
+        frame.extend(outer.to_be_bytes());
+        frame.extend(20u16.to_be_bytes());
+        frame.extend(&single[12..]);
+        expect_pass(&fx, &frame, Reason::NotIp);
+    }
+}
+
+#[test]
+fn ipv6_extension_headers_pass() {
+    let fx = setup_fra();
+    let flow = v6();
+    let udp = udp_segment(&flow, &wire(&a_query()));
+    // Hop-by-hop (0) and destination options (60), each carrying UDP after a PadN.
+    for next in [0u8, 60] {
+        let mut l4 = vec![IPPROTO_UDP, 0, 1, 4, 0, 0, 0, 0];
+        l4.extend(&udp);
+        expect_pass(&fx, &ip_frame(&flow, next, &l4), Reason::NotDns);
+    }
+}
+
+#[test]
+fn inconsistent_ip_and_udp_lengths_pass() {
+    let fx = setup_fra();
+    for flow in [v4(), v6()] {
+        let frame = frame_of(&flow, &a_query());
+        let f = parse_udp(&frame).unwrap();
+        // The UDP length one short and one long of the IP length.
+        for delta in [-1i32, 1] {
+            let mut bad = frame.clone();
+            let len = (frame.len() - f.udp) as i32 + delta;
+            bad[f.udp + 4..f.udp + 6].copy_from_slice(&(len as u16).to_be_bytes());
+            expect_pass(&fx, &bad, Reason::Malformed);
+        }
+    }
+    // An IPv4 header claiming version 4 with IHL 4.
+    let mut bad = frame_of(&v4(), &a_query());
+    bad[ETH_LEN] = 0x44;
+    expect_pass(&fx, &bad, Reason::Malformed);
+}
+
+#[test]
+fn header_bits_of_a_non_query_pass() {
+    let fx = setup_fra();
+    // TC, the Z bit, and a nonzero RCODE in a query.
+    for bits in [0x0200u16, 0x0040, 0x0001, 0x000f] {
+        let mut dns = wire(&a_query());
+        let flags = be16(&dns, 2) | bits;
+        dns[2..4].copy_from_slice(&flags.to_be_bytes());
+        expect_pass(&fx, &udp_frame(&v4(), &dns), Reason::NotQuery);
+    }
+}
+
+#[test]
+fn queries_carrying_records_pass() {
+    use hickory_proto::rr::{rdata::A, Name, Record};
+    let fx = setup_fra();
+    let record = Record::from_rdata(Name::from_ascii(QNAME).unwrap(), 60, RData::A(A(FRA.v4)));
+    let mut with_answer = a_query();
+    with_answer.add_answer(record.clone());
+    let mut with_authority = a_query();
+    with_authority.add_name_server(record.clone());
+    let mut two_additional = with_edns(a_query(), 1232);
+    two_additional.add_additional(record.clone());
+    for m in [with_answer, with_authority, two_additional] {
+        expect_pass(&fx, &frame_of(&v4(), &m), Reason::NotQuery);
+    }
+    // One additional record that is not OPT is an EDNS problem.
+    let mut not_opt = a_query();
+    not_opt.add_additional(record);
+    expect_pass(&fx, &frame_of(&v4(), &not_opt), Reason::Edns);
+}
+
+/// director_common::query::parse is documented as the model of what the kernel answers.
+/// They must agree on a query with nine EDNS options (a valid query).
+#[test]
+fn kernel_and_query_model_agree_on_many_edns_options() {
+    let fx = setup_fra();
+    for n in [7, 8, 9, 12] {
+        let mut dns = wire(&with_edns(a_query(), 1232));
+        for i in 0..n {
+            push_edns_option(&mut dns, 65001 + i, &[]);
+        }
+        let model = director_common::query::parse(&dns).map(|_| ()).map_err(|r| r.name());
+        let (verdict, _) = fx.run(&udp_frame(&v4(), &dns));
+        assert_eq!(verdict == XDP_TX, model.is_ok(), "{n} EDNS options: kernel verdict {verdict}, model {model:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Mutation fuzz.
+
+/// xorshift64*: deterministic, so a failure reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn byte(&mut self) -> u8 {
+        self.next() as u8
+    }
+}
+
+/// The fuzzed services: names of odd (17) and even (16) wire length, so the answer's
+/// checksum is exercised at both byte parities.
+const FUZZ_NAMES: [&str; 2] = [NAME, EVEN_NAME];
+const EVEN_NAME: &str = "ab.example.com";
+
+/// Byte values that mean something somewhere in these frames.
+const INTERESTING: [u8; 12] = [0x00, 0x01, 0x08, 0x11, 0x1c, 0x20, 0x29, 0x3f, 0x40, 0x80, 0xc0, 0xff];
+
+/// One to three random edits, never making `b` shorter than `min_len`.
+fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>, min_len: usize) {
+    for _ in 0..1 + rng.below(3) {
+        if b.is_empty() {
+            b.push(rng.byte());
+            continue;
+        }
+        let at = rng.below(b.len());
+        match rng.below(8) {
+            0 => b[at] ^= 1 << rng.below(8),
+            1 => b[at] = rng.byte(),
+            2 => b[at] = INTERESTING[rng.below(INTERESTING.len())],
+            // Letter case: the edit most likely to leave a query answerable.
+            3 => b[at] ^= 0x20,
+            4 if b.len() > min_len => b.truncate(min_len + rng.below(b.len() - min_len)),
+            5 => (0..1 + rng.below(8)).for_each(|_| b.push(rng.byte())),
+            6 => b.insert(at, rng.byte()),
+            7 if b.len() > min_len => {
+                b.remove(at);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Either the frame's own bytes (headers and lengths included), or only the DNS message
+/// with the frame rebuilt around it, so that lengths agree and edits reach the DNS parser.
+fn mutate(rng: &mut Rng, flow: &Flow, dns: &[u8]) -> Vec<u8> {
+    if rng.below(2) == 0 {
+        let mut f = udp_frame(flow, dns);
+        mutate_bytes(rng, &mut f, ETH_LEN);
+        f
+    } else {
+        let mut d = dns.to_vec();
+        mutate_bytes(rng, &mut d, 0);
+        udp_frame(flow, &d)
+    }
+}
+
+/// The model's view of a frame: UDP to port 53 in a frame shape director parses, and a
+/// message that director_common::query::parse accepts for the owned name.
+fn model_query(frame: &[u8]) -> Result<(UdpFrame, director_common::query::Query), String> {
+    let f = parse_udp(frame)?;
+    ensure!(f.dst_port == DNS_PORT, "UDP to port {}", f.dst_port);
+    let q = director_common::query::parse(&f.payload).map_err(|r| format!("query::parse: {}", r.name()))?;
+    let name = &q.name.lower[..q.name.len];
+    ensure!(FUZZ_NAMES.iter().any(|n| director_common::name::encode(n).unwrap() == name), "not an owned name");
+    Ok((f, q))
+}
+
+/// hickory's view of the same input: a standard query with one A/AAAA IN question.
+fn hickory_query(dns: &[u8]) -> Result<Message, String> {
+    let m = Message::from_vec(dns).map_err(|e| format!("hickory cannot read the query: {e}"))?;
+    ensure!(m.message_type() == MessageType::Query && m.op_code() == OpCode::Query, "not a standard query");
+    ensure!(m.queries().len() == 1, "{} questions", m.queries().len());
+    let q = &m.queries()[0];
+    ensure!(matches!(q.query_type(), RecordType::A | RecordType::AAAA), "type {}", q.query_type());
+    ensure!(q.query_class() == DNSClass::IN, "class {}", q.query_class());
+    let name = q.name().to_lowercase().to_ascii();
+    ensure!(FUZZ_NAMES.iter().any(|n| format!("{n}.") == name), "name {}", q.name());
+    Ok(m)
+}
+
+/// Everything an XDP_TX must satisfy for this input.
+fn check_fuzz_answer(input: &[u8], output: &[u8]) -> Result<(), String> {
+    let (f, _) = model_query(input)?;
+    let qm = hickory_query(&f.payload)?;
+    let a = check_answer(input, output)?;
+    let rtype = qm.queries()[0].query_type();
+    let allowed = addr_set(&[FRA.addr(rtype), NYC.addr(rtype)]);
+    ensure!(!a.addrs.is_empty() && addr_set(&a.addrs).is_subset(&allowed), "addresses {:?}", a.addrs);
+    ensure!(a.addrs.len() == addr_set(&a.addrs).len(), "an address repeated: {:?}", a.addrs);
+    ensure!(a.ttls.iter().all(|t| *t == TTL), "TTLs {:?}", a.ttls);
+    Ok(())
+}
+
+/// Whether the model expects an answer: a query for the owned name whose answer fits.
+/// Every client has a decision and both servers are up with both families, so nothing
+/// else can stop it.
+fn model_answers(frame: &[u8]) -> bool {
+    let Ok((_, q)) = model_query(frame) else { return false };
+    let records = 2 * if q.v6 { 28 } else { 16 };
+    let opt = match (q.edns, q.ecs) {
+        (None, _) => 0,
+        (Some(_), None) => 11,
+        (Some(_), Some(e)) => 11 + 8 + e.addr_len(),
+    };
+    q.question_end + records + opt <= q.edns.unwrap_or(512) as usize
+}
+
+#[test]
+fn mutation_fuzz() {
+    let routes = [
+        ("0.0.0.0/0", "fra-1,nyc-1"),
+        ("::/0", "fra-1,nyc-1"),
+        ("203.0.113.0/24", NYC.name),
+        ("2001:db8:1::/48", FRA.name),
+    ];
+    let mut fx = setup(2, &routes);
+    control::service_add(fx.maps(), EVEN_NAME, TTL, 2, Mode::Random).unwrap();
+    for (prefix, servers) in routes {
+        control::route_set(fx.maps(), EVEN_NAME, prefix, servers).unwrap();
+    }
+    let mut cookie = with_ecs(query(7, QNAME, RecordType::A), ip("203.0.113.0"), 24, 0);
+    cookie.extensions_mut().as_mut().unwrap().options_mut().insert(EdnsOption::Unknown(10, vec![0x5a; 8]));
+    let seeds: Vec<(Flow, Message)> = vec![
+        (v4(), query(1, QNAME, RecordType::A)),
+        (v6().with_vlan(42), with_edns(query(2, QNAME, RecordType::AAAA), 4096)),
+        (v4().with_vlan(43), with_ecs(query(3, QNAME, RecordType::A), ip("203.0.113.0"), 24, 0)),
+        (v6(), with_ecs(query(4, QNAME, RecordType::AAAA), ip("2001:db8:1::"), 48, 0)),
+        (v4(), with_ecs(query(5, QNAME, RecordType::AAAA), ip("0.0.0.0"), 0, 0)),
+        (v6(), cookie),
+        (v4(), with_edns(query(8, "Ab.ExAmPlE.cOm.", RecordType::A), 1232)),
+        (v6().with_vlan(44), with_ecs(query(9, "aB.example.COM.", RecordType::AAAA), ip("2001:db8:1:2::"), 63, 0)),
+    ];
+    const CASES_PER_SEED: usize = 20_000;
+    let mut rng = Rng(0x0d15_ec7e_d00d_f00d);
+    let (mut tx, mut pass) = (0usize, 0usize);
+    let mut failures = Vec::new();
+    for (flow, m) in &seeds {
+        let dns = wire(m);
+        // The seeds themselves are answered: otherwise the fuzz proves little.
+        let seed = udp_frame(flow, &dns);
+        let (verdict, out) = fx.run(&seed);
+        assert_eq!(verdict, XDP_TX, "seed id {} not answered", m.id());
+        check_fuzz_answer(&seed, &out).unwrap_or_else(|e| panic!("seed id {}: {e}", m.id()));
+        for case in 0..CASES_PER_SEED {
+            let input = mutate(&mut rng, flow, &dns);
+            let (verdict, out) = fx.run(&input);
+            let problem = match verdict {
+                XDP_TX => {
+                    tx += 1;
+                    check_fuzz_answer(&input, &out).err()
+                }
+                XDP_PASS => {
+                    pass += 1;
+                    if out != input {
+                        Some("passed but changed".to_string())
+                    } else if model_answers(&input) {
+                        Some("passed a query the model answers".to_string())
+                    } else {
+                        None
+                    }
+                }
+                XDP_DROP => Some("dropped".to_string()),
+                v => Some(format!("verdict {v}")),
+            };
+            if let Some(p) = problem {
+                failures.push(format!(
+                    "seed id {} case {case}: {p}\n  in  {}\n  out {}",
+                    m.id(),
+                    hex(&input),
+                    hex(&out)
+                ));
+            }
+        }
+    }
+    eprintln!("mutation fuzz: {tx} answered, {pass} passed");
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed; first ones:\n{}",
+        failures.len(),
+        tx + pass,
+        failures[..failures.len().min(8)].join("\n")
+    );
+    // The mutations must leave a fair share answerable, or the answer checks go unused.
+    assert!(tx * 10 >= tx + pass, "only {tx} of {} mutated frames answered", tx + pass);
+}
