@@ -41,26 +41,47 @@ pub struct Table {
 pub fn compress(mut decisions: Vec<(IpNet, Decision)>) -> Table {
     decisions.sort_unstable_by_key(|(p, _)| order(p));
     decisions.dedup_by_key(|(p, _)| *p);
-    let mut out = Table::default();
-    // Ancestors of the current prefix among the inputs, with their decisions: what an
-    // address would get from the entries written so far.
-    let mut stack: Vec<(IpNet, Decision)> = Vec::with_capacity(129);
-    for (p, mut d) in decisions {
-        while stack.last().is_some_and(|(a, _)| !a.contains(&p)) {
-            stack.pop();
+    let mut c = Compressor::default();
+    for (p, d) in decisions {
+        c.push(p, d);
+    }
+    c.finish()
+}
+
+/// [`compress`] for decisions that arrive already in [`order`] (the controller computes
+/// them in that order), without holding the uncompressed table.
+#[derive(Default)]
+pub struct Compressor {
+    /// Ancestors of the current prefix among the inputs, with their decisions: what an
+    /// address would get from the entries written so far.
+    stack: Vec<(IpNet, Decision)>,
+    out: Table,
+}
+
+impl Compressor {
+    pub fn push(&mut self, p: IpNet, mut d: Decision) {
+        while self.stack.last().is_some_and(|(a, _)| !a.contains(&p)) {
+            self.stack.pop();
         }
         d.prefix_len = p.prefix_len();
-        let covered = stack.last().is_some_and(|(_, ad)| same_ranking(ad, &d));
-        if covered {
-            out.saved += 1;
+        if self.stack.last().is_some_and(|(_, ad)| same_ranking(ad, &d)) {
+            self.out.saved += 1;
         } else {
-            out.entries.push((p, d));
+            self.out.entries.push((p, d));
         }
         // Pushed either way: its children compare with its decision, which is what
         // addresses under it get whether or not it was written.
-        stack.push((p, d));
+        self.stack.push((p, d));
     }
-    out
+
+    pub fn finish(self) -> Table {
+        self.out
+    }
+}
+
+/// The order [`Compressor::push`] needs: every prefix before those it covers.
+pub fn sort_key(p: &IpNet) -> (u8, u128, u8) {
+    order(p)
 }
 
 /// Decision for an address in a compressed table by longest-prefix match (the kernel's

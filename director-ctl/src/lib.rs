@@ -13,3 +13,6 @@ pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("DIRECTOR_EBPF_
 pub mod model;
 pub mod compile;
 pub mod config;
+pub mod engine;
+pub mod inputs;
+pub mod controller;

@@ -4,7 +4,9 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use director_common::{maps::PIN_DIR, select::Mode};
 use director_ctl::{
+    config::Config,
     control,
+    controller::{self, data::Data},
     kernel::{program, Maps},
 };
 
@@ -63,6 +65,39 @@ enum Cmd {
         iface: String,
         #[arg(long)]
         detach: bool,
+    },
+    /// Compute decisions from a config (BGP, GeoIP, RTT, preferences), write them to the
+    /// kernel, and keep them equal to the inputs: a changed file or SIGHUP recomputes and
+    /// rewrites what changed.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+        /// Attach to this interface first if director is not attached to it.
+        #[arg(long)]
+        iface: Option<String>,
+        #[arg(long, value_enum, default_value = "native")]
+        mode: program::Mode,
+        /// How often to look at the input files, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        poll_ms: u64,
+    },
+    /// Validate a config and everything it reads; print what it would write. Touches nothing.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every server's metrics for a client, the sort's levels, and why the winners won.
+    Explain {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        service: String,
+        #[arg(long)]
+        client: std::net::IpAddr,
+        #[arg(long)]
+        json: bool,
     },
     /// Print the XDP program's log (needs `attach --log-level debug|info`) until Ctrl-C.
     Log,
@@ -253,6 +288,25 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Log => follow_log(&dir)?,
+        Cmd::Run { config, iface, mode, poll_ms } => {
+            if let Some(iface) = iface {
+                if !program::attached(&dir)?.contains(&iface) {
+                    program::attach(&dir, &iface, mode, 0)?;
+                }
+            }
+            controller::apply::run(&config, &dir, std::time::Duration::from_millis(poll_ms))?;
+        }
+        Cmd::Check { config, json } => check(&config, json)?,
+        Cmd::Explain { config, service, client, json } => {
+            let cfg = Config::load(&config)?;
+            let data = Data::load(&cfg)?;
+            let e = controller::compute::explain(&cfg, &data, &service, client)?;
+            if json {
+                print_json(&e)?;
+            } else {
+                print!("{e}");
+            }
+        }
     }
     Ok(())
 }
@@ -306,6 +360,60 @@ fn status(dir: &std::path::Path, json: bool) -> Result<()> {
         "servers {}, services {}, routes {} IPv4 + {} IPv6",
         st.servers, st.services, st.routes_v4, st.routes_v6
     );
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct CheckSummary {
+    sites: usize,
+    servers: usize,
+    services: usize,
+    prefixes: usize,
+    entries: usize,
+    saved: usize,
+    tables: Vec<controller::compute::TableSummary>,
+    inputs: controller::data::Summary,
+    load_seconds: f64,
+    compute_seconds: f64,
+}
+
+fn check(path: &std::path::Path, json: bool) -> Result<()> {
+    let cfg = Config::load(path)?;
+    let data = Data::load(&cfg)?;
+    let c = controller::compute::compute(&cfg, &data)?;
+    let tables = c.summary();
+    let s = CheckSummary {
+        sites: cfg.sites.len(),
+        servers: cfg.servers.len(),
+        services: cfg.services.len(),
+        prefixes: c.prefixes,
+        entries: tables.iter().map(|t| t.entries).sum(),
+        saved: tables.iter().map(|t| t.saved).sum(),
+        tables,
+        load_seconds: data.summary.load_time.as_secs_f64(),
+        inputs: data.summary,
+        compute_seconds: c.seconds,
+    };
+    if json {
+        return print_json(&s);
+    }
+    println!("{}: OK", path.display());
+    println!("sites {}, servers {}, services {}", s.sites, s.servers, s.services);
+    for (site, n) in &s.inputs.bgp_routes {
+        println!("  site {site:<12} {n} BGP routes");
+    }
+    if s.inputs.bgp_damaged_skipped > 0 {
+        println!("  {} damaged MRT records skipped", s.inputs.bgp_damaged_skipped);
+    }
+    println!(
+        "  geo: {} networks ({} without a location), {} own locations; {} RTT measurements",
+        s.inputs.geo_networks, s.inputs.geo_without_location, s.inputs.own_locations, s.inputs.rtt_measurements
+    );
+    println!("client prefixes {}, kernel entries {} ({} saved by compression)", s.prefixes, s.entries, s.saved);
+    for t in &s.tables {
+        println!("  {:<40} {} entries, {} saved", t.service, t.entries, t.saved);
+    }
+    println!("read inputs in {:.2} s, computed in {:.2} s", s.load_seconds, s.compute_seconds);
     Ok(())
 }
 

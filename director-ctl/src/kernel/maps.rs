@@ -99,3 +99,73 @@ pub fn key4(service: u32, addr: std::net::Ipv4Addr, len: u8) -> Key<DecisionKeyV
 pub fn key6(service: u32, addr: std::net::Ipv6Addr, len: u8) -> Key<DecisionKeyV6> {
     Key::new(SERVICE_BITS + len as u32, DecisionKeyV6 { service: service.to_be_bytes(), addr: addr.octets() })
 }
+
+/// One service's compressed decision entries, as `compile` produced them.
+pub type Entries = [(ipnet::IpNet, Decision)];
+
+impl Maps {
+    fn clear_table(&mut self, t: usize) -> Result<()> {
+        let keys: Vec<_> = self.dec4[t].keys().collect::<Result<_, _>>().context("listing IPv4 decisions")?;
+        for k in keys {
+            self.dec4[t].remove(&k).context("clearing an IPv4 decision")?;
+        }
+        let keys: Vec<_> = self.dec6[t].keys().collect::<Result<_, _>>().context("listing IPv6 decisions")?;
+        for k in keys {
+            self.dec6[t].remove(&k).context("clearing an IPv6 decision")?;
+        }
+        Ok(())
+    }
+
+    fn put(&mut self, t: usize, service: u32, net: &ipnet::IpNet, d: &Decision) -> Result<()> {
+        match net {
+            ipnet::IpNet::V4(n) => self.dec4[t].insert(&key4(service, n.network(), n.prefix_len()), *d, 0),
+            ipnet::IpNet::V6(n) => self.dec6[t].insert(&key6(service, n.network(), n.prefix_len()), *d, 0),
+        }
+        .with_context(|| format!("writing the decision for {net}"))
+    }
+
+    fn delete(&mut self, t: usize, service: u32, net: &ipnet::IpNet) -> Result<()> {
+        let r = match net {
+            ipnet::IpNet::V4(n) => self.dec4[t].remove(&key4(service, n.network(), n.prefix_len())),
+            ipnet::IpNet::V6(n) => self.dec6[t].remove(&key6(service, n.network(), n.prefix_len())),
+        };
+        match r {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("deleting the decision for {net}")),
+        }
+    }
+
+    /// Replaces every decision at once: fills the table queries do not read, then flips
+    /// `DIR_CONFIG` so that the next query reads the new one. A query sees the old table or
+    /// the new one, never a mix. The old table is left as it was (it is cleared before its
+    /// next use).
+    pub fn replace_decisions(&mut self, tables: &[(u32, &Entries)]) -> Result<usize> {
+        let spare = 1 - self.active_table()?;
+        self.clear_table(spare)?;
+        let mut n = 0;
+        for (service, entries) in tables {
+            for (net, d) in entries.iter() {
+                self.put(spare, *service, net, d)?;
+                n += 1;
+            }
+        }
+        let mut c = self.config.get(&0, 0).context("reading the config map")?;
+        c.active_table = spare as u32;
+        self.config.set(0, c, 0).context("switching to the new decision table")?;
+        Ok(n)
+    }
+
+    /// Rewrites only what changed, in the table queries read. Each entry changes
+    /// atomically; entries are written before deletions so no covered address loses its
+    /// answer on the way.
+    pub fn update_decisions(&mut self, service: u32, diff: &crate::compile::Diff) -> Result<()> {
+        let t = self.active_table()?;
+        for (net, d) in &diff.put {
+            self.put(t, service, net, d)?;
+        }
+        for net in &diff.delete {
+            self.delete(t, service, net)?;
+        }
+        Ok(())
+    }
+}

@@ -1,111 +1,152 @@
 //! `cargo xtask demo`: director answering real dig queries in namespaces of its own.
 //!
-//! Builds nothing itself (cargo did), creates a client and an edge namespace, attaches
-//! director to the edge, configures three sites' servers, a service and routes, then asks
-//! from several client subnets (the packet's own source, and EDNS Client Subnet as a
-//! resolver would send) and prints which server each got. Everything is removed at the end.
+//! Creates a client and an edge namespace, attaches director to the edge, and runs the
+//! controller (`director-ctl run`) on the example config in examples/ (three sites, client
+//! locations and RTTs of its own, so nothing outside the repository is needed). Then asks
+//! with dig from the client's own address and, as a resolver would, with EDNS Client Subnet
+//! for networks on other continents, and prints which server each got; changes an RTT
+//! measurement and takes a server down to show the answers follow. Everything it made is
+//! removed at the end.
 
-use director_tests::netns::{Lab, Reply, CLIENT_V4, CLIENT_V6, EDGE_V4, EDGE_V6};
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
 
-const SERVERS: [(&str, &str, &str); 3] = [
+use director_tests::netns::{ctl_binary, workspace_root, Lab, Reply, CLIENT_V4, EDGE_V4, EDGE_V6};
+
+/// The example's servers, to name the addresses in answers.
+const SERVERS: [(&str, &str, &str); 4] = [
     ("fra-1", "198.51.100.10", "2001:db8:f::10"),
+    ("fra-2", "198.51.100.11", "2001:db8:f::11"),
     ("nyc-1", "198.51.100.20", "2001:db8:f::20"),
     ("sin-1", "198.51.100.30", "2001:db8:f::30"),
 ];
-
-const ROUTES: [(&str, &str); 5] = [
-    ("0.0.0.0/0", "fra-1"),
-    ("203.0.113.0/25", "sin-1|nyc-1"),
-    ("203.0.113.128/25", "nyc-1=2,fra-1"),
-    ("::/0", "fra-1"),
-    ("2001:db8:a::/48", "sin-1|fra-1"),
-];
-
-struct Ask {
-    who: String,
-    server: &'static str,
-    name: &'static str,
-    rtype: &'static str,
-    subnet: Option<&'static str>,
-}
 
 fn server_of(addr: &str) -> &'static str {
     SERVERS.iter().find(|s| s.1 == addr || s.2 == addr).map_or("?", |s| s.0)
 }
 
-fn ask(lab: &Lab, a: &Ask) {
-    let mut args = vec![format!("@{}", a.server), a.name.to_string(), a.rtype.to_string()];
-    if let Some(s) = a.subnet {
+/// One dig from the client namespace, printed as a table row.
+fn ask(lab: &Lab, who: &str, name: &str, rtype: &str, subnet: Option<&str>) {
+    let server = if rtype == "AAAA" { EDGE_V6 } else { EDGE_V4 };
+    let mut args = vec![format!("@{server}"), name.to_string(), rtype.to_string()];
+    if let Some(s) = subnet {
         args.push(format!("+subnet={s}"));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let r = Reply::parse(&lab.dig(&args));
-    let got: Vec<String> = r
-        .answers
-        .iter()
-        .map(|rr| format!("{} ({})", rr.data, server_of(&rr.data)))
-        .collect();
+    let got: Vec<String> = r.answers.iter().map(|rr| format!("{} {}", server_of(&rr.data), rr.data)).collect();
     let answer = match &r.status {
         None => "no answer (passed to the host, where nothing listens)".to_string(),
         Some(s) if got.is_empty() => s.clone(),
         Some(_) => got.join(", "),
     };
     println!(
-        "  {:<38} {:<20} {:<5} {:<40} {}",
-        &a.who,
-        r.question.first().map_or(a.name, |q| q.0.as_str()),
-        a.rtype,
+        "  {:<30} {:<18} {:<5} {:<46} {}",
+        who,
+        r.question.first().map_or(name, |q| q.0.as_str()),
+        rtype,
         answer,
-        r.client_subnet.as_deref().map_or(String::new(), |s| format!("ECS {s}")),
+        r.client_subnet.as_deref().map_or(String::new(), |s| format!("ECS {s}"))
     );
+}
+
+fn queries(lab: &Lab) {
+    ask(lab, &format!("client {CLIENT_V4} (Berlin)"), "www.example.com", "A", None);
+    ask(lab, "resolver for Boston", "www.example.com", "A", Some("198.51.100.0/24"));
+    ask(lab, "resolver for Tokyo", "WwW.ExAmPlE.cOm", "A", Some("203.0.113.7/32"));
+    ask(lab, "resolver for Chicago", "www.example.com", "AAAA", Some("2001:db8:b::/48"));
+    ask(lab, "resolver for Sydney", "video.example.com", "A", Some("203.0.113.200/32"));
+    ask(lab, "resolver for Singapore", "video.example.com", "AAAA", Some("2001:db8:a:1::/64"));
+}
+
+/// The controller, running in the edge namespace until dropped (stopped by its pid).
+struct Controller(Child);
+
+impl Controller {
+    fn start(lab: &Lab, config: &Path) -> Controller {
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", lab.edge_ns))
+            .arg(ctl_binary())
+            .arg("--pin-dir")
+            .arg(&lab.pin_dir)
+            .args(["run", "--poll-ms", "200", "--config"])
+            .arg(config)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting director-ctl run");
+        Controller(child)
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until `route list` shows `want` in the kernel's table (what `run` wrote).
+fn wait_for_routes(lab: &Lab, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !lab.ctl_ok(&["route", "list"]).contains(want) {
+        assert!(Instant::now() < deadline, "the controller did not write {want:?} within 20 s");
+        sleep(Duration::from_millis(100));
+    }
+}
+
+fn copy_example(to: &Path) {
+    std::fs::create_dir_all(to).expect("creating the demo's directory");
+    for f in ["director.toml", "locations.csv", "rtt.csv"] {
+        std::fs::copy(workspace_root().join("examples").join(f), to.join(f)).expect("copying the example");
+    }
 }
 
 fn main() {
     let lab = Lab::new();
+    let dir: PathBuf = std::env::temp_dir().join(format!("{}-demo", lab.id));
+    copy_example(&dir);
     println!("director demo: client namespace {} <-> edge namespace {}", lab.client_ns, lab.edge_ns);
     lab.attach();
-    println!("attached director to {} (edge, {EDGE_V4} / {EDGE_V6})\n", lab.edge_if);
-
-    for (name, v4, v6) in SERVERS {
-        lab.ctl_ok(&["server", "add", name, "--ipv4", v4, "--ipv6", v6]);
-    }
-    lab.ctl_ok(&["service", "add", "www.example.com", "--ttl", "30", "--select", "client"]);
-    for (prefix, servers) in ROUTES {
-        lab.ctl_ok(&["route", "set", "www.example.com", prefix, servers]);
-    }
-    println!("$ director-ctl route list");
+    println!("attached director to {} (edge, {EDGE_V4} / {EDGE_V6})", lab.edge_if);
+    println!("$ director-ctl run --config examples/director.toml   (sites fra, nyc, sin)\n");
+    let controller = Controller::start(&lab, &dir.join("director.toml"));
+    wait_for_routes(&lab, "video.example.com");
+    println!("\n$ director-ctl route list");
     print!("{}", lab.ctl_ok(&["route", "list"]));
 
-    let asks = [
-        ask_from(CLIENT_V4, EDGE_V4, "www.example.com", "A", None),
-        ask_from("203.0.113.7/32", EDGE_V4, "www.example.com", "A", Some("203.0.113.7/32")),
-        ask_from("203.0.113.200/32", EDGE_V4, "www.example.com", "A", Some("203.0.113.200/32")),
-        ask_from(CLIENT_V6, EDGE_V6, "WwW.ExAmPlE.cOm", "AAAA", None),
-        ask_from("2001:db8:a:1::/64", EDGE_V6, "www.example.com", "AAAA", Some("2001:db8:a:1::/64")),
-        ask_from(CLIENT_V4, EDGE_V4, "other.example.com", "A", None),
-    ];
     println!("\nqueries (dig from the client namespace):");
-    for a in &asks {
-        ask(&lab, a);
+    queries(&lab);
+
+    println!("\n$ director-ctl explain --service video.example.com --client 203.0.113.200 (abridged)");
+    let out = Command::new(ctl_binary())
+        .args(["explain", "--service", "video.example.com", "--client", "203.0.113.200", "--config"])
+        .arg(dir.join("director.toml"))
+        .output()
+        .expect("running explain");
+    for line in String::from_utf8_lossy(&out.stdout).lines().take(12) {
+        println!("  {line}");
     }
+
+    println!("\nsin now measures 300 ms to Sydney (rtt.csv changed; run notices and rewrites):");
+    let rtt = std::fs::read_to_string(dir.join("rtt.csv")).unwrap().replace("203.0.113.128/25,sin,96", "203.0.113.128/25,sin,300");
+    std::fs::write(dir.join("rtt.csv"), rtt).unwrap();
+    wait_for_routes(&lab, "203.0.113.128/25                             nyc-1=1|");
+    ask(&lab, "resolver for Sydney", "video.example.com", "A", Some("203.0.113.200/32"));
 
     println!("\n$ director-ctl server set sin-1 --down");
     lab.ctl_ok(&["server", "set", "sin-1", "--down"]);
-    ask(&lab, &asks[1]);
-    ask(&lab, &asks[4]);
+    ask(&lab, "resolver for Tokyo", "www.example.com", "A", Some("203.0.113.7/32"));
+    ask(&lab, "resolver for Singapore", "video.example.com", "AAAA", Some("2001:db8:a:1::/64"));
 
     println!("\n$ director-ctl stats");
     for line in lab.ctl_ok(&["stats"]).lines().filter(|l| !l.trim_end().ends_with(" 0")) {
         println!("  {line}");
     }
+    drop(controller);
+    let _ = std::fs::remove_dir_all(&dir);
     println!("\ncleaning up namespaces and pins");
-}
-
-/// A query from the client itself (`subnet` None) or from a resolver on behalf of a subnet.
-fn ask_from(who: &str, server: &'static str, name: &'static str, rtype: &'static str, subnet: Option<&'static str>) -> Ask {
-    let who = match subnet {
-        Some(_) => format!("resolver for {who} (ECS)"),
-        None => format!("client {who}"),
-    };
-    Ask { who, server, name, rtype, subnet }
 }

@@ -1,0 +1,168 @@
+//! Every input the config names, read and arranged for the sweep: sorted by prefix.
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::sweep::sorted;
+use crate::config::Config;
+use crate::inputs::{self, mrt::PeerSelector};
+use crate::model::{GeoPoint, Location, Route};
+
+pub struct SiteData {
+    /// The site's best route per prefix, sorted.
+    pub routes: Vec<(IpNet, Route)>,
+    pub igp: HashMap<IpAddr, u32>,
+    pub point: Option<GeoPoint>,
+    /// Distance over the location graph from this site to every node, if there is a graph.
+    pub graph: Option<HashMap<String, f64>>,
+    /// Measured RTT from this site per client prefix, sorted.
+    pub rtt: Vec<(IpNet, f64)>,
+}
+
+pub struct Data {
+    pub sites: Vec<SiteData>,
+    /// Client locations: the GeoIP database, with the operator's own list winning, sorted.
+    pub locations: Vec<(IpNet, Location)>,
+    /// Graph nodes with coordinates: a client located by a point is placed at the nearest.
+    pub graph_points: Vec<(String, GeoPoint)>,
+    pub summary: Summary,
+}
+
+#[derive(Debug, Default, Serialize, Clone)]
+pub struct Summary {
+    pub bgp_routes: Vec<(String, usize)>,
+    pub bgp_records: usize,
+    pub bgp_damaged_skipped: usize,
+    pub geo_networks: usize,
+    pub geo_without_location: usize,
+    pub own_locations: usize,
+    pub rtt_measurements: usize,
+    #[serde(skip)]
+    pub load_time: Duration,
+}
+
+impl Data {
+    pub fn load(cfg: &Config) -> Result<Data> {
+        let start = Instant::now();
+        let mut summary = Summary::default();
+        let graph = match &cfg.geo.graph {
+            Some(p) => Some(inputs::graph::load(p)?),
+            None => None,
+        };
+        let mut sites = Vec::with_capacity(cfg.sites.len());
+        for s in &cfg.sites {
+            let at = || format!("site {:?}", s.name);
+            let mut routes = Vec::new();
+            if !s.bgp.is_empty() {
+                let peer = s.bgp_peer.as_deref().map(str::parse::<PeerSelector>).transpose().with_context(at)?;
+                let view = inputs::mrt::load(&s.bgp, peer.as_ref()).with_context(at)?;
+                summary.bgp_records += view.records;
+                summary.bgp_damaged_skipped += view.skipped;
+                routes = view.routes;
+            }
+            summary.bgp_routes.push((s.name.clone(), routes.len()));
+            let igp = s
+                .igp_cost
+                .iter()
+                .map(|(k, v)| Ok((k.parse::<IpAddr>().with_context(|| format!("{}: igp_cost {k:?}", at()))?, *v)))
+                .collect::<Result<_>>()?;
+            let point = s.lat.zip(s.lon).map(|(lat, lon)| GeoPoint { lat, lon });
+            let graph = match &graph {
+                Some(g) => Some(g.shortest_from(s.location.as_deref().unwrap_or(&s.name)).with_context(at)?),
+                None => None,
+            };
+            sites.push(SiteData { routes: sorted(routes), igp, point, graph, rtt: Vec::new() });
+        }
+
+        let mut locations = Vec::new();
+        if let Some(p) = &cfg.geo.database {
+            let t = inputs::geo::load(p)?;
+            summary.geo_networks = t.networks.len();
+            summary.geo_without_location = t.without_location;
+            locations = t.networks.into_iter().map(|(n, g)| (n, Location::Point(g))).collect();
+        }
+        if let Some(p) = &cfg.geo.locations {
+            let own = inputs::csv::load_locations(p)?;
+            summary.own_locations = own.len();
+            for (n, l) in &own {
+                if let (Location::Named(name), Some(g)) = (l, &graph) {
+                    if g.node(name).is_none() {
+                        bail!("{}: {n}: location {name:?} is not a node of the location graph", p.display());
+                    }
+                }
+            }
+            // After the database: `sorted` keeps the last value of a prefix, so these win.
+            locations.extend(own);
+        }
+        let locations = sorted(locations);
+
+        let site_index: HashMap<&str, usize> = cfg.sites.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        let mut rtt: Vec<Vec<(IpNet, f64)>> = vec![Vec::new(); sites.len()];
+        for f in &cfg.rtt.files {
+            for (net, site, ms) in inputs::csv::load_rtt(f)? {
+                let Some(&i) = site_index.get(site.as_str()) else {
+                    bail!("{}: {net}: unknown site {site:?}", f.display());
+                };
+                rtt[i].push((net, ms));
+                summary.rtt_measurements += 1;
+            }
+        }
+        for (s, r) in sites.iter_mut().zip(rtt) {
+            s.rtt = sorted(r);
+        }
+        let graph_points = graph
+            .map(|g| g.nodes().iter().filter_map(|n| n.point.map(|p| (n.name.clone(), p))).collect())
+            .unwrap_or_default();
+        summary.load_time = start.elapsed();
+        Ok(Data { sites, locations, graph_points, summary })
+    }
+}
+
+/// Great-circle distance in km (haversine, mean Earth radius).
+pub fn great_circle_km(a: GeoPoint, b: GeoPoint) -> f64 {
+    let (la1, la2) = (a.lat.to_radians(), b.lat.to_radians());
+    let dlat = la2 - la1;
+    let dlon = (b.lon - a.lon).to_radians();
+    let h = (dlat / 2.0).sin().powi(2) + la1.cos() * la2.cos() * (dlon / 2.0).sin().powi(2);
+    2.0 * 6371.0 * h.sqrt().min(1.0).asin()
+}
+
+impl Data {
+    /// The `geo` metric from a site to a client location: over the graph when there is one
+    /// (a point is placed at the nearest node with coordinates), else the map distance.
+    pub fn geo_km(&self, site: &SiteData, loc: &Location) -> Option<f64> {
+        match (&site.graph, loc) {
+            (Some(g), Location::Named(n)) => g.get(n).copied(),
+            (Some(g), Location::Point(p)) => {
+                let nearest = self
+                    .graph_points
+                    .iter()
+                    .min_by(|a, b| great_circle_km(a.1, *p).total_cmp(&great_circle_km(b.1, *p)))?;
+                g.get(&nearest.0).copied()
+            }
+            (None, Location::Point(p)) => site.point.map(|s| great_circle_km(s, *p)),
+            (None, Location::Named(_)) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn great_circle_frankfurt_new_york() {
+        let fra = GeoPoint { lat: 50.11, lon: 8.68 };
+        let nyc = GeoPoint { lat: 40.71, lon: -74.01 };
+        let d = great_circle_km(fra, nyc);
+        assert!((6150.0..6250.0).contains(&d), "{d}");
+        assert_eq!(great_circle_km(fra, fra), 0.0);
+    }
+}
