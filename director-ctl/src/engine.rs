@@ -396,25 +396,44 @@ struct Scratch {
 
 impl Scratch {
     fn prepare(&mut self, policy: &Policy, cands: &[Candidate]) {
-        let n = cands.len();
-        self.base.clear();
-        self.base.reserve(policy.levels.len() * n);
-        for level in &policy.levels {
-            match &level.kind {
-                Kind::Sum { terms, .. } => self.base.extend(cands.iter().map(|c| {
-                    let mut sum = 0.0;
-                    for &(m, w) in terms {
-                        match m.value(&c.metrics) {
-                            Some(v) => sum += w * v,
-                            None => return MISSING,
-                        }
-                    }
-                    finite_or_missing(sum)
-                })),
-                _ => self.base.extend(std::iter::repeat(0.0).take(n)),
+        /// Adds weight × the metric `get` reads to each candidate's sum (one loop per
+        /// metric, so the match on the metric is not in the loop).
+        #[inline(always)]
+        fn add(base: &mut [f64], cands: &[Candidate], w: f64, get: impl Fn(&Metrics) -> Option<f64>) {
+            for (b, c) in base.iter_mut().zip(cands) {
+                *b = match get(&c.metrics) {
+                    Some(v) => *b + w * v,
+                    None => MISSING,
+                };
             }
         }
+        let n = cands.len();
+        self.base.clear();
         self.rtt.clear();
+        if n == 0 {
+            return;
+        }
+        self.base.resize(policy.levels.len() * n, 0.0);
+        for (level, base) in policy.levels.iter().zip(self.base.chunks_exact_mut(n)) {
+            let Kind::Sum { terms, .. } = &level.kind else { continue };
+            for &(m, w) in terms {
+                match m {
+                    Metric::Ext => add(base, cands, w, |x| x.ext.map(f64::from)),
+                    Metric::Int => add(base, cands, w, |x| x.int.map(f64::from)),
+                    Metric::Ser => add(base, cands, w, |x| x.ser.map(f64::from)),
+                    Metric::Geo => add(base, cands, w, |x| x.geo),
+                    Metric::Admin => add(base, cands, w, |x| x.admin.map(f64::from)),
+                    Metric::Rtt | Metric::Med | Metric::Random => {
+                        unreachable!("rtt, med and random are no sum terms")
+                    }
+                }
+            }
+            // NaN or infinite inputs, and sums that overflow (inf - inf = NaN included),
+            // count as missing.
+            for b in base.iter_mut() {
+                *b = finite_or_missing(*b);
+            }
+        }
         self.rtt.extend(cands.iter().map(|c| c.metrics.rtt.map_or(MISSING, finite_or_missing)));
     }
 
@@ -437,20 +456,21 @@ impl Scratch {
     fn apply(&mut self, policy: &Policy, cands: &[Candidate], l: usize) -> bool {
         let n = cands.len();
         let Scratch { base, rtt, set, keys, .. } = self;
-        keys.clear();
         match &policy.levels[l].kind {
             Kind::Random => return false,
             Kind::Sum { rtt: None, .. } => {
                 let base = &base[l * n..(l + 1) * n];
-                keys.extend(set.iter().map(|&i| base[i]));
+                keep_lowest(set, |i| base[i]);
             }
             Kind::Sum { rtt: Some(w), .. } => {
                 let base = &base[l * n..(l + 1) * n];
                 let cut = rtt_cut(rtt, base, set, policy.rtt_tolerance_percent);
-                keys.extend(set.iter().map(|&i| sum_key(base[i], rtt[i], *w, cut)));
+                keep_lowest(set, |i| sum_key(base[i], rtt[i], *w, cut));
             }
             Kind::Med => {
                 // 0 = kept, 1 = beaten by a lower MED of the same exit AS, MISSING = no route.
+                // Computed for the whole set before it is narrowed.
+                keys.clear();
                 keys.extend(set.iter().map(|&i| match cands[i].metrics.med {
                     None => MISSING,
                     Some((exit, med)) => {
@@ -460,23 +480,31 @@ impl Scratch {
                         f64::from(u8::from(beaten))
                     }
                 }));
-            }
-        }
-        let Scratch { set, keys, .. } = self;
-        let min = keys.iter().fold(MISSING, |a, &b| a.min(b));
-        if min != MISSING {
-            let limit = tie_limit(min);
-            let mut kept = 0;
-            for k in 0..set.len() {
-                if keys[k] <= limit {
-                    set[kept] = set[k];
-                    kept += 1;
+                let min = keys.iter().fold(MISSING, |a, &b| a.min(b));
+                if min != MISSING {
+                    // `retain` visits each server once, in order.
+                    let mut at = keys.iter();
+                    set.retain(|_| at.next().is_some_and(|&k| k <= min));
                 }
             }
-            set.truncate(kept);
         }
         true
     }
+}
+
+/// Keeps in `set` the servers whose `key` is lowest (within one part in 10¹²), or all when
+/// every key is `MISSING`.
+#[inline(always)]
+fn keep_lowest(set: &mut Vec<usize>, key: impl Fn(usize) -> f64) {
+    let mut min = MISSING;
+    for &i in set.iter() {
+        min = min.min(key(i));
+    }
+    if min == MISSING {
+        return;
+    }
+    let limit = tie_limit(min);
+    set.retain(|&i| key(i) <= limit);
 }
 
 /// The lowest rtt among the servers of `set` complete at a level (non-rtt sum `base` not
@@ -590,13 +618,48 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
     s.left.extend(0..n);
     s.taken.clear();
     s.taken.resize(n, false);
+    // When the first level's key is fixed per candidate (a sum without rtt, or rtt alone,
+    // whose keys grow with rtt), the servers the first level keeps from what is left are
+    // always a prefix of `left` sorted by that key: sort once instead of scanning all of
+    // `left` for every tier.
+    let first = match &policy.levels[0].kind {
+        Kind::Sum { rtt: None, .. } => Some(None),
+        Kind::Sum { terms, rtt: Some(w) } if terms.is_empty() => Some(Some(*w)),
+        _ => None,
+    };
+    if let Some(rtt_w) = first {
+        let key = if rtt_w.is_some() { &s.rtt[..] } else { &s.base[..n] };
+        s.left.sort_unstable_by(|&a, &b| key[a].total_cmp(&key[b]).then(a.cmp(&b)));
+    }
     while !s.left.is_empty() {
         s.set.clear();
-        s.set.extend_from_slice(&s.left);
-        for l in 0..policy.levels.len() {
+        let mut from = 0;
+        match first {
+            _ if s.left.len() == 1 => s.set.push(s.left[0]),
+            Some(None) => {
+                let base = &s.base[..n];
+                let lowest = base[s.left[0]];
+                let limit = if lowest == MISSING { MISSING } else { tie_limit(lowest) };
+                s.set.extend(s.left.iter().take_while(|&&i| base[i] <= limit));
+                from = 1;
+            }
+            Some(Some(w)) => {
+                let cut = rtt_cut(&s.rtt, &s.base[..n], &s.left[..1], policy.rtt_tolerance_percent);
+                let lowest = sum_key(0.0, s.rtt[s.left[0]], w, cut);
+                let limit = if lowest == MISSING { MISSING } else { tie_limit(lowest) };
+                let rtt = &s.rtt;
+                s.set.extend(s.left.iter().take_while(|&&i| sum_key(0.0, rtt[i], w, cut) <= limit));
+                from = 1;
+            }
+            None => s.set.extend_from_slice(&s.left),
+        }
+        for l in from..policy.levels.len() {
             if s.set.len() <= 1 || !s.apply(policy, cands, l) {
                 break;
             }
+        }
+        if first.is_some() {
+            s.set.sort_unstable();
         }
         for &i in &s.set {
             s.taken[i] = true;
@@ -616,22 +679,13 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
 /// # Panics
 /// When `r` was not ranked from `cands` (an index out of range).
 pub fn to_decision(r: &Ranking, cands: &[Candidate], prefix_len: u8) -> Decision {
-    let mut d = Decision { prefix_len, ..Default::default() };
-    let mut n = 0;
-    for (t, tier) in r.tiers().enumerate() {
-        for &i in tier.iter().take(MAX_CANDIDATES - n) {
-            d.servers[n] = cands[i].server;
-            d.weights[n] = cands[i].portion.max(1);
-            n += 1;
-        }
-        if t == 0 {
-            d.primary = n as u8;
-        }
-        if n == MAX_CANDIDATES {
-            break;
-        }
+    let count = r.order.len().min(MAX_CANDIDATES);
+    let primary = r.ends.first().map_or(0, |&e| e.min(MAX_CANDIDATES));
+    let mut d = Decision { prefix_len, count: count as u8, primary: primary as u8, ..Default::default() };
+    for (k, &i) in r.order[..count].iter().enumerate() {
+        d.servers[k] = cands[i].server;
+        d.weights[k] = cands[i].portion.max(1);
     }
-    d.count = n as u8;
     d
 }
 
@@ -1493,7 +1547,8 @@ mod tests {
         let mut buf = Ranking::new();
         let mut sum = 0u64;
         let t = std::time::Instant::now();
-        for k in 0..1_000_000 {
+        let iters: usize = std::env::var("ENGINE_BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+        for k in 0..iters {
             let c = &sets[k & 1023];
             let d = decide(&p, c, 24, &mut buf);
             sum += d.servers[0] as u64 + d.count as u64;
@@ -1507,7 +1562,11 @@ mod tests {
     #[test]
     #[ignore]
     fn bench_one_million_ranks() {
-        for n in [5, 10] {
+        let ns: Vec<usize> = match std::env::var("ENGINE_BENCH_N") {
+            Ok(v) => v.split(',').filter_map(|x| x.parse().ok()).collect(),
+            Err(_) => vec![5, 10],
+        };
+        for n in ns {
             let el = bench(n);
             println!("1M rank+decision calls with {n} candidates: {el:?} ({:.0} ns/call)", el.as_nanos() as f64 / 1e6);
         }

@@ -21,7 +21,10 @@ pub fn load_rtt(path: &Path) -> Result<Vec<(IpNet, String, f64)>> {
     let mut out = Vec::new();
     for_each_line(path, |fields| {
         let [p, site, rtt] = fields else {
-            bail!("expected 3 fields (prefix,site,rtt_ms), found {}", fields.len());
+            bail!(
+                "expected 3 fields (prefix,site,rtt_ms), found {}",
+                fields.len()
+            );
         };
         let prefix = parse_prefix(p)?;
         let site = name(site, "site")?;
@@ -88,7 +91,10 @@ pub(crate) fn parse_prefix(text: &str) -> Result<IpNet> {
     };
     let net = IpNet::new(addr, len).expect("length checked");
     if net.trunc() != net {
-        bail!("bad prefix {text:?}: host bits are set (the network is {})", net.trunc());
+        bail!(
+            "bad prefix {text:?}: host bits are set (the network is {})",
+            net.trunc()
+        );
     }
     Ok(net)
 }
@@ -158,15 +164,33 @@ mod tests {
     #[test]
     fn inputs_csv_rtt_errors_name_file_and_line() {
         let cases = [
-            ("192.0.2.0/24,fra,1\n10.0.0.1/8,fra,1\n", ":2: bad prefix \"10.0.0.1/8\": host bits are set (the network is 10.0.0.0/8)"),
+            (
+                "192.0.2.0/24,fra,1\n10.0.0.1/8,fra,1\n",
+                ":2: bad prefix \"10.0.0.1/8\": host bits are set (the network is 10.0.0.0/8)",
+            ),
             ("# c\n\nfoo/8,fra,1\n", ":3: bad prefix \"foo/8\""),
-            ("10.0.0.0,fra,1\n", ":1: bad prefix \"10.0.0.0\": expected ADDRESS/LENGTH"),
-            ("10.0.0.0/33,fra,1\n", ":1: bad prefix \"10.0.0.0/33\": length \"33\""),
-            ("10.0.0.0/8,fra,fast\n", ":1: bad number \"fast\" for rtt_ms"),
+            (
+                "10.0.0.0,fra,1\n",
+                ":1: bad prefix \"10.0.0.0\": expected ADDRESS/LENGTH",
+            ),
+            (
+                "10.0.0.0/33,fra,1\n",
+                ":1: bad prefix \"10.0.0.0/33\": length \"33\"",
+            ),
+            (
+                "10.0.0.0/8,fra,fast\n",
+                ":1: bad number \"fast\" for rtt_ms",
+            ),
             ("10.0.0.0/8,fra,NaN\n", ":1: bad number \"NaN\" for rtt_ms"),
             ("10.0.0.0/8,fra,-1\n", ":1: rtt_ms -1 is negative"),
-            ("10.0.0.0/8,fra\n", ":1: expected 3 fields (prefix,site,rtt_ms), found 2"),
-            ("10.0.0.0/8,fra,1,2\n", ":1: expected 3 fields (prefix,site,rtt_ms), found 4"),
+            (
+                "10.0.0.0/8,fra\n",
+                ":1: expected 3 fields (prefix,site,rtt_ms), found 2",
+            ),
+            (
+                "10.0.0.0/8,fra,1,2\n",
+                ":1: expected 3 fields (prefix,site,rtt_ms), found 4",
+            ),
             ("10.0.0.0/8,,1\n", ":1: empty site"),
         ];
         for (i, (text, want)) in cases.iter().enumerate() {
@@ -187,19 +211,43 @@ mod tests {
         );
         let v = load_locations(&p).unwrap();
         assert_eq!(v.len(), 3);
-        assert_eq!(v[0].1, Location::Point(GeoPoint { lat: 50.11, lon: 8.68 }));
+        assert_eq!(
+            v[0].1,
+            Location::Point(GeoPoint {
+                lat: 50.11,
+                lon: 8.68
+            })
+        );
         assert_eq!(v[1].1, Location::Named("fra".into()));
         assert_eq!(v[2].0, "2001:db8::/32".parse::<IpNet>().unwrap());
-        assert_eq!(v[2].1, Location::Point(GeoPoint { lat: -33.9, lon: 151.2 }));
+        assert_eq!(
+            v[2].1,
+            Location::Point(GeoPoint {
+                lat: -33.9,
+                lon: 151.2
+            })
+        );
 
         let cases = [
             ("192.0.2.0/24,91,0\n", ":1: latitude 91 is out of range"),
-            ("192.0.2.0/24,0,-180.5\n", ":1: longitude -180.5 is out of range"),
-            ("192.0.2.0/24,north,0\n", ":1: bad number \"north\" for latitude"),
-            ("192.0.2.0/24\n", ":1: expected 2 fields (prefix,location-name) or 3 (prefix,lat,lon), found 1"),
+            (
+                "192.0.2.0/24,0,-180.5\n",
+                ":1: longitude -180.5 is out of range",
+            ),
+            (
+                "192.0.2.0/24,north,0\n",
+                ":1: bad number \"north\" for latitude",
+            ),
+            (
+                "192.0.2.0/24\n",
+                ":1: expected 2 fields (prefix,location-name) or 3 (prefix,lat,lon), found 1",
+            ),
             ("192.0.2.0/24,1,2,3\n", "found 4"),
             ("192.0.2.0/24,\n", ":1: empty location name"),
-            ("\n\n2001:db8::1/32,fra\n", ":3: bad prefix \"2001:db8::1/32\": host bits are set"),
+            (
+                "\n\n2001:db8::1/32,fra\n",
+                ":3: bad prefix \"2001:db8::1/32\": host bits are set",
+            ),
         ];
         for (i, (text, want)) in cases.iter().enumerate() {
             let p = write(&format!("loc-bad-{i}.csv"), text);

@@ -86,7 +86,10 @@ pub fn parse(text: &str, file: &str) -> Result<Graph> {
     let raw: File = match toml::from_str(text) {
         Ok(f) => f,
         Err(e) => {
-            let at = e.span().map(|s| format!(":{}", line(s.start))).unwrap_or_default();
+            let at = e
+                .span()
+                .map(|s| format!(":{}", line(s.start)))
+                .unwrap_or_default();
             bail!("{file}{at}: {}", e.message());
         }
     };
@@ -101,7 +104,8 @@ pub fn parse(text: &str, file: &str) -> Result<Graph> {
         let point = match (lat, lon) {
             (None, None) => None,
             (Some(lat), Some(lon)) => Some(
-                super::csv::check_lat_lon(*lat, *lon).map_err(|e| anyhow::anyhow!("{file}:{at}: node {name:?}: {e}"))?,
+                super::csv::check_lat_lon(*lat, *lon)
+                    .map_err(|e| anyhow::anyhow!("{file}:{at}: node {name:?}: {e}"))?,
             ),
             _ => bail!("{file}:{at}: node {name:?} has only one of lat and lon"),
         };
@@ -109,7 +113,10 @@ pub fn parse(text: &str, file: &str) -> Result<Graph> {
             bail!("{file}:{at}: duplicate node {name:?}");
         }
         g.index.insert(name.to_string(), g.nodes.len());
-        g.nodes.push(Node { name: name.to_string(), point });
+        g.nodes.push(Node {
+            name: name.to_string(),
+            point,
+        });
         g.adj.push(Vec::new());
     }
     if g.nodes.is_empty() {
@@ -117,7 +124,12 @@ pub fn parse(text: &str, file: &str) -> Result<Graph> {
     }
     for e in &raw.edge {
         let at = line(e.span().start);
-        let RawEdge { from, to, cost, both } = e.get_ref();
+        let RawEdge {
+            from,
+            to,
+            cost,
+            both,
+        } = e.get_ref();
         let (from, to) = (from.trim(), to.trim());
         let node = |n: &str| match g.index.get(n) {
             Some(&i) => Ok(i),
@@ -171,7 +183,8 @@ impl Graph {
     /// Every directed edge: (from, to, cost).
     pub fn edges(&self) -> impl Iterator<Item = (&str, &str, f64)> + '_ {
         self.adj.iter().enumerate().flat_map(move |(a, out)| {
-            out.iter().map(move |&(b, c)| (self.nodes[a].name.as_str(), self.nodes[b].name.as_str(), c))
+            out.iter()
+                .map(move |&(b, c)| (self.nodes[a].name.as_str(), self.nodes[b].name.as_str(), c))
         })
     }
 
@@ -253,7 +266,13 @@ cost = 70
     fn inputs_graph_dijkstra() {
         let g = parse(G, "g.toml").unwrap();
         assert_eq!(g.nodes().len(), 5);
-        assert_eq!(g.node("fra").unwrap().point, Some(GeoPoint { lat: 50.03, lon: 8.57 }));
+        assert_eq!(
+            g.node("fra").unwrap().point,
+            Some(GeoPoint {
+                lat: 50.03,
+                lon: 8.57
+            })
+        );
         assert_eq!(g.node("ams").unwrap().point, None);
         assert_eq!(g.edges().count(), 5);
         let d = g.shortest_from("fra").unwrap();
@@ -295,7 +314,12 @@ cost = 70
             assert!(e.starts_with("g.toml"), "{e}");
             assert!(e.contains(want), "case {i}: {e:?} lacks {want:?}");
         }
-        let e = load(Path::new("/nonexistent/graph.toml")).unwrap_err().to_string();
-        assert!(e.contains("/nonexistent/graph.toml") && e.contains("No such file"), "{e}");
+        let e = load(Path::new("/nonexistent/graph.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/nonexistent/graph.toml") && e.contains("No such file"),
+            "{e}"
+        );
     }
 }

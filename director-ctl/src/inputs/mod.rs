@@ -21,7 +21,8 @@ use anyhow::Result;
 
 /// A whole text file; the error names `what` and the file.
 fn read_text(path: &Path, what: &str) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {what} {}: {e}", path.display()))
+    std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {what} {}: {e}", path.display()))
 }
 
 /// A file of the shared real data (`../shared/data/REL` from the workspace root). Panics with a
@@ -36,5 +37,18 @@ pub(crate) fn test_data(rel: &str) -> std::path::PathBuf {
          (shared/data/{rel}, see shared/data/README.md); it is not copied into the repository",
         p.display()
     );
-    p
+    p.canonicalize().unwrap_or(p)
+}
+
+/// Peak resident memory of this process so far (VmHWM), for the timing tests' reports.
+#[cfg(test)]
+pub(crate) fn peak_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l[6..].trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into())
 }

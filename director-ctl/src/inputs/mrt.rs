@@ -49,9 +49,9 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use bgpkit_parser::models::{
-    AsPath, AsPathSegment, Attributes, AttributeValue, Bgp4MpEnum, Bgp4MpType, BgpMessage,
-    BgpState, BgpUpdateMessage, LegacyBgp, MrtMessage, NetworkPrefix, NextHopAddress, Origin,
-    Safi, TableDumpMessage, TableDumpV2Message, TableDumpV2Type,
+    AsPath, AsPathSegment, AttributeValue, Attributes, Bgp4MpEnum, Bgp4MpType, BgpMessage,
+    BgpState, BgpUpdateMessage, LegacyBgp, MrtMessage, NetworkPrefix, NextHopAddress, Origin, Safi,
+    TableDumpMessage, TableDumpV2Message, TableDumpV2Type,
 };
 use bgpkit_parser::parser::iters::{RecoveryConfig, RecoveryEvent};
 use bgpkit_parser::BgpkitParser;
@@ -74,7 +74,10 @@ impl FromStr for PeerSelector {
         if let Ok(addr) = t.parse::<IpAddr>() {
             return Ok(PeerSelector::Addr(addr));
         }
-        let digits = t.strip_prefix("AS").or_else(|| t.strip_prefix("as")).unwrap_or(t);
+        let digits = t
+            .strip_prefix("AS")
+            .or_else(|| t.strip_prefix("as"))
+            .unwrap_or(t);
         match digits.parse::<u32>() {
             Ok(asn) => Ok(PeerSelector::Asn(asn)),
             Err(_) => bail!(
@@ -129,7 +132,8 @@ pub fn load(paths: &[PathBuf], peer: Option<&PeerSelector>) -> Result<BgpView> {
 
 /// Open a file, plain, gzip or bzip2 (by its first bytes), as a stream of MRT bytes.
 pub fn open_decompressed(path: &Path) -> Result<Box<dyn Read + Send>> {
-    let file = File::open(path).with_context(|| format!("cannot open MRT file {}", path.display()))?;
+    let file =
+        File::open(path).with_context(|| format!("cannot open MRT file {}", path.display()))?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let head = reader
         .fill_buf()
@@ -138,10 +142,16 @@ pub fn open_decompressed(path: &Path) -> Result<Box<dyn Read + Send>> {
         [0x1f, 0x8b, ..] => Box::new(flate2::read::MultiGzDecoder::new(reader)),
         [b'B', b'Z', b'h', ..] => Box::new(bzip2::read::MultiBzDecoder::new(reader)),
         [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => {
-            bail!("{}: xz-compressed; only gzip, bzip2 or uncompressed MRT files are supported", path.display())
+            bail!(
+                "{}: xz-compressed; only gzip, bzip2 or uncompressed MRT files are supported",
+                path.display()
+            )
         }
         [0x28, 0xb5, 0x2f, 0xfd, ..] => {
-            bail!("{}: zstd-compressed; only gzip, bzip2 or uncompressed MRT files are supported", path.display())
+            bail!(
+                "{}: zstd-compressed; only gzip, bzip2 or uncompressed MRT files are supported",
+                path.display()
+            )
         }
         _ => Box::new(reader),
     })
@@ -202,7 +212,13 @@ impl State {
         }
         let i = self.peers.len() as u32;
         let selected = self.selector.is_none_or(|s| s.matches(ip, asn));
-        self.peers.push(PeerInfo { ip, asn, epoch: 0, selected, has_routes: false });
+        self.peers.push(PeerInfo {
+            ip,
+            asn,
+            epoch: 0,
+            selected,
+            has_routes: false,
+        });
         self.peer_index.insert((ip, asn), i);
         i
     }
@@ -213,9 +229,17 @@ impl State {
             return;
         }
         info.has_routes = true;
-        let cand = Candidate { peer, path_id, epoch: info.epoch, attrs };
+        let cand = Candidate {
+            peer,
+            path_id,
+            epoch: info.epoch,
+            attrs,
+        };
         let list = self.table.entry(prefix.trunc()).or_default();
-        match list.iter_mut().find(|c| c.peer == peer && c.path_id == path_id) {
+        match list
+            .iter_mut()
+            .find(|c| c.peer == peer && c.path_id == path_id)
+        {
             Some(c) => *c = cand,
             None => list.push(cand),
         }
@@ -262,7 +286,10 @@ impl State {
                     first_problem.get_or_insert(what);
                 }
                 Err(err) => {
-                    let what = format!("unreadable from byte {} on, rest of file lost: {}", err.offset, err.error);
+                    let what = format!(
+                        "unreadable from byte {} on, rest of file lost: {}",
+                        err.offset, err.error
+                    );
                     log::warn!("{}: {what}", path.display());
                     skipped += 1;
                     first_problem.get_or_insert(what);
@@ -272,7 +299,10 @@ impl State {
         }
         if records == 0 {
             match first_problem {
-                Some(why) => bail!("{}: not an MRT file (no readable MRT record): {why}", path.display()),
+                Some(why) => bail!(
+                    "{}: not an MRT file (no readable MRT record): {why}",
+                    path.display()
+                ),
                 None => bail!("{}: empty, no MRT record", path.display()),
             }
         }
@@ -282,10 +312,19 @@ impl State {
     }
 
     /// Apply one record. An error means the record was unusable (counted as skipped).
-    fn apply(&mut self, message: MrtMessage, rib_peers: &mut Option<Vec<u32>>) -> Result<(), String> {
+    fn apply(
+        &mut self,
+        message: MrtMessage,
+        rib_peers: &mut Option<Vec<u32>>,
+    ) -> Result<(), String> {
         match message {
             MrtMessage::TableDumpV2Message(TableDumpV2Message::PeerIndexTable(table)) => {
-                let max = table.id_peer_map.keys().copied().max().map_or(0, |m| m as usize + 1);
+                let max = table
+                    .id_peer_map
+                    .keys()
+                    .copied()
+                    .max()
+                    .map_or(0, |m| m as usize + 1);
                 let mut ids = vec![u32::MAX; max];
                 for (id, p) in &table.id_peer_map {
                     ids[*id as usize] = self.peer(p.peer_ip, u32::from(p.peer_asn));
@@ -304,12 +343,18 @@ impl State {
                     return Ok(());
                 }
                 let Some(ids) = rib_peers.as_ref() else {
-                    return Err(format!("RIB entry for {} before any PEER_INDEX_TABLE", rib.prefix.prefix));
+                    return Err(format!(
+                        "RIB entry for {} before any PEER_INDEX_TABLE",
+                        rib.prefix.prefix
+                    ));
                 };
                 let prefix = rib.prefix.prefix;
                 let mut unknown = 0;
                 for entry in rib.rib_entries {
-                    let Some(&peer) = ids.get(entry.peer_index as usize).filter(|&&p| p != u32::MAX) else {
+                    let Some(&peer) = ids
+                        .get(entry.peer_index as usize)
+                        .filter(|&&p| p != u32::MAX)
+                    else {
                         unknown += 1;
                         continue;
                     };
@@ -406,12 +451,19 @@ impl State {
     fn finish(self) -> Result<BgpView> {
         if let Some(sel) = self.selector {
             if !self.peers.iter().any(|p| p.selected) {
-                let mut seen: Vec<String> =
-                    self.peers.iter().take(12).map(|p| format!("{} AS{}", p.ip, p.asn)).collect();
+                let mut seen: Vec<String> = self
+                    .peers
+                    .iter()
+                    .take(12)
+                    .map(|p| format!("{} AS{}", p.ip, p.asn))
+                    .collect();
                 if self.peers.len() > 12 {
                     seen.push(format!("… ({} peers)", self.peers.len()));
                 }
-                bail!("no {sel} in the MRT files; their peers are: {}", seen.join(", "));
+                bail!(
+                    "no {sel} in the MRT files; their peers are: {}",
+                    seen.join(", ")
+                );
             }
         }
         let peers = &self.peers;
@@ -430,7 +482,7 @@ impl State {
                 ));
             }
         }
-        routes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        routes.sort_unstable_by_key(|r| r.0);
         Ok(BgpView {
             routes,
             records: self.records,
@@ -452,7 +504,10 @@ fn key(c: &Candidate, peers: &[PeerInfo]) -> (std::cmp::Reverse<u32>, u32, u8, I
 }
 
 fn best<'a>(list: &'a [Candidate], peers: &[PeerInfo]) -> Option<&'a Candidate> {
-    let live = || list.iter().filter(|c| c.epoch == peers[c.peer as usize].epoch);
+    let live = || {
+        list.iter()
+            .filter(|c| c.epoch == peers[c.peer as usize].epoch)
+    };
     let mut it = live();
     let first = it.next()?;
     if it.next().is_none() {
@@ -461,7 +516,10 @@ fn best<'a>(list: &'a [Candidate], peers: &[PeerInfo]) -> Option<&'a Candidate> 
     // Best per neighbour AS, with MED (step 4) between steps 3 and 5.
     let mut groups: Vec<&Candidate> = Vec::new();
     for c in live() {
-        match groups.iter_mut().find(|g| g.attrs.neighbor_as == c.attrs.neighbor_as) {
+        match groups
+            .iter_mut()
+            .find(|g| g.attrs.neighbor_as == c.attrs.neighbor_as)
+        {
             None => groups.push(c),
             Some(g) => {
                 let (kc, kg) = (key(c, peers), key(g, peers));
@@ -490,7 +548,9 @@ fn route_attrs(attributes: &Attributes, peer_as: u32) -> Attrs {
             AttributeValue::AsPath(p) => as_path = Some(p),
             AttributeValue::As4Path(p) => as4_path = Some(p),
             AttributeValue::NextHop(a) => next_hop = Some(*a),
-            AttributeValue::MpReachNlri(n) => mp_next_hop = n.next_hop.as_ref().map(NextHopAddress::global_addr),
+            AttributeValue::MpReachNlri(n) => {
+                mp_next_hop = n.next_hop.as_ref().map(NextHopAddress::global_addr)
+            }
             AttributeValue::MultiExitDiscriminator(m) => med = Some(*m),
             AttributeValue::LocalPreference(l) => local_pref = Some(*l),
             AttributeValue::Origin(o) => origin = *o,
@@ -532,7 +592,8 @@ mod tests {
     use super::*;
     use crate::inputs::test_data;
     use bgpkit_parser::models::{
-        Afi, Asn, Attributes, Bgp4MpMessage, Bgp4MpStateChange, CommonHeader, ElemType, EntryType, MrtRecord, Nlri,
+        Afi, Asn, Attributes, Bgp4MpMessage, Bgp4MpStateChange, CommonHeader, ElemType, EntryType,
+        MrtRecord, Nlri,
     };
     use std::collections::{BTreeMap, HashSet};
     use std::io::Write;
@@ -543,7 +604,10 @@ mod tests {
 
     fn route<'a>(v: &'a BgpView, prefix: &str) -> Option<&'a Route> {
         let p: IpNet = prefix.parse().unwrap();
-        v.routes.binary_search_by(|r| r.0.cmp(&p)).ok().map(|i| &v.routes[i].1)
+        v.routes
+            .binary_search_by(|r| r.0.cmp(&p))
+            .ok()
+            .map(|i| &v.routes[i].1)
     }
 
     /// bgpkit's own elements of a file, per prefix: (peer ip, peer AS, path len, first AS, next hop, local pref).
@@ -551,10 +615,16 @@ mod tests {
     fn elems(path: &Path) -> BTreeMap<IpNet, Vec<Elem>> {
         let mut m: BTreeMap<IpNet, Vec<Elem>> = BTreeMap::new();
         for e in BgpkitParser::from_reader(open_decompressed(path).unwrap()).into_elem_iter() {
-            assert_eq!(e.elem_type, ElemType::ANNOUNCE, "a RIB has only announcements");
+            assert_eq!(
+                e.elem_type,
+                ElemType::ANNOUNCE,
+                "a RIB has only announcements"
+            );
             let p = e.as_path.as_ref().unwrap();
             let first = p.iter_segments().find_map(|s| match s {
-                AsPathSegment::AsSequence(v) | AsPathSegment::AsSet(v) => v.first().map(|a| u32::from(*a)),
+                AsPathSegment::AsSequence(v) | AsPathSegment::AsSet(v) => {
+                    v.first().map(|a| u32::from(*a))
+                }
                 _ => None,
             });
             m.entry(e.prefix.prefix).or_default().push((
@@ -571,8 +641,34 @@ mod tests {
 
     /// Our per-peer view against bgpkit's elements for a few prefixes, and the best route
     /// against the shortest path where local-pref does not decide.
+    /// The file decompressed once into the temp dir: the bzip2 decoder is slow in debug
+    /// builds, and the per-peer checks read a file several times.
+    fn plain(name: &str) -> PathBuf {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        // Shared by test runs (not per process), so that they do not pile up in the temp dir.
+        let dir = std::env::temp_dir().join("director-inputs-mrt-plain");
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = bgp(name);
+        let out = dir.join(format!(
+            "{name}.{}.mrt",
+            std::fs::metadata(&src).unwrap().len()
+        ));
+        if !out.exists() {
+            let mut bytes = Vec::new();
+            open_decompressed(&src)
+                .unwrap()
+                .read_to_end(&mut bytes)
+                .unwrap();
+            let part = dir.join(format!("{name}.{}.part", std::process::id()));
+            std::fs::write(&part, bytes).unwrap();
+            std::fs::rename(&part, &out).unwrap();
+        }
+        out
+    }
+
     fn check_rib_against_elements(file: &str, v: &BgpView) {
-        let path = bgp(file);
+        let path = plain(file);
         let el = elems(&path);
         assert_eq!(el.len(), v.routes.len(), "{file}: one route per prefix");
         // Best = shortest where every entry has the same LOCAL_PREF.
@@ -581,22 +677,42 @@ mod tests {
             let r = route(v, &prefix.to_string()).unwrap_or_else(|| panic!("{prefix} missing"));
             if es.iter().all(|e| e.5 == es[0].5) {
                 let min = es.iter().map(|e| e.2).min().unwrap();
-                assert_eq!(r.path_len, min, "{file} {prefix}: best path is not the shortest of {es:?}");
+                assert_eq!(
+                    r.path_len, min,
+                    "{file} {prefix}: best path is not the shortest of {es:?}"
+                );
                 compared += 1;
             }
         }
-        assert!(compared * 10 > el.len() * 9, "{file}: only {compared} of {} prefixes compared", el.len());
+        assert!(
+            compared * 10 > el.len() * 9,
+            "{file}: only {compared} of {} prefixes compared",
+            el.len()
+        );
         // Spot checks, one peer's view at a time.
         for nth in [0usize, el.len() / 3, el.len() - 1] {
             let (prefix, es) = el.iter().nth(nth).unwrap();
             let e = es[es.len() / 2];
-            let one = load(&[path.clone()], Some(&PeerSelector::Addr(e.0))).unwrap();
+            let one = load(std::slice::from_ref(&path), Some(&PeerSelector::Addr(e.0))).unwrap();
             assert_eq!(one.peers, 1);
             let r = route(&one, &prefix.to_string()).unwrap();
             assert_eq!(r.path_len, e.2, "{file} {prefix} via {}: path length", e.0);
-            assert_eq!(r.neighbor_as, e.3.unwrap_or(e.1), "{file} {prefix} via {}: neighbour AS", e.0);
-            assert_eq!(Some(r.next_hop), e.4, "{file} {prefix} via {}: next hop", e.0);
-            let of_peer = el.values().filter(|es| es.iter().any(|x| x.0 == e.0)).count();
+            assert_eq!(
+                r.neighbor_as,
+                e.3.unwrap_or(e.1),
+                "{file} {prefix} via {}: neighbour AS",
+                e.0
+            );
+            assert_eq!(
+                Some(r.next_hop),
+                e.4,
+                "{file} {prefix} via {}: next hop",
+                e.0
+            );
+            let of_peer = el
+                .values()
+                .filter(|es| es.iter().any(|x| x.0 == e.0))
+                .count();
             assert_eq!(one.routes.len(), of_peer, "{file}: routes of peer {}", e.0);
         }
     }
@@ -605,9 +721,15 @@ mod tests {
     fn inputs_mrt_rib_v4_slice() {
         let f = "rib.20140523.0600.slice-clean.bz2";
         let v = load(&[bgp(f)], None).unwrap();
-        assert_eq!((v.routes.len(), v.records, v.skipped, v.peers), (9072, 9073, 0, 35));
+        assert_eq!(
+            (v.routes.len(), v.records, v.skipped, v.peers),
+            (9072, 9073, 0, 35)
+        );
         assert!(v.routes.iter().all(|r| r.0.addr().is_ipv4()));
-        assert!(v.routes.windows(2).all(|w| w[0].0 < w[1].0), "sorted, one per prefix");
+        assert!(
+            v.routes.windows(2).all(|w| w[0].0 < w[1].0),
+            "sorted, one per prefix"
+        );
         check_rib_against_elements(f, &v);
     }
 
@@ -615,14 +737,20 @@ mod tests {
     fn inputs_mrt_rib_v6_slice() {
         let f = "rib6.20151101.0600.slice-clean.bz2";
         let v = load(&[bgp(f)], None).unwrap();
-        assert_eq!((v.routes.len(), v.records, v.skipped, v.peers), (6870, 6871, 0, 27));
-        assert!(v.routes.iter().all(|r| r.0.addr().is_ipv6() && r.1.next_hop.is_ipv6()));
+        assert_eq!(
+            (v.routes.len(), v.records, v.skipped, v.peers),
+            (6870, 6871, 0, 27)
+        );
+        assert!(v
+            .routes
+            .iter()
+            .all(|r| r.0.addr().is_ipv6() && r.1.next_hop.is_ipv6()));
         check_rib_against_elements(f, &v);
     }
 
     #[test]
     fn inputs_mrt_rib_peer_selection() {
-        let f = bgp("rib.20140523.0600.slice-clean.bz2");
+        let f = plain("rib.20140523.0600.slice-clean.bz2");
         let el = elems(&f);
         // The AS with the most sessions in this view.
         let mut sessions: BTreeMap<u32, HashSet<IpAddr>> = BTreeMap::new();
@@ -630,41 +758,86 @@ mod tests {
             sessions.entry(e.1).or_default().insert(e.0);
         }
         let (&asn, ips) = sessions.iter().max_by_key(|(_, s)| s.len()).unwrap();
-        let by_as = load(&[f.clone()], Some(&format!("AS{asn}").parse().unwrap())).unwrap();
+        let by_as = load(
+            std::slice::from_ref(&f),
+            Some(&format!("AS{asn}").parse().unwrap()),
+        )
+        .unwrap();
         assert_eq!(by_as.peers, ips.len());
-        let covered = el.values().filter(|es| es.iter().any(|e| e.1 == asn)).count();
+        let covered = el
+            .values()
+            .filter(|es| es.iter().any(|e| e.1 == asn))
+            .count();
         assert_eq!(by_as.routes.len(), covered);
-        let same = load(&[f.clone()], Some(&asn.to_string().parse().unwrap())).unwrap();
+        let same = load(
+            std::slice::from_ref(&f),
+            Some(&asn.to_string().parse().unwrap()),
+        )
+        .unwrap();
         assert_eq!(same.routes, by_as.routes);
         // By address: a single session.
         let ip = *ips.iter().next().unwrap();
-        let by_ip = load(&[f.clone()], Some(&ip.to_string().parse().unwrap())).unwrap();
+        let by_ip = load(
+            std::slice::from_ref(&f),
+            Some(&ip.to_string().parse().unwrap()),
+        )
+        .unwrap();
         assert_eq!(by_ip.peers, 1);
-        assert_eq!(by_ip.routes.len(), el.values().filter(|es| es.iter().any(|e| e.0 == ip)).count());
+        assert_eq!(
+            by_ip.routes.len(),
+            el.values()
+                .filter(|es| es.iter().any(|e| e.0 == ip))
+                .count()
+        );
         // Nobody.
-        let e = load(&[f.clone()], Some(&PeerSelector::Asn(64512))).unwrap_err().to_string();
-        assert!(e.contains("no peer AS64512 in the MRT files; their peers are: "), "{e}");
-        let e = load(&[f], Some(&"192.0.2.99".parse().unwrap())).unwrap_err().to_string();
+        let e = load(std::slice::from_ref(&f), Some(&PeerSelector::Asn(64512)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no peer AS64512 in the MRT files; their peers are: "),
+            "{e}"
+        );
+        let e = load(&[f], Some(&"192.0.2.99".parse().unwrap()))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no peer 192.0.2.99"), "{e}");
         assert!("ASx".parse::<PeerSelector>().is_err());
-        assert_eq!("as3356".parse::<PeerSelector>().unwrap(), PeerSelector::Asn(3356));
-        assert_eq!("2001:db8::1".parse::<PeerSelector>().unwrap(), PeerSelector::Addr("2001:db8::1".parse().unwrap()));
+        assert_eq!(
+            "as3356".parse::<PeerSelector>().unwrap(),
+            PeerSelector::Asn(3356)
+        );
+        assert_eq!(
+            "2001:db8::1".parse::<PeerSelector>().unwrap(),
+            PeerSelector::Addr("2001:db8::1".parse().unwrap())
+        );
     }
 
     #[test]
     fn inputs_mrt_add_path_bviews() {
-        for (f, v6) in [("bview.ipv4_unicast_add_path.gz", false), ("bview.ipv6_unicast_add_path.gz", true)] {
+        for (f, v6) in [
+            ("bview.ipv4_unicast_add_path.gz", false),
+            ("bview.ipv6_unicast_add_path.gz", true),
+        ] {
             let path = bgp(f);
             // The file really has several paths per (prefix, peer).
             // (bgpkit's elements do not carry a RIB entry's path id: count entries instead.)
             let mut ids: BTreeMap<(IpNet, IpAddr), Vec<()>> = BTreeMap::new();
             for e in BgpkitParser::from_reader(open_decompressed(&path).unwrap()).into_elem_iter() {
-                ids.entry((e.prefix.prefix, e.peer_ip)).or_default().push(());
+                ids.entry((e.prefix.prefix, e.peer_ip))
+                    .or_default()
+                    .push(());
             }
-            assert!(ids.values().any(|s| s.len() > 1), "{f}: no ADD-PATH prefix with several paths");
+            assert!(
+                ids.values().any(|s| s.len() > 1),
+                "{f}: no ADD-PATH prefix with several paths"
+            );
             let prefixes: HashSet<IpNet> = ids.keys().map(|k| k.0).collect();
-            let v = load(&[path.clone()], None).unwrap();
-            assert_eq!((v.routes.len(), v.records, v.skipped, v.peers), (31, 32, 0, 3), "{f}");
+            let v = load(std::slice::from_ref(&path), None).unwrap();
+            assert_eq!(
+                (v.routes.len(), v.records, v.skipped, v.peers),
+                (31, 32, 0, 3),
+                "{f}"
+            );
             assert_eq!(v.routes.len(), prefixes.len());
             assert!(v.routes.iter().all(|r| r.0.addr().is_ipv6() == v6));
             // One peer, several paths per prefix: still one route per prefix.
@@ -680,10 +853,18 @@ mod tests {
         let t = std::time::Instant::now();
         let v = load(&[bgp("updates.et-header.2015.gz")], None).unwrap();
         let took = t.elapsed();
-        eprintln!("updates.et-header.2015.gz: {} routes, {} records in {took:?}", v.routes.len(), v.records);
+        eprintln!(
+            "updates.et-header.2015.gz: {} routes, {} records in {took:?}, peak RSS {}",
+            v.routes.len(),
+            v.records,
+            crate::inputs::peak_rss()
+        );
         // 577,706 distinct prefixes are announced; 3 of them are withdrawn later in the file
         // (84.205.78.0/24, 202.155.148.0/24, 114.57.40.0/22), so the final table has 577,703.
-        assert_eq!((v.routes.len(), v.records, v.skipped, v.peers), (577_703, 89_686, 0, 1));
+        assert_eq!(
+            (v.routes.len(), v.records, v.skipped, v.peers),
+            (577_703, 89_686, 0, 1)
+        );
         for gone in ["84.205.78.0/24", "202.155.148.0/24", "114.57.40.0/22"] {
             assert!(route(&v, gone).is_none(), "{gone} was withdrawn");
         }
@@ -692,34 +873,53 @@ mod tests {
         // of the path, the neighbour, varies (AS2914 on ~114 k prefixes, AS5580 on ~65 k, …).
         let neighbours: HashSet<u32> = v.routes.iter().map(|r| r.1.neighbor_as).collect();
         let own = v.routes.iter().filter(|r| r.1.neighbor_as == 3856).count();
-        assert!(neighbours.len() > 1000 && own < 100, "{} neighbour ASes, AS3856 on {own}", neighbours.len());
+        assert!(
+            neighbours.len() > 1000 && own < 100,
+            "{} neighbour ASes, AS3856 on {own}",
+            neighbours.len()
+        );
         // Every route as bgpkit's own elements leave it (last announcement, unless withdrawn).
-        let mut last: HashMap<IpNet, Option<(u32, Option<u32>, Option<IpAddr>)>> = HashMap::new();
+        type Seen = (u32, Option<u32>, Option<IpAddr>); // path length, first AS, next hop
+        let mut last: HashMap<IpNet, Option<Seen>> = HashMap::new();
         let path = bgp("updates.et-header.2015.gz");
         for e in BgpkitParser::from_reader(open_decompressed(&path).unwrap()).into_elem_iter() {
             let val = match e.elem_type {
                 ElemType::ANNOUNCE => {
                     let p = e.as_path.as_ref().unwrap();
                     let first = p.iter_segments().find_map(|s| match s {
-                        AsPathSegment::AsSequence(v) | AsPathSegment::AsSet(v) => v.first().map(|a| u32::from(*a)),
+                        AsPathSegment::AsSequence(v) | AsPathSegment::AsSet(v) => {
+                            v.first().map(|a| u32::from(*a))
+                        }
                         _ => None,
                     });
-                    Some((p.route_len() as u32, first.or(Some(3856)), e.next_hop)) // empty path: the peer
+                    Some((p.route_len() as u32, first.or(Some(3856)), e.next_hop))
+                    // empty path: the peer
                 }
                 ElemType::WITHDRAW => None,
             };
             last.insert(e.prefix.prefix, val);
         }
-        let live: BTreeMap<IpNet, (u32, Option<u32>, Option<IpAddr>)> =
-            last.into_iter().filter_map(|(p, v)| Some((p, v?))).collect();
+        let live: BTreeMap<IpNet, Seen> = last
+            .into_iter()
+            .filter_map(|(p, v)| Some((p, v?)))
+            .collect();
         assert_eq!(live.len(), v.routes.len());
         for ((p, want), (q, got)) in live.iter().zip(&v.routes) {
             assert_eq!(p, q);
-            assert_eq!((got.path_len, Some(got.neighbor_as), Some(got.next_hop)), *want, "{p}");
+            assert_eq!(
+                (got.path_len, Some(got.neighbor_as), Some(got.next_hop)),
+                *want,
+                "{p}"
+            );
         }
-        let mean = v.routes.iter().map(|r| r.1.path_len as f64).sum::<f64>() / v.routes.len() as f64;
+        let mean =
+            v.routes.iter().map(|r| r.1.path_len as f64).sum::<f64>() / v.routes.len() as f64;
         assert!((2.0..8.0).contains(&mean), "mean AS path length {mean}");
-        let by_as = load(&[bgp("updates.et-header.2015.gz")], Some(&PeerSelector::Asn(3856))).unwrap();
+        let by_as = load(
+            &[bgp("updates.et-header.2015.gz")],
+            Some(&PeerSelector::Asn(3856)),
+        )
+        .unwrap();
         assert_eq!(by_as.routes.len(), 577_703);
     }
 
@@ -728,13 +928,27 @@ mod tests {
         let v = load(&[bgp("updates.20160811.1600.gz")], None).unwrap();
         assert_eq!((v.records, v.skipped, v.peers), (17_406, 0, 35));
         let v6 = v.routes.iter().filter(|r| r.0.addr().is_ipv6()).count();
-        assert!(v6 > 0 && v6 < v.routes.len(), "{v6} IPv6 of {}", v.routes.len());
-        assert!(v.routes.iter().all(|r| r.0.addr().is_ipv6() == r.1.next_hop.is_ipv6() || r.0.addr().is_ipv6()));
+        assert!(
+            v6 > 0 && v6 < v.routes.len(),
+            "{v6} IPv6 of {}",
+            v.routes.len()
+        );
+        assert!(v
+            .routes
+            .iter()
+            .all(|r| r.0.addr().is_ipv6() == r.1.next_hop.is_ipv6() || r.0.addr().is_ipv6()));
         // Several files in order: RIS then RouteViews, both IPv4 + IPv6.
         let a = load(&[bgp("ris.rrc06.updates.1427846400.gz")], None).unwrap();
-        let b = load(&[bgp("routeviews.route-views.jinx.updates.1427846400.bz2")], None).unwrap();
+        let b = load(
+            &[bgp("routeviews.route-views.jinx.updates.1427846400.bz2")],
+            None,
+        )
+        .unwrap();
         let ab = load(
-            &[bgp("ris.rrc06.updates.1427846400.gz"), bgp("routeviews.route-views.jinx.updates.1427846400.bz2")],
+            &[
+                bgp("ris.rrc06.updates.1427846400.gz"),
+                bgp("routeviews.route-views.jinx.updates.1427846400.bz2"),
+            ],
             None,
         )
         .unwrap();
@@ -748,16 +962,30 @@ mod tests {
         let v = load(&[bgp("damaged.updates.20000325.0345.gz")], None).unwrap();
         // Two stretches with broken record boundaries, the rest read (legacy MRT type 5 BGP).
         assert_eq!((v.records, v.skipped), (2580, 2));
-        assert!(v.routes.len() > 500 && v.peers > 1, "{} routes, {} peers", v.routes.len(), v.peers);
+        assert!(
+            v.routes.len() > 500 && v.peers > 1,
+            "{} routes, {} peers",
+            v.routes.len(),
+            v.peers
+        );
     }
 
     #[test]
     fn inputs_mrt_refuses_what_is_not_mrt() {
         let readme = test_data("README.md");
-        let e = load(&[readme.clone()], None).unwrap_err().to_string();
-        assert!(e.starts_with(&readme.display().to_string()) && e.contains("not an MRT file"), "{e}");
+        let e = load(std::slice::from_ref(&readme), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&readme.display().to_string()) && e.contains("not an MRT file"),
+            "{e}"
+        );
         let e = load(&[PathBuf::from("/nonexistent/rib.bz2")], None).unwrap_err();
-        assert!(format!("{e:#}").contains("/nonexistent/rib.bz2") && format!("{e:#}").contains("No such file"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("/nonexistent/rib.bz2")
+                && format!("{e:#}").contains("No such file"),
+            "{e:#}"
+        );
         let dir = tmp_dir();
         let empty = dir.join("empty.mrt");
         std::fs::write(&empty, b"").unwrap();
@@ -768,7 +996,12 @@ mod tests {
         let e = load(&[xz], None).unwrap_err().to_string();
         assert!(e.contains("x.xz: xz-compressed"), "{e}");
         // A good file then a bad one: the error names the bad one.
-        let e = load(&[bgp("ris.rrc06.updates.1427846400.gz"), readme.clone()], None).unwrap_err().to_string();
+        let e = load(
+            &[bgp("ris.rrc06.updates.1427846400.gz"), readme.clone()],
+            None,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("README.md"), "{e}");
         assert!(load(&[], None).is_err());
     }
@@ -792,16 +1025,38 @@ mod tests {
     }
 
     fn ann<'a>(peer: (&'a str, u32), prefixes: &'a [&'a str], path: &[u32]) -> Ann<'a> {
-        Ann { peer, prefixes, withdrawn: &[], path: vec![AsPathSegment::sequence(path)], lp: None, med: None, origin: Origin::IGP }
+        Ann {
+            peer,
+            prefixes,
+            withdrawn: &[],
+            path: vec![AsPathSegment::sequence(path)],
+            lp: None,
+            med: None,
+            origin: Origin::IGP,
+        }
     }
 
     fn wd<'a>(peer: (&'a str, u32), withdrawn: &'a [&'a str]) -> Ann<'a> {
-        Ann { peer, prefixes: &[], withdrawn, path: vec![], lp: None, med: None, origin: Origin::IGP }
+        Ann {
+            peer,
+            prefixes: &[],
+            withdrawn,
+            path: vec![],
+            lp: None,
+            med: None,
+            origin: Origin::IGP,
+        }
     }
 
     fn record(message: MrtMessage, entry_type: EntryType, subtype: u16) -> Vec<u8> {
         MrtRecord {
-            common_header: CommonHeader { timestamp: 1, microsecond_timestamp: None, entry_type, entry_subtype: subtype, length: 0 },
+            common_header: CommonHeader {
+                timestamp: 1,
+                microsecond_timestamp: None,
+                entry_type,
+                entry_subtype: subtype,
+                length: 0,
+            },
             message,
         }
         .encode()
@@ -817,7 +1072,9 @@ mod tests {
         let mut attrs = Vec::new();
         if !a.prefixes.is_empty() {
             attrs.push(AttributeValue::Origin(a.origin));
-            attrs.push(AttributeValue::AsPath(AsPath::from_segments(a.path.clone())));
+            attrs.push(AttributeValue::AsPath(AsPath::from_segments(
+                a.path.clone(),
+            )));
             if !v4.is_empty() {
                 attrs.push(AttributeValue::NextHop(peer_ip));
             }
@@ -839,10 +1096,16 @@ mod tests {
         };
         if !v6.is_empty() {
             let nh = NextHopAddress::Ipv6("2001:db8:ffff::1".parse().unwrap());
-            attrs.push(AttributeValue::MpReachNlri(nlri(v6.into_iter().map(np).collect(), Some(nh))));
+            attrs.push(AttributeValue::MpReachNlri(nlri(
+                v6.into_iter().map(np).collect(),
+                Some(nh),
+            )));
         }
         if !w6.is_empty() {
-            attrs.push(AttributeValue::MpUnreachNlri(nlri(w6.into_iter().map(np).collect(), None)));
+            attrs.push(AttributeValue::MpUnreachNlri(nlri(
+                w6.into_iter().map(np).collect(),
+                None,
+            )));
         }
         let msg = BgpUpdateMessage {
             withdrawn_prefixes: w4.into_iter().map(np).collect(),
@@ -855,10 +1118,18 @@ mod tests {
             local_asn: Asn::new_32bit(65000),
             interface_index: 0,
             peer_ip,
-            local_ip: if peer_ip.is_ipv4() { "10.255.255.254".parse().unwrap() } else { "::1".parse().unwrap() },
+            local_ip: if peer_ip.is_ipv4() {
+                "10.255.255.254".parse().unwrap()
+            } else {
+                "::1".parse().unwrap()
+            },
             bgp_message: BgpMessage::Update(msg),
         };
-        record(MrtMessage::Bgp4Mp(Bgp4MpEnum::Message(m)), EntryType::BGP4MP, Bgp4MpType::MessageAs4 as u16)
+        record(
+            MrtMessage::Bgp4Mp(Bgp4MpEnum::Message(m)),
+            EntryType::BGP4MP,
+            Bgp4MpType::MessageAs4 as u16,
+        )
     }
 
     fn session_down(peer: (&str, u32)) -> Vec<u8> {
@@ -872,14 +1143,21 @@ mod tests {
             old_state: BgpState::Established,
             new_state: BgpState::Idle,
         };
-        record(MrtMessage::Bgp4Mp(Bgp4MpEnum::StateChange(s)), EntryType::BGP4MP, Bgp4MpType::StateChangeAs4 as u16)
+        record(
+            MrtMessage::Bgp4Mp(Bgp4MpEnum::StateChange(s)),
+            EntryType::BGP4MP,
+            Bgp4MpType::StateChangeAs4 as u16,
+        )
     }
 
     fn file(name: &str, records: &[Vec<u8>], gzip: bool) -> PathBuf {
         let p = tmp_dir().join(name);
         let bytes: Vec<u8> = records.concat();
         if gzip {
-            let mut w = flate2::write::GzEncoder::new(std::fs::File::create(&p).unwrap(), flate2::Compression::fast());
+            let mut w = flate2::write::GzEncoder::new(
+                std::fs::File::create(&p).unwrap(),
+                flate2::Compression::fast(),
+            );
             w.write_all(&bytes).unwrap();
             w.finish().unwrap();
         } else {
@@ -906,7 +1184,10 @@ mod tests {
         let mut med_b = ann(B, &["203.0.114.0/24"], &[65002, 9]);
         med_b.med = Some(10);
         let mut set = ann(A, &["10.1.0.0/16"], &[]);
-        set.path = vec![AsPathSegment::sequence([65001, 4]), AsPathSegment::set([7, 8, 9])];
+        set.path = vec![
+            AsPathSegment::sequence([65001, 4]),
+            AsPathSegment::set([7, 8, 9]),
+        ];
         let mut confed = ann(B, &["10.2.0.0/16"], &[]);
         confed.path = vec![
             AsPathSegment::ConfedSequence([64512u32, 64513].into_iter().map(Asn::from).collect()),
@@ -930,23 +1211,58 @@ mod tests {
             ],
             false,
         );
-        let v = load(&[f.clone()], None).unwrap();
+        let v = load(std::slice::from_ref(&f), None).unwrap();
         let nh = |s: &str| s.parse::<IpAddr>().unwrap();
         // LOCAL_PREF beats a shorter path.
-        assert_eq!(route(&v, "192.0.2.0/24").unwrap(), &Route { path_len: 4, neighbor_as: 65001, next_hop: nh(A.0), med: None });
+        assert_eq!(
+            route(&v, "192.0.2.0/24").unwrap(),
+            &Route {
+                path_len: 4,
+                neighbor_as: 65001,
+                next_hop: nh(A.0),
+                med: None
+            }
+        );
         // Same length: IGP beats INCOMPLETE.
         assert_eq!(route(&v, "198.51.100.0/24").unwrap().next_hop, nh(B.0));
         // MED between two sessions of the same neighbour AS: lower MED wins despite the higher address.
-        assert_eq!(route(&v, "203.0.113.0/24").unwrap(), &Route { path_len: 2, neighbor_as: 65001, next_hop: nh(A2.0), med: Some(10) });
+        assert_eq!(
+            route(&v, "203.0.113.0/24").unwrap(),
+            &Route {
+                path_len: 2,
+                neighbor_as: 65001,
+                next_hop: nh(A2.0),
+                med: Some(10)
+            }
+        );
         // MED not compared across neighbour ASes: the lower peer address wins.
         assert_eq!(route(&v, "203.0.114.0/24").unwrap().next_hop, nh(A.0));
         // AS_SET counts one; confederation segments count nothing and are not the neighbour.
         assert_eq!(route(&v, "10.1.0.0/16").unwrap().path_len, 3);
-        assert_eq!(route(&v, "10.2.0.0/16").unwrap(), &Route { path_len: 2, neighbor_as: 65009, next_hop: nh(B.0), med: None });
+        assert_eq!(
+            route(&v, "10.2.0.0/16").unwrap(),
+            &Route {
+                path_len: 2,
+                neighbor_as: 65009,
+                next_hop: nh(B.0),
+                med: None
+            }
+        );
         // Empty path: the peer's AS is the neighbour.
-        assert_eq!(route(&v, "10.3.0.0/16").unwrap(), &Route { path_len: 0, neighbor_as: 65001, next_hop: nh(A.0), med: None });
+        assert_eq!(
+            route(&v, "10.3.0.0/16").unwrap(),
+            &Route {
+                path_len: 0,
+                neighbor_as: 65001,
+                next_hop: nh(A.0),
+                med: None
+            }
+        );
         // IPv6 through MP_REACH.
-        assert_eq!(route(&v, "2001:db8:100::/40").unwrap().next_hop, nh("2001:db8:ffff::1"));
+        assert_eq!(
+            route(&v, "2001:db8:100::/40").unwrap().next_hop,
+            nh("2001:db8:ffff::1")
+        );
         // Full tie: lowest peer address.
         assert_eq!(route(&v, "10.4.0.0/16").unwrap().next_hop, nh(A.0));
         assert_eq!((v.routes.len(), v.records, v.peers), (9, 12, 4));
@@ -980,19 +1296,32 @@ mod tests {
             ],
             false,
         );
-        let v = load(&[f1.clone()], None).unwrap();
+        let v = load(std::slice::from_ref(&f1), None).unwrap();
         assert!(p1.iter().all(|p| route(&v, p).is_some()));
         assert_eq!(route(&v, "203.0.113.0/24").unwrap().path_len, 2);
         let v = load(&[f1.clone(), f2.clone()], None).unwrap();
-        assert!(p1.iter().all(|p| route(&v, p).is_none()), "withdrawn in the second file");
-        assert!(route(&v, "198.51.100.0/24").is_none(), "B's session went down");
+        assert!(
+            p1.iter().all(|p| route(&v, p).is_none()),
+            "withdrawn in the second file"
+        );
+        assert!(
+            route(&v, "198.51.100.0/24").is_none(),
+            "B's session went down"
+        );
         assert_eq!(v.routes.len(), 1);
         assert_eq!(v.records, 9);
         // The other order: the withdrawals come first and the announcements stand.
         let v = load(&[f2, f1.clone()], None).unwrap();
         assert_eq!(v.routes.len(), 4);
         // Re-announced after the session came back.
-        let f3 = file("order3.mrt", &[session_down(B), update(&ann(B, &["198.51.100.0/24"], &[65002, 1, 1]))], false);
+        let f3 = file(
+            "order3.mrt",
+            &[
+                session_down(B),
+                update(&ann(B, &["198.51.100.0/24"], &[65002, 1, 1])),
+            ],
+            false,
+        );
         let v = load(&[f1, f3], None).unwrap();
         assert_eq!(route(&v, "198.51.100.0/24").unwrap().path_len, 3);
     }
@@ -1007,7 +1336,15 @@ mod tests {
         let tail = good[..good.len() - 5].to_vec();
         let f = file(
             "damaged.mrt",
-            &[good.clone(), bad, update(&ann(B, &["203.0.113.0/24"], &[65002, 1])), good.clone(), good.clone(), good, tail],
+            &[
+                good.clone(),
+                bad,
+                update(&ann(B, &["203.0.113.0/24"], &[65002, 1])),
+                good.clone(),
+                good.clone(),
+                good,
+                tail,
+            ],
             false,
         );
         let v = load(&[f], None).unwrap();
