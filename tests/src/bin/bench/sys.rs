@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 /// What a finished command printed.
 pub struct Finished {
@@ -217,4 +217,18 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
     }
+}
+
+/// Time CPU `cpu` has been idle, in ns: idle + iowait of /proc/stat, which a tickless kernel
+/// measures at idle entry and exit (reported in USER_HZ ticks, 10 ms).
+pub fn cpu_idle_ns(cpu: usize) -> Result<u64> {
+    let stat = fs::read_to_string("/proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&format!("cpu{cpu}")))
+        .with_context(|| format!("no cpu{cpu} in /proc/stat"))?;
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    ensure!(f.len() >= 5, "short cpu{cpu} line in /proc/stat: {line}");
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok((f[3] + f[4]) * (1_000_000_000 / tick))
 }
