@@ -21,8 +21,10 @@ pub const PROGRAM: &str = "director";
 pub const MAX_SERVICES: u32 = 8192;
 /// Server ids are 1..MAX_SERVERS (they are u16 in decisions).
 pub const MAX_SERVERS: u32 = 8192;
-/// Decision entries per family and table.
-pub const MAX_DECISIONS: u32 = 1 << 21;
+/// Decision entries per family and table, all services together (the tries allocate per
+/// entry, so the bound costs nothing until used). Three services over a full table and
+/// GeoLite2 City write about 3 M IPv4 entries.
+pub const MAX_DECISIONS: u32 = 1 << 23;
 /// DNS names owned (one per DNS service).
 pub const MAX_NAMES: u32 = 8192;
 /// Candidates per decision.

@@ -57,14 +57,21 @@ impl Data {
             None => None,
         };
         let mut sites = Vec::with_capacity(cfg.sites.len());
+        // Sites often share a table (one RIB, a different peer each, or the same file):
+        // read each (files, peer) once.
+        let mut views: HashMap<(Vec<std::path::PathBuf>, Option<String>), Vec<(IpNet, Route)>> = HashMap::new();
         for s in &cfg.sites {
             let at = || format!("site {:?}", s.name);
             let mut routes = Vec::new();
-            if !s.bgp.is_empty() {
+            let key = (s.bgp.clone(), s.bgp_peer.clone());
+            if let Some(r) = views.get(&key) {
+                routes = r.clone();
+            } else if !s.bgp.is_empty() {
                 let peer = s.bgp_peer.as_deref().map(str::parse::<PeerSelector>).transpose().with_context(at)?;
                 let view = inputs::mrt::load(&s.bgp, peer.as_ref()).with_context(at)?;
                 summary.bgp_records += view.records;
                 summary.bgp_damaged_skipped += view.skipped;
+                views.insert(key, view.routes.clone());
                 routes = view.routes;
             }
             summary.bgp_routes.push((s.name.clone(), routes.len()));

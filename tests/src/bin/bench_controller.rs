@@ -1,0 +1,194 @@
+//! Controller benchmark (part of `cargo xtask bench`): a full-scale compile on real data —
+//! the full IPv4 table (BGP4MP_ET updates, 577 k prefixes) as every site's view, the full
+//! GeoLite2 City database (3.48 M networks), five sites at real PoPs, three services — with
+//! time, peak memory and entries; the time to write it into the kernel; and the time from
+//! one changed RTT value to the kernel's answer changing, measured with dig on a veth.
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use director_ctl::{config::Config, controller, inputs::sites::load_pops, kernel};
+use director_tests::netns::{ctl_binary, workspace_root, Lab, Reply, EDGE_V4};
+
+const SITES: [&str; 5] = ["FRA", "IAD", "GRU", "SIN", "SYD"];
+
+fn data(rel: &str) -> Result<PathBuf> {
+    let p = workspace_root().join("../shared/data").join(rel);
+    if !p.is_file() {
+        bail!("{} is missing: the checkout needs shared/ beside it (shared/data/README.md)", p.display());
+    }
+    Ok(p)
+}
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The benchmark's config: five PoPs, one server each, three services sorting differently.
+fn write_config(dir: &Path) -> Result<PathBuf> {
+    let pops = load_pops(&data("sites/cloudflare-colos.csv")?)?;
+    let table = data("bgp/updates.et-header.2015.gz")?;
+    let mut c = String::new();
+    writeln!(c, "[geo]\ndatabase = {:?}\n", data("geo/GeoLite2-City.mmdb")?)?;
+    let mut servers = Vec::new();
+    for (i, code) in SITES.iter().enumerate() {
+        let p = pops.iter().find(|p| p.code == *code).with_context(|| format!("PoP {code} not in the list"))?;
+        let name = code.to_lowercase();
+        writeln!(c, "[[site]]\nname = {name:?}\nlat = {}\nlon = {}\nbgp = [{table:?}]\n", p.point.lat, p.point.lon)?;
+        writeln!(c, "[[server]]\nname = \"{name}-1\"\nsite = {name:?}\nipv4 = \"198.51.100.{}\"\npreference = {}\n", 10 + i, i)?;
+        servers.push(format!("\"{name}-1\""));
+    }
+    let list = servers.join(", ");
+    writeln!(c, "[[service]]\nname = \"www.example.com\"\nservers = [{list}]\npriority = {{ geo = 1, admin = 2 }}\n")?;
+    writeln!(c, "[[service]]\nname = \"video.example.com\"\nservers = [{list}]\npriority = {{ rtt = 1, geo = 2 }}\n")?;
+    writeln!(c, "[[service]]\nname = \"api.example.com\"\nservers = [{list}]\nweights = {{ ext = 1, geo = 0.01 }}\n")?;
+    writeln!(c, "[rtt]\nfiles = [\"rtt.csv\"]")?;
+    std::fs::write(dir.join("rtt.csv"), rtt_file(40.0))?;
+    let path = dir.join("director.toml");
+    std::fs::write(&path, c)?;
+    Ok(path)
+}
+
+/// RTTs for the client network 192.0.2.0/24 (where the lab's client lives): `fra_ms` from
+/// fra, 80 ms from every other site.
+fn rtt_file(fra_ms: f64) -> String {
+    let mut s = String::new();
+    for code in SITES {
+        let ms = if code == "FRA" { fra_ms } else { 80.0 };
+        let _ = writeln!(s, "192.0.2.0/24,{},{ms}", code.to_lowercase());
+    }
+    s
+}
+
+struct Row(&'static str, String);
+
+fn print_table(title: &str, rows: &[Row]) {
+    println!("\n{title}");
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    for r in rows {
+        println!("  {:<w$}  {}", r.0, r.1);
+    }
+}
+
+/// Compile and apply in this process, on pins of its own.
+fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
+    let t = Instant::now();
+    let cfg = Config::load(config)?;
+    let d = controller::data::Data::load(&cfg)?;
+    let load = t.elapsed().as_secs_f64();
+    let c = controller::compute::compute(&cfg, &d)?;
+    let entries: usize = c.tables.iter().map(|t| t.2.entries.len()).sum();
+    let saved: usize = c.tables.iter().map(|t| t.2.saved).sum();
+    let peak = peak_rss_mb();
+    let pin = PathBuf::from(format!("/sys/fs/bpf/dbench-{}", std::process::id()));
+    let _ebpf = kernel::program::load(&pin, 0)?;
+    let mut m = kernel::Maps::open(&pin)?;
+    let t = Instant::now();
+    let written = controller::apply::apply_full(&mut m, &cfg, &c)?;
+    let apply = t.elapsed().as_secs_f64();
+    drop(m);
+    drop(_ebpf);
+    for e in std::fs::read_dir(&pin)?.flatten() {
+        let _ = std::fs::remove_file(e.path());
+    }
+    let _ = std::fs::remove_dir(&pin);
+    let mut rows = vec![
+        Row("inputs", format!("{} BGP routes per site x {}, {} GeoIP networks", d.summary.bgp_routes.first().map_or(0, |r| r.1), SITES.len(), d.summary.geo_networks)),
+        Row("read inputs", format!("{load:.2} s")),
+        Row("compute (sort + compress)", format!("{:.2} s for {} client prefixes x {} services", c.seconds, c.prefixes, c.tables.len())),
+        Row("load + compute", format!("{:.2} s (aim <= 10 s)", load + c.seconds)),
+        Row("peak memory", format!("{peak:.0} MB (aim <= 2048 MB)")),
+        Row("entries written", format!("{entries} ({saved} saved by compression, {:.0} %)", 100.0 * saved as f64 / (entries + saved) as f64)),
+        Row("apply to the kernel", format!("{apply:.2} s for {written} entries (spare table filled, then flipped)")),
+    ];
+    for (_, name, t) in &c.tables {
+        rows.push(Row("  per service", format!("{name}: {} entries", t.entries.len())));
+    }
+    Ok(rows)
+}
+
+struct Run(Child);
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+fn answer(lab: &Lab) -> Option<String> {
+    Reply::parse(&lab.dig(&[&format!("@{EDGE_V4}"), "video.example.com", "A"])).answers.first().map(|a| a.data.clone())
+}
+
+/// `run` on the config in a lab; one RTT value changes; how long until dig sees it.
+fn change_latency(config: &Path) -> Result<Vec<Row>> {
+    let lab = Lab::new();
+    lab.attach();
+    let log = std::fs::File::create(config.with_extension("log"))?;
+    let run = Run(Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", lab.edge_ns))
+        .arg(ctl_binary())
+        .arg("--pin-dir")
+        .arg(&lab.pin_dir)
+        .args(["run", "--poll-ms", "10", "--config"])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stderr(log)
+        .spawn()?);
+    let start = Instant::now();
+    let before = loop {
+        if let Some(a) = answer(&lab) {
+            break a;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            bail!("run did not answer within 120 s");
+        }
+        sleep(Duration::from_millis(200));
+    };
+    let first = start.elapsed().as_secs_f64();
+    // fra was closest by RTT; make it the slowest.
+    std::fs::write(config.with_file_name("rtt.csv"), rtt_file(400.0))?;
+    let changed = Instant::now();
+    let after = loop {
+        match answer(&lab) {
+            Some(a) if a != before => break a,
+            _ => {}
+        }
+        if changed.elapsed() > Duration::from_secs(120) {
+            bail!("the answer did not change within 120 s");
+        }
+        sleep(Duration::from_millis(5));
+    };
+    let latency = changed.elapsed().as_secs_f64();
+    drop(run);
+    let log = std::fs::read_to_string(config.with_extension("log")).unwrap_or_default();
+    Ok(vec![
+        Row("start to first answer", format!("{first:.1} s (read, compute, apply)")),
+        Row("one RTT changed -> answer changed", format!("{:.0} ms ({before} -> {after}; aim <= 50 ms)", latency * 1000.0)),
+        Row("run's log", log.lines().last().unwrap_or("").to_string()),
+    ])
+}
+
+fn main() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("director-bench-controller-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = write_config(&dir)?;
+    let r = compile_and_apply(&config).and_then(|rows| {
+        print_table("controller: full-scale compile (5 sites, 3 services; RouteViews, GeoLite2 City)", &rows);
+        change_latency(&config)
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    print_table("controller: a change reaching the kernel (director-ctl run, dig on a veth)", &r?);
+    Ok(())
+}
