@@ -59,6 +59,12 @@ pub struct Compressor {
 }
 
 impl Compressor {
+    /// Starts below `p`: what covers the prefixes pushed next. Not an entry itself.
+    pub fn seed(&mut self, p: IpNet, mut d: Decision) {
+        d.prefix_len = p.prefix_len();
+        self.stack.push((p, d));
+    }
+
     pub fn push(&mut self, p: IpNet, mut d: Decision) {
         while self.stack.last().is_some_and(|(a, _)| !a.contains(&p)) {
             self.stack.pop();
@@ -107,6 +113,13 @@ impl Diff {
     pub fn is_empty(&self) -> bool {
         self.put.is_empty() && self.delete.is_empty()
     }
+}
+
+/// Where the entries under `root` sit in a table (they are contiguous in its order).
+pub fn subtree_range(entries: &[(IpNet, Decision)], root: &IpNet) -> std::ops::Range<usize> {
+    let start = entries.partition_point(|(p, _)| order(p) < order(root));
+    let end = start + entries[start..].iter().take_while(|(p, _)| root.contains(p)).count();
+    start..end
 }
 
 pub fn diff(old: &[(IpNet, Decision)], new: &[(IpNet, Decision)]) -> Diff {

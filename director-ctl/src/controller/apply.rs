@@ -14,9 +14,10 @@ use director_common::{
     select::Mode,
 };
 
-use super::compute::{compute, Computed};
+use super::compute::{compute, plans, subtree, Computed};
 use super::data::Data;
-use crate::compile::{diff, Table};
+use crate::compile::{diff, subtree_range, Table};
+use ipnet::IpNet;
 use crate::config::Config;
 use crate::kernel::Maps;
 
@@ -102,13 +103,13 @@ fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
 }
 
 /// Computes, applies, then keeps the kernel equal to the inputs: on a changed file or
-/// SIGHUP it recomputes and rewrites only the decisions that changed. A bad config or
-/// input is logged and the kernel keeps the last good decisions. Stops on SIGINT/SIGTERM.
+/// SIGHUP it recomputes and rewrites only the decisions that changed. When only RTT files
+/// changed, only the prefixes under the changed measurements are recomputed. A bad config
+/// or input is logged and the kernel keeps the last good decisions. Stops on SIGINT/SIGTERM.
 pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
-    let mut cfg = Config::load(path)?;
+    let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
-    let mut computed = compute(&cfg, &data)?;
-    drop(data);
+    let computed = compute(&cfg, &data)?;
     let mut m = Maps::open(pin_dir)?;
     let t = Instant::now();
     let n = apply_full(&mut m, &cfg, &computed)?;
@@ -120,49 +121,99 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
         t.elapsed().as_secs_f64()
     );
     install_signals();
-    let mut files = watched(path, &cfg);
-    let mut seen = stamps(&files);
+    let mut state = State { files: watched(path, &cfg), cfg, data, computed };
+    let mut seen = stamps(&state.files);
     while !STOP.load(Ordering::Relaxed) {
-        let now = stamps(&files);
+        let now = stamps(&state.files);
         let hupped = HUP.swap(false, Ordering::Relaxed);
         if now == seen && !hupped {
             std::thread::sleep(poll);
             continue;
         }
-        seen = now;
-        match recompute(path, &cfg, &computed, &mut m) {
-            Ok((new_cfg, new)) => {
-                cfg = new_cfg;
-                computed = new;
-                files = watched(path, &cfg);
-                seen = stamps(&files);
-            }
+        let changed: Vec<&PathBuf> = state.files.iter().zip(now.iter().zip(&seen)).filter(|(_, (a, b))| a != b).map(|(f, _)| f).collect();
+        let only_rtt = !hupped && !changed.is_empty() && changed.iter().all(|f| state.cfg.rtt.files.contains(f));
+        let t = Instant::now();
+        let r = if only_rtt { state.rtt_changed(&mut m) } else { Err(anyhow::anyhow!("full")) };
+        let r = match r {
+            Ok(()) => Ok(()),
+            Err(_) => recompute(path, &mut state, &mut m),
+        };
+        match r {
+            Ok(()) => eprintln!("director-ctl run: up to date again in {:.0} ms", t.elapsed().as_secs_f64() * 1e3),
             Err(e) => eprintln!("director-ctl run: keeping the last good decisions: {e:#}"),
         }
+        seen = stamps(&state.files);
     }
     Ok(())
 }
 
+/// What `run` keeps between changes.
+struct State {
+    cfg: Config,
+    data: Data,
+    computed: Computed,
+    files: Vec<PathBuf>,
+}
+
+/// Subtrees larger than this are recomputed in full instead (a sweep is faster then).
+const SUBTREE_LIMIT: usize = 20_000;
+
+impl State {
+    /// Only RTT files changed: recompute the prefixes under the changed measurements.
+    /// An error means "do a full recompute" (a new prefix, a large subtree, a bad file).
+    fn rtt_changed(&mut self, m: &mut Maps) -> Result<()> {
+        let changed = self.data.reload_rtt(&self.cfg)?;
+        let plans = plans(&self.cfg)?;
+        // Only the outermost changed prefixes: their subtrees hold the rest.
+        let mut roots: Vec<IpNet> = Vec::new();
+        for p in changed {
+            if !roots.last().is_some_and(|r| r.contains(&p)) {
+                roots.push(p);
+            }
+        }
+        let mut updates = Vec::new();
+        for root in &roots {
+            let fresh = subtree(&plans, &self.data, &self.computed.all, root, SUBTREE_LIMIT)
+                .context("a changed RTT prefix needs a full recompute")?;
+            updates.push((*root, fresh));
+        }
+        for (root, fresh) in updates {
+            for ((id, name, table), new) in self.computed.tables.iter_mut().zip(fresh) {
+                let range = subtree_range(&table.entries, &root);
+                let d = diff(&table.entries[range.clone()], &new);
+                if !d.is_empty() {
+                    m.update_decisions(*id, &d)?;
+                    eprintln!("director-ctl run: {name}: {root}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len());
+                }
+                table.entries.splice(range, new);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Loads everything again and writes what changed.
-fn recompute(path: &Path, old_cfg: &Config, old: &Computed, m: &mut Maps) -> Result<(Config, Computed)> {
+fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
     let new = compute(&cfg, &data)?;
-    let same_objects = format!("{:?}{:?}", cfg.servers, cfg.services) == format!("{:?}{:?}", old_cfg.servers, old_cfg.services);
+    let same_objects = format!("{:?}{:?}", cfg.servers, cfg.services) == format!("{:?}{:?}", state.cfg.servers, state.cfg.services);
     if !same_objects {
         let n = apply_full(m, &cfg, &new)?;
         eprintln!("director-ctl run: servers or services changed: all {n} entries replaced");
-        return Ok((cfg, new));
-    }
-    let before: HashMap<u32, &Table> = old.tables.iter().map(|(id, _, t)| (*id, t)).collect();
-    for (id, name, t) in &new.tables {
-        let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
-        if !d.is_empty() {
-            m.update_decisions(*id, &d)?;
-            eprintln!("director-ctl run: {name}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len());
+    } else {
+        let before: HashMap<u32, &Table> = state.computed.tables.iter().map(|(id, _, t)| (*id, t)).collect();
+        for (id, name, t) in &new.tables {
+            let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
+            if !d.is_empty() {
+                m.update_decisions(*id, &d)?;
+                eprintln!("director-ctl run: {name}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len());
+            }
         }
     }
-    Ok((cfg, new))
+    state.files = watched(path, &cfg);
+    *state = State { files: std::mem::take(&mut state.files), cfg, data, computed: new };
+    Ok(())
 }
 
 static HUP: AtomicBool = AtomicBool::new(false);

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use super::data::{Data, SiteData};
-use super::sweep::Sweep;
+use super::sweep::{self, Sweep};
 use crate::compile::{sort_key, Compressor, Table};
 use crate::config::{self, Config};
 use crate::engine::{self, Candidate, Metric, Metrics, Policy, Ranking};
@@ -60,6 +60,8 @@ pub struct Computed {
     pub tables: Vec<(u32, String, Table)>,
     /// Client prefixes considered.
     pub prefixes: usize,
+    /// Those prefixes, in sweep order (kept for incremental recomputation).
+    pub all: Vec<IpNet>,
     pub seconds: f64,
 }
 
@@ -148,7 +150,57 @@ pub fn compute(cfg: &Config, data: &Data) -> Result<Computed> {
         }
     }
     let tables = plans.iter().zip(out).map(|(p, c)| (p.id, p.name.clone(), c.finish())).collect();
-    Ok(Computed { tables, prefixes: prefixes.len(), seconds: start.elapsed().as_secs_f64() })
+    Ok(Computed { tables, prefixes: prefixes.len(), all: prefixes, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// Decisions for the prefixes under `root` only, after an input changed there. Each
+/// source is matched by direct longest-prefix lookup, so this is for small subtrees.
+/// Returns the new entries of `root`'s subtree for each service, compressed against what
+/// covers `root`, or None when `root` is not a prefix the full computation knew.
+pub fn subtree(
+    plans: &[ServicePlan],
+    data: &Data,
+    all: &[IpNet],
+    root: &IpNet,
+    limit: usize,
+) -> Option<Vec<Vec<(IpNet, Decision)>>> {
+    let start = all.binary_search_by_key(&sort_key(root), sort_key).ok()?;
+    let end = start + all[start..].iter().take_while(|p| root.contains(*p)).count();
+    if end - start > limit {
+        return None;
+    }
+    let mut views = vec![SiteView::default(); data.sites.len()];
+    let mut cands = Vec::with_capacity(8);
+    let mut ranking = Ranking::new();
+    let mut decide_at = |p: &IpNet, plan: &ServicePlan| -> Decision {
+        let loc = sweep::lookup(&data.locations, p);
+        for (i, site) in data.sites.iter().enumerate() {
+            views[i] = SiteView {
+                route: sweep::lookup(&site.routes, p),
+                rtt: sweep::lookup(&site.rtt, p).copied(),
+                geo: loc.and_then(|l| data.geo_km(site, l)),
+            };
+        }
+        candidates(plan, data, &views, &mut cands);
+        engine::decide(&plan.policy, &cands, p.prefix_len(), &mut ranking)
+    };
+    // What covers the subtree: the nearest prefix above `root` that the computation knew.
+    let parent = (0..root.prefix_len()).rev().find_map(|len| {
+        let q = IpNet::new(root.addr(), len).ok()?.trunc();
+        all.binary_search_by_key(&sort_key(&q), sort_key).ok().map(|_| q)
+    });
+    let mut out = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let mut c = Compressor::default();
+        if let Some(q) = parent {
+            c.seed(q, decide_at(&q, plan));
+        }
+        for p in &all[start..end] {
+            c.push(*p, decide_at(p, plan));
+        }
+        out.push(c.finish().entries);
+    }
+    Some(out)
 }
 
 /// The most specific prefix of a sorted source that holds `addr` (for explain).

@@ -110,25 +110,51 @@ impl Data {
         }
         let locations = sorted(locations);
 
-        let site_index: HashMap<&str, usize> = cfg.sites.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
-        let mut rtt: Vec<Vec<(IpNet, f64)>> = vec![Vec::new(); sites.len()];
-        for f in &cfg.rtt.files {
-            for (net, site, ms) in inputs::csv::load_rtt(f)? {
-                let Some(&i) = site_index.get(site.as_str()) else {
-                    bail!("{}: {net}: unknown site {site:?}", f.display());
-                };
-                rtt[i].push((net, ms));
-                summary.rtt_measurements += 1;
-            }
-        }
+        let rtt = load_rtt(cfg)?;
+        summary.rtt_measurements = rtt.iter().map(Vec::len).sum();
         for (s, r) in sites.iter_mut().zip(rtt) {
-            s.rtt = sorted(r);
+            s.rtt = r;
         }
         let graph_points = graph
             .map(|g| g.nodes().iter().filter_map(|n| n.point.map(|p| (n.name.clone(), p))).collect())
             .unwrap_or_default();
         summary.load_time = start.elapsed();
         Ok(Data { sites, locations, graph_points, summary })
+    }
+}
+
+/// Every RTT file, per site (config order), sorted.
+fn load_rtt(cfg: &Config) -> Result<Vec<Vec<(IpNet, f64)>>> {
+    let site_index: HashMap<&str, usize> = cfg.sites.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+    let mut rtt: Vec<Vec<(IpNet, f64)>> = vec![Vec::new(); cfg.sites.len()];
+    for f in &cfg.rtt.files {
+        for (net, site, ms) in inputs::csv::load_rtt(f)? {
+            let Some(&i) = site_index.get(site.as_str()) else {
+                bail!("{}: {net}: unknown site {site:?}", f.display());
+            };
+            rtt[i].push((net, ms));
+        }
+    }
+    Ok(rtt.into_iter().map(sorted).collect())
+}
+
+impl Data {
+    /// Reads the RTT files again; returns the prefixes whose measurement changed at some
+    /// site (added, removed or different).
+    pub fn reload_rtt(&mut self, cfg: &Config) -> Result<Vec<IpNet>> {
+        let new = load_rtt(cfg)?;
+        let mut changed = Vec::new();
+        for (site, fresh) in self.sites.iter_mut().zip(new) {
+            let old: HashMap<IpNet, u64> = site.rtt.iter().map(|(p, v)| (*p, v.to_bits())).collect();
+            let now: HashMap<IpNet, u64> = fresh.iter().map(|(p, v)| (*p, v.to_bits())).collect();
+            changed.extend(fresh.iter().filter(|(p, v)| old.get(p) != Some(&v.to_bits())).map(|e| e.0));
+            changed.extend(site.rtt.iter().filter(|(p, _)| !now.contains_key(p)).map(|e| e.0));
+            site.rtt = fresh;
+        }
+        self.summary.rtt_measurements = self.sites.iter().map(|s| s.rtt.len()).sum();
+        changed.sort_unstable_by_key(crate::compile::sort_key);
+        changed.dedup();
+        Ok(changed)
     }
 }
 

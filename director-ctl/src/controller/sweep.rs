@@ -39,6 +39,15 @@ impl<'a, V> Sweep<'a, V> {
     }
 }
 
+/// The value of the most specific prefix of a sorted source covering `p`, by binary search
+/// at each shorter length: for a few prefixes (a sweep is linear for all of them).
+pub fn lookup<'a, V>(source: &'a [(IpNet, V)], p: &IpNet) -> Option<&'a V> {
+    (0..=p.prefix_len()).rev().find_map(|len| {
+        let q = IpNet::new(p.addr(), len).ok()?.trunc();
+        source.binary_search_by_key(&sort_key(&q), |e| sort_key(&e.0)).ok().map(|i| &source[i].1)
+    })
+}
+
 /// Sorts a source the way [`Sweep`] needs, keeping the last value given for a prefix.
 pub fn sorted<V>(mut v: Vec<(IpNet, V)>) -> Vec<(IpNet, V)> {
     // Stable, so among duplicates the later one stays last; keep it.
@@ -66,5 +75,7 @@ mod tests {
         let probes = ["0.0.0.0/0", "9.0.0.0/8", "10.0.0.0/8", "10.0.0.0/24", "10.1.0.0/16", "10.1.2.0/24", "10.2.0.0/16", "11.0.0.0/8", "::/0"];
         let got: Vec<Option<i32>> = probes.iter().map(|p| s.at(&net(p)).copied()).collect();
         assert_eq!(got, [Some(0), Some(0), Some(1), Some(1), Some(3), Some(3), Some(1), Some(0), None]);
+        let direct: Vec<Option<i32>> = probes.iter().map(|p| lookup(&src, &net(p)).copied()).collect();
+        assert_eq!(direct, got);
     }
 }
