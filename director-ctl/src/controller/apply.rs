@@ -14,7 +14,7 @@ use director_common::{
     select::Mode,
 };
 
-use super::compute::{compute, plans, subtree, Computed};
+use super::compute::{compute, plans, subtree, Computed, Ids};
 use super::data::Data;
 use crate::compile::{diff, subtree_range, Table};
 use ipnet::IpNet;
@@ -29,11 +29,47 @@ fn mode(s: Option<&str>) -> Mode {
     }
 }
 
-/// Servers, services and names as the config says (ids are positions in the config).
+/// Ids for the config's servers and services: the kernel's id for a name it already has,
+/// else one no object in the kernel uses now (not even one about to be removed).
+pub fn assign_ids(m: &Maps, cfg: &Config) -> Result<Ids> {
+    let known: HashMap<String, u16> = crate::control::servers(m)?.into_iter().map(|s| (s.name, s.id)).collect();
+    let mut used: std::collections::HashSet<u32> = known.values().map(|&i| i as u32).collect();
+    let mut servers = Vec::with_capacity(cfg.servers.len());
+    for s in &cfg.servers {
+        servers.push(match known.get(&s.name) {
+            Some(&id) => id,
+            None => fresh(&mut used, MAX_SERVERS)? as u16,
+        });
+    }
+    let known: HashMap<Vec<u8>, u32> = crate::control::services(m)?
+        .into_iter()
+        .filter_map(|s| name::encode(&s.name).ok().map(|w| (w, s.id)))
+        .collect();
+    let mut used: std::collections::HashSet<u32> = known.values().copied().collect();
+    let mut services = Vec::with_capacity(cfg.services.len());
+    for s in &cfg.services {
+        let wire = name::encode(&s.name).map_err(|e| anyhow::anyhow!("{}: {e}", s.name))?;
+        services.push(match known.get(&wire) {
+            Some(&id) => id,
+            None => fresh(&mut used, MAX_SERVICES)?,
+        });
+    }
+    Ok(Ids { servers, services })
+}
+
+/// The lowest id from 1 not in `used`, taken.
+fn fresh(used: &mut std::collections::HashSet<u32>, max: u32) -> Result<u32> {
+    let id = (1..max).find(|i| !used.contains(i)).with_context(|| format!("no free id left (at most {})", max - 1))?;
+    used.insert(id);
+    Ok(id)
+}
+
+/// Writes the config's servers, services and names at their ids. Nothing is removed here:
+/// the decisions in use may still point at servers the config dropped (see `remove_stale`).
 /// A server the operator set down with `server set --down` stays down.
-pub fn write_objects(m: &mut Maps, cfg: &Config) -> Result<()> {
+fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
     let down: Vec<String> = crate::control::servers(m)?.into_iter().filter(|s| !s.up).map(|s| s.name).collect();
-    for (i, s) in cfg.servers.iter().enumerate() {
+    for (s, &id) in cfg.servers.iter().zip(&ids.servers) {
         let mut v = Server { flags: SERVER_EXISTS, _pad: [0; 3], ipv4: [0; 4], ipv6: [0; 16], name: [0; SERVER_NAME_LEN] };
         v.name[..s.name.len()].copy_from_slice(s.name.as_bytes());
         if !down.contains(&s.name) {
@@ -47,44 +83,54 @@ pub fn write_objects(m: &mut Maps, cfg: &Config) -> Result<()> {
             v.flags |= SERVER_V6;
             v.ipv6 = a.octets();
         }
-        m.servers.set(i as u32 + 1, v, 0).context("writing the server table")?;
+        m.servers.set(id as u32, v, 0).context("writing the server table")?;
     }
-    let empty = Server { flags: 0, _pad: [0; 3], ipv4: [0; 4], ipv6: [0; 16], name: [0; SERVER_NAME_LEN] };
-    for id in cfg.servers.len() as u32 + 1..MAX_SERVERS {
-        if m.servers.get(&id, 0)?.flags != 0 {
-            m.servers.set(id, empty, 0)?;
-        }
-    }
-    let mut wanted = HashMap::new();
-    for (i, s) in cfg.services.iter().enumerate() {
-        let id = i as u32 + 1;
+    for (s, &id) in cfg.services.iter().zip(&ids.services) {
         let wire = name::encode(&s.name).map_err(|e| anyhow::anyhow!("{}: {e}", s.name))?;
         let svc = Service { ttl: s.ttl, flags: SERVICE_ACTIVE, kind: KIND_DNS, answers: s.answers, select: mode(s.select.as_deref()) as u8 };
+        // The service before its name: the kernel never finds a name without its service.
         m.services.set(id, svc, 0).context("writing the service table")?;
         let mut e = NameEntry { service: id, len: wire.len() as u32, name: [0; NAME_BUF] };
         e.name[..wire.len()].copy_from_slice(&wire);
-        let h = name::hash(&wire);
-        m.names.insert(h, e, 0).context("writing the name table")?;
-        wanted.insert(h, ());
+        m.names.insert(name::hash(&wire), e, 0).context("writing the name table")?;
     }
-    let stale: Vec<u64> = m.names.keys().filter_map(|k| k.ok()).filter(|k| !wanted.contains_key(k)).collect();
+    Ok(())
+}
+
+/// Removes what the config no longer has, once no decision in use refers to it: names
+/// first (queries for them then pass), then services and servers.
+fn remove_stale(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
+    let wanted: std::collections::HashSet<u64> =
+        cfg.services.iter().filter_map(|s| name::encode(&s.name).ok()).map(|w| name::hash(&w)).collect();
+    let stale: Vec<u64> = m.names.keys().filter_map(|k| k.ok()).filter(|k| !wanted.contains(k)).collect();
     for k in stale {
         m.names.remove(&k)?;
     }
-    for id in cfg.services.len() as u32 + 1..MAX_SERVICES {
-        if m.services.get(&id, 0)?.flags != 0 {
+    let services: std::collections::HashSet<u32> = ids.services.iter().copied().collect();
+    for id in 1..MAX_SERVICES {
+        if !services.contains(&id) && m.services.get(&id, 0)?.flags != 0 {
             m.services.set(id, Service::default(), 0)?;
+        }
+    }
+    let servers: std::collections::HashSet<u16> = ids.servers.iter().copied().collect();
+    let empty = Server { flags: 0, _pad: [0; 3], ipv4: [0; 4], ipv6: [0; 16], name: [0; SERVER_NAME_LEN] };
+    for id in 1..MAX_SERVERS {
+        if !servers.contains(&(id as u16)) && m.servers.get(&id, 0)?.flags != 0 {
+            m.servers.set(id, empty, 0)?;
         }
     }
     Ok(())
 }
 
-/// Applies a full computation atomically (see `Maps::replace_decisions`). Returns the
-/// number of entries written.
-pub fn apply_full(m: &mut Maps, cfg: &Config, c: &Computed) -> Result<usize> {
-    write_objects(m, cfg)?;
+/// Applies a full computation: new objects, then the decisions atomically (see
+/// `Maps::replace_decisions`), then the removal of what is gone. Returns the number of
+/// entries written.
+pub fn apply_full(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize> {
+    write_objects(m, cfg, ids)?;
     let tables: Vec<(u32, &[_])> = c.tables.iter().map(|(id, _, t)| (*id, t.entries.as_slice())).collect();
-    m.replace_decisions(&tables)
+    let n = m.replace_decisions(&tables)?;
+    remove_stale(m, cfg, ids)?;
+    Ok(n)
 }
 
 /// Files whose change means a recompute: the config and every input it names.
@@ -109,10 +155,11 @@ fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
 pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
-    let computed = compute(&cfg, &data)?;
     let mut m = Maps::open(pin_dir)?;
+    let ids = assign_ids(&m, &cfg)?;
+    let computed = compute(&cfg, &data, &ids)?;
     let t = Instant::now();
-    let n = apply_full(&mut m, &cfg, &computed)?;
+    let n = apply_full(&mut m, &cfg, &computed, &ids)?;
     eprintln!(
         "director-ctl run: {} prefixes, {n} entries written ({} saved) in {:.1} s compute + {:.1} s apply",
         computed.prefixes,
@@ -121,7 +168,7 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
         t.elapsed().as_secs_f64()
     );
     install_signals();
-    let mut state = State { files: watched(path, &cfg), cfg, data, computed };
+    let mut state = State { files: watched(path, &cfg), cfg, data, computed, ids };
     let mut seen = stamps(&state.files);
     while !STOP.load(Ordering::Relaxed) {
         let now = stamps(&state.files);
@@ -152,6 +199,7 @@ struct State {
     cfg: Config,
     data: Data,
     computed: Computed,
+    ids: Ids,
     files: Vec<PathBuf>,
 }
 
@@ -163,7 +211,7 @@ impl State {
     /// An error means "do a full recompute" (a new prefix, a large subtree, a bad file).
     fn rtt_changed(&mut self, m: &mut Maps) -> Result<()> {
         let changed = self.data.reload_rtt(&self.cfg)?;
-        let plans = plans(&self.cfg)?;
+        let plans = plans(&self.cfg, &self.ids)?;
         // Only the outermost changed prefixes: their subtrees hold the rest.
         let mut roots: Vec<IpNet> = Vec::new();
         for p in changed {
@@ -196,10 +244,11 @@ impl State {
 fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
-    let new = compute(&cfg, &data)?;
+    let ids = assign_ids(m, &cfg)?;
+    let new = compute(&cfg, &data, &ids)?;
     let same_objects = format!("{:?}{:?}", cfg.servers, cfg.services) == format!("{:?}{:?}", state.cfg.servers, state.cfg.services);
     if !same_objects {
-        let n = apply_full(m, &cfg, &new)?;
+        let n = apply_full(m, &cfg, &new, &ids)?;
         eprintln!("director-ctl run: servers or services changed: all {n} entries replaced");
     } else {
         let before: HashMap<u32, &Table> = state.computed.tables.iter().map(|(id, _, t)| (*id, t)).collect();
@@ -211,8 +260,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
             }
         }
     }
-    state.files = watched(path, &cfg);
-    *state = State { files: std::mem::take(&mut state.files), cfg, data, computed: new };
+    *state = State { files: watched(path, &cfg), cfg, data, computed: new, ids };
     Ok(())
 }
 

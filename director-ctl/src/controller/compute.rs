@@ -29,7 +29,26 @@ pub struct ServicePlan {
     pub servers: Vec<(u16, usize, u16, u32, u32)>,
 }
 
-pub fn plans(cfg: &Config) -> Result<Vec<ServicePlan>> {
+/// Kernel ids of the config's servers and services, by position in the config. `run` keeps
+/// the ids already in the kernel for names it knows, so that a reordered config or an added
+/// server never makes an id mean another server while queries are being answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ids {
+    pub servers: Vec<u16>,
+    pub services: Vec<u32>,
+}
+
+impl Ids {
+    /// 1, 2, 3... in config order (for check and explain, which touch no kernel).
+    pub fn positional(cfg: &Config) -> Ids {
+        Ids {
+            servers: (1..=cfg.servers.len() as u16).collect(),
+            services: (1..=cfg.services.len() as u32).collect(),
+        }
+    }
+}
+
+pub fn plans(cfg: &Config, ids: &Ids) -> Result<Vec<ServicePlan>> {
     let site_of: HashMap<&str, usize> = cfg.sites.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
     let server_of: HashMap<&str, (usize, &config::Server)> =
         cfg.servers.iter().enumerate().map(|(i, s)| (s.name.as_str(), (i, s))).collect();
@@ -47,10 +66,10 @@ pub fn plans(cfg: &Config) -> Result<Vec<ServicePlan>> {
                 .iter()
                 .map(|n| {
                     let (idx, srv) = server_of[n.as_str()];
-                    (idx as u16 + 1, site_of[srv.site.as_str()], srv.portion, srv.agent_distance, srv.preference)
+                    (ids.servers[idx], site_of[srv.site.as_str()], srv.portion, srv.agent_distance, srv.preference)
                 })
                 .collect();
-            Ok(ServicePlan { id: i as u32 + 1, name: s.name.clone(), policy, servers })
+            Ok(ServicePlan { id: ids.services[i], name: s.name.clone(), policy, servers })
         })
         .collect()
 }
@@ -123,9 +142,9 @@ fn all_prefixes(data: &Data) -> Vec<IpNet> {
     all
 }
 
-pub fn compute(cfg: &Config, data: &Data) -> Result<Computed> {
+pub fn compute(cfg: &Config, data: &Data, ids: &Ids) -> Result<Computed> {
     let start = Instant::now();
-    let plans = plans(cfg)?;
+    let plans = plans(cfg, ids)?;
     let prefixes = all_prefixes(data);
     let mut routes: Vec<Sweep<Route>> = data.sites.iter().map(|s| Sweep::new(&s.routes)).collect();
     let mut rtts: Vec<Sweep<f64>> = data.sites.iter().map(|s| Sweep::new(&s.rtt)).collect();
@@ -251,7 +270,7 @@ impl std::fmt::Display for Explained {
 /// Every metric of every server of `service` for the client `addr`, the sort's levels, and
 /// why the winners won.
 pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result<Explained> {
-    let plans = plans(cfg)?;
+    let plans = plans(cfg, &Ids::positional(cfg))?;
     let wire = director_common::name::encode(service).map_err(|e| anyhow::anyhow!("bad DNS name {service:?}: {e}"))?;
     let plan = plans
         .iter()

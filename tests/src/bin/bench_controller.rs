@@ -87,7 +87,8 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let cfg = Config::load(config)?;
     let d = controller::data::Data::load(&cfg)?;
     let load = t.elapsed().as_secs_f64();
-    let c = controller::compute::compute(&cfg, &d)?;
+    let ids = controller::compute::Ids::positional(&cfg);
+    let c = controller::compute::compute(&cfg, &d, &ids)?;
     let entries: usize = c.tables.iter().map(|t| t.2.entries.len()).sum();
     let saved: usize = c.tables.iter().map(|t| t.2.saved).sum();
     let peak = peak_rss_mb();
@@ -95,7 +96,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let _ebpf = kernel::program::load(&pin, 0)?;
     let mut m = kernel::Maps::open(&pin)?;
     let t = Instant::now();
-    let written = controller::apply::apply_full(&mut m, &cfg, &c)?;
+    let written = controller::apply::apply_full(&mut m, &cfg, &c, &ids)?;
     let apply = t.elapsed().as_secs_f64();
     drop(m);
     drop(_ebpf);
