@@ -33,8 +33,19 @@
 //! - Missing data (`None`, NaN, infinities): at a level, a server without a value (in a
 //!   composite: missing any of its metrics) ranks after every server that has them all.
 //!   When no server has them, the level cannot tell the servers apart and all go on.
-//! - Values that differ by less than one part in 10¹² count as equal (float sums of the
-//!   same numbers in another order must not split a tie).
+//! - Values are compared after rounding to 40 significant bits (about 12 decimal digits),
+//!   so that the last-bit rounding of a weighted sum does not split servers that are
+//!   equal; "equal" stays an equivalence, and the ranking does not depend on the order of
+//!   the candidates (except for the order within a tier, which is the candidates' order).
+//!
+//! # Cost
+//!
+//! [`rank_into`] reuses the buffers of the [`Ranking`] it is given: after the first calls
+//! it does not allocate. Sets of servers are bit sets; when the first level's values are
+//! fixed per server (anything but med or rtt mixed into a sum), the servers are sorted by
+//! them once and each run of equal values is split into tiers by the later levels, instead
+//! of re-comparing every server for every tier. See the `bench_one_million_ranks` test for
+//! timings.
 
 use std::fmt;
 use std::str::FromStr;
@@ -170,9 +181,11 @@ pub struct Policy {
     weight: [Option<f64>; 8],
     rtt_tolerance_percent: f64,
     med: bool,
-    /// Derived: the levels in ascending priority, and whether one is `random`.
+    /// Derived: the levels in ascending priority, whether one is `random`, whether one
+    /// has `rtt`.
     levels: Vec<Level>,
     random: bool,
+    uses_rtt: bool,
 }
 
 impl Policy {
@@ -294,7 +307,8 @@ impl Policy {
         }
         levels.sort_by_key(|l| l.priority);
         let random = levels.iter().any(|l| l.kind == Kind::Random);
-        Ok(Policy { priority: prio, weight, rtt_tolerance_percent, med, levels, random })
+        let uses_rtt = levels.iter().any(|l| matches!(l.kind, Kind::Sum { rtt: Some(_), .. }));
+        Ok(Policy { priority: prio, weight, rtt_tolerance_percent, med, levels, random, uses_rtt })
     }
 
     pub fn priority(&self, m: Metric) -> Option<u32> {
@@ -335,8 +349,8 @@ pub struct Metrics {
 
 /// The `med` value of a route: its exit AS (the neighbouring AS it was learnt from) and its
 /// MED. A route without MED counts as MED 0, as most BGP implementations do by default
-/// (RFC 4271 leaves it open; Cisco's `bgp bestpath med missing-as-worst` and Juniper's
-/// `path-selection med-plus-igp`-style knobs change it, director does not).
+/// (RFC 4271 leaves it to the implementation; Cisco's `bgp bestpath med missing-as-worst`
+/// is the opposite choice, which director does not offer).
 pub fn med_key(route: &Route) -> (u32, u32) {
     (route.neighbor_as, route.med.unwrap_or(0))
 }
@@ -363,10 +377,23 @@ fn finite_or_missing(v: f64) -> f64 {
     }
 }
 
-/// The largest value that still ties with `min` (`min` finite).
+/// What values are compared by: `v` rounded to 40 significant bits (about 12 decimal
+/// digits, so the last-bit errors of a weighted sum do not split servers that are equal),
+/// as an integer in the same order; missing (NaN, infinite) is `u64::MAX`, after all.
+/// Equality of these is exact, so "equal" is an equivalence and the tiers do not depend
+/// on the order servers are compared in.
 #[inline(always)]
-fn tie_limit(min: f64) -> f64 {
-    min + min.abs().max(1.0) * 1e-12
+fn quantize(v: f64) -> u64 {
+    if !v.is_finite() {
+        return u64::MAX;
+    }
+    // Round the magnitude to a multiple of 2^12 units in the last place (a carry into the
+    // exponent is the next binade, or infinity); `+ 0.0` turns -0 into +0.
+    let r = f64::from_bits((v.to_bits() + (1 << 11)) & !((1 << 12) - 1)) + 0.0;
+    if !r.is_finite() {
+        return u64::MAX;
+    }
+    total_order(r)
 }
 
 /// The rtt tie of a set: the lowest rtt among its complete servers and the highest rtt
@@ -377,68 +404,165 @@ struct RttCut {
     limit: f64,
 }
 
-/// Working memory reused across calls.
+/// Working memory reused across calls. Sets of candidates are bit sets (bit `i % 64` of
+/// word `i / 64` is candidate `i`): narrowing a set and taking a tier out of what is left
+/// are a few word operations, and iterating one goes in candidate order.
 #[derive(Clone, Debug, Default)]
 struct Scratch {
-    /// Per level and candidate (`level * n + i`): the sum of the level's non-rtt terms,
-    /// `MISSING` when one is missing.
+    /// Per level and candidate (`level * n + i`): the sum of a sum level's non-rtt terms,
+    /// `MISSING` when one is missing (rows of other levels: unused).
     base: Vec<f64>,
-    /// Per candidate: rtt, `MISSING` when missing.
+    /// Per candidate: rtt, `MISSING` when missing (when the policy uses rtt).
     rtt: Vec<f64>,
-    /// Candidates not ranked yet, ascending.
-    left: Vec<usize>,
+    /// Per candidate: (exit AS, MED), valid for the members of `has_med` (when med is on).
+    med: Vec<(u32, u32)>,
+    has_med: Vec<u64>,
+    /// The members of `set` with a route, at a med level.
+    routed: Vec<u64>,
+    /// Candidates not ranked yet.
+    left: Vec<u64>,
     /// The set being narrowed down.
-    set: Vec<usize>,
-    /// What each of `set` is compared by at the current level.
-    keys: Vec<f64>,
-    taken: Vec<bool>,
+    set: Vec<u64>,
+    /// Candidates ranked so far (when the first level is rtt alone).
+    taken: Vec<u64>,
+    /// Candidates by the first level's key, when it is fixed per candidate: see `sort_by`.
+    sorted: Vec<u128>,
+}
+
+/// Calls `f` with each member of `set`, in ascending order.
+#[inline(always)]
+fn each(set: &[u64], mut f: impl FnMut(usize)) {
+    for (w, &word) in set.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            f(w * 64 + bits.trailing_zeros() as usize);
+            bits &= bits - 1;
+        }
+    }
+}
+
+/// Removes from `set` the members for which `keep` is false.
+#[inline(always)]
+fn retain(set: &mut [u64], mut keep: impl FnMut(usize) -> bool) {
+    for (w, word) in set.iter_mut().enumerate() {
+        let mut bits = *word;
+        while bits != 0 {
+            let b = bits.trailing_zeros();
+            if !keep(w * 64 + b as usize) {
+                *word &= !(1u64 << b);
+            }
+            bits &= bits - 1;
+        }
+    }
+}
+
+/// Whether `set` has at most one member.
+#[inline(always)]
+fn at_most_one(set: &[u64]) -> bool {
+    match set {
+        [w] => w & w.wrapping_sub(1) == 0,
+        _ => set.iter().map(|w| w.count_ones()).sum::<u32>() <= 1,
+    }
+}
+
+/// `dst = src` (a plain store for one word; `copy_from_slice` is a call to memcpy); an
+/// empty `src` clears `dst`.
+#[inline(always)]
+fn copy_bits(dst: &mut [u64], src: &[u64]) {
+    match (dst, src) {
+        ([d], [s]) => *d = *s,
+        ([d], []) => *d = 0,
+        (d, []) => d.fill(0),
+        (d, s) => d.copy_from_slice(s),
+    }
+}
+
+/// The bit set of `members` among `n` candidates.
+fn bits_of(n: usize, members: impl IntoIterator<Item = usize>) -> Vec<u64> {
+    let mut set = vec![0u64; n.div_ceil(64)];
+    for i in members {
+        set[i / 64] |= 1 << (i % 64);
+    }
+    set
+}
+
+#[inline(always)]
+fn contains(set: &[u64], i: usize) -> bool {
+    set[i / 64] & (1 << (i % 64)) != 0
+}
+
+#[inline(always)]
+fn insert(set: &mut [u64], i: usize) {
+    set[i / 64] |= 1 << (i % 64);
+}
+
+#[inline(always)]
+fn is_empty(set: &[u64]) -> bool {
+    set.iter().all(|&w| w == 0)
 }
 
 impl Scratch {
     fn prepare(&mut self, policy: &Policy, cands: &[Candidate]) {
-        /// Adds weight × the metric `get` reads to each candidate's sum (one loop per
-        /// metric, so the match on the metric is not in the loop).
+        /// Puts weight × the metric `get` reads into (`first`) or adds it to each
+        /// candidate's sum, one loop per metric so that the match on the metric stays out
+        /// of the loop. After the `last` term, NaN or infinite inputs, and sums that
+        /// overflow (inf - inf = NaN included), become missing.
         #[inline(always)]
-        fn add(base: &mut [f64], cands: &[Candidate], w: f64, get: impl Fn(&Metrics) -> Option<f64>) {
-            for (b, c) in base.iter_mut().zip(cands) {
-                *b = match get(&c.metrics) {
-                    Some(v) => *b + w * v,
+        fn term(row: &mut [f64], cands: &[Candidate], w: f64, first: bool, last: bool, get: impl Fn(&Metrics) -> Option<f64>) {
+            for (b, c) in row.iter_mut().zip(cands) {
+                let v = match get(&c.metrics) {
+                    Some(v) => (if first { 0.0 } else { *b }) + w * v,
                     None => MISSING,
                 };
+                *b = if last { finite_or_missing(v) } else { v };
             }
         }
         let n = cands.len();
-        self.base.clear();
-        self.rtt.clear();
         if n == 0 {
             return;
         }
-        self.base.resize(policy.levels.len() * n, 0.0);
-        for (level, base) in policy.levels.iter().zip(self.base.chunks_exact_mut(n)) {
+        // Rows of levels that are no sums are never read: not cleared.
+        if self.base.len() < policy.levels.len() * n {
+            self.base.resize(policy.levels.len() * n, 0.0);
+        }
+        for (level, row) in policy.levels.iter().zip(self.base.chunks_exact_mut(n)) {
             let Kind::Sum { terms, .. } = &level.kind else { continue };
-            for &(m, w) in terms {
+            if terms.is_empty() {
+                row.fill(0.0);
+            }
+            for (k, &(m, w)) in terms.iter().enumerate() {
+                let (first, last) = (k == 0, k + 1 == terms.len());
                 match m {
-                    Metric::Ext => add(base, cands, w, |x| x.ext.map(f64::from)),
-                    Metric::Int => add(base, cands, w, |x| x.int.map(f64::from)),
-                    Metric::Ser => add(base, cands, w, |x| x.ser.map(f64::from)),
-                    Metric::Geo => add(base, cands, w, |x| x.geo),
-                    Metric::Admin => add(base, cands, w, |x| x.admin.map(f64::from)),
+                    Metric::Ext => term(row, cands, w, first, last, |x| x.ext.map(f64::from)),
+                    Metric::Int => term(row, cands, w, first, last, |x| x.int.map(f64::from)),
+                    Metric::Ser => term(row, cands, w, first, last, |x| x.ser.map(f64::from)),
+                    Metric::Geo => term(row, cands, w, first, last, |x| x.geo),
+                    Metric::Admin => term(row, cands, w, first, last, |x| x.admin.map(f64::from)),
                     Metric::Rtt | Metric::Med | Metric::Random => {
                         unreachable!("rtt, med and random are no sum terms")
                     }
                 }
             }
-            // NaN or infinite inputs, and sums that overflow (inf - inf = NaN included),
-            // count as missing.
-            for b in base.iter_mut() {
-                *b = finite_or_missing(*b);
+        }
+        if policy.uses_rtt {
+            self.rtt.clear();
+            self.rtt.extend(cands.iter().map(|c| c.metrics.rtt.map_or(MISSING, finite_or_missing)));
+        }
+        if policy.med {
+            self.med.clear();
+            self.med.extend(cands.iter().map(|c| c.metrics.med.unwrap_or_default()));
+            self.has_med.clear();
+            self.has_med.resize(n.div_ceil(64), 0);
+            for (i, c) in cands.iter().enumerate() {
+                if c.metrics.med.is_some() {
+                    self.has_med[i / 64] |= 1 << (i % 64);
+                }
             }
         }
-        self.rtt.extend(cands.iter().map(|c| c.metrics.rtt.map_or(MISSING, finite_or_missing)));
     }
 
     /// The rtt cut over `set` for a level whose non-rtt sums are `base`.
-    fn rtt_cut(&self, base: &[f64], set: &[usize], tolerance: f64) -> Option<RttCut> {
+    fn rtt_cut(&self, base: &[f64], set: &[u64], tolerance: f64) -> Option<RttCut> {
         rtt_cut(&self.rtt, base, set, tolerance)
     }
 
@@ -451,11 +575,33 @@ impl Scratch {
         }
     }
 
+    /// The candidate `k`-th in `sorted`.
+    #[inline(always)]
+    fn at(&self, k: usize) -> usize {
+        self.sorted[k] as u64 as usize
+    }
+
+    /// One tier: the servers of `left` narrowed level by level from level `from` on,
+    /// appended to `order` and taken out of `left`.
+    fn tier(&mut self, policy: &Policy, cands: &[Candidate], from: usize, order: &mut Vec<usize>, ends: &mut Vec<usize>) {
+        copy_bits(&mut self.set, &self.left);
+        for l in from..policy.levels.len() {
+            if at_most_one(&self.set) || !self.apply(policy, cands, l) {
+                break;
+            }
+        }
+        each(&self.set, |i| order.push(i));
+        ends.push(order.len());
+        for (l, t) in self.left.iter_mut().zip(&self.set) {
+            *l &= !t;
+        }
+    }
+
     /// Narrows `self.set` to the best at `level` (index `l`). Returns false for `random`:
     /// the sort stops there.
     fn apply(&mut self, policy: &Policy, cands: &[Candidate], l: usize) -> bool {
         let n = cands.len();
-        let Scratch { base, rtt, set, keys, .. } = self;
+        let Scratch { base, rtt, set, med, has_med, routed, .. } = self;
         match &policy.levels[l].kind {
             Kind::Random => return false,
             Kind::Sum { rtt: None, .. } => {
@@ -468,23 +614,23 @@ impl Scratch {
                 keep_lowest(set, |i| sum_key(base[i], rtt[i], *w, cut));
             }
             Kind::Med => {
-                // 0 = kept, 1 = beaten by a lower MED of the same exit AS, MISSING = no route.
-                // Computed for the whole set before it is narrowed.
-                keys.clear();
-                keys.extend(set.iter().map(|&i| match cands[i].metrics.med {
-                    None => MISSING,
-                    Some((exit, med)) => {
-                        let beaten = set.iter().any(|&j| {
-                            matches!(cands[j].metrics.med, Some((e, m)) if e == exit && m < med)
-                        });
-                        f64::from(u8::from(beaten))
-                    }
-                }));
-                let min = keys.iter().fold(MISSING, |a, &b| a.min(b));
-                if min != MISSING {
-                    // `retain` visits each server once, in order.
-                    let mut at = keys.iter();
-                    set.retain(|_| at.next().is_some_and(|&k| k <= min));
+                // Only servers with a route take part; if none has one, all go on.
+                routed.resize(set.len(), 0);
+                let mut any = 0;
+                for ((r, s), h) in routed.iter_mut().zip(set.iter()).zip(has_med.iter()) {
+                    *r = s & h;
+                    any |= *r;
+                }
+                if any != 0 {
+                    // Kept: the routed servers that no routed server of the same exit AS
+                    // beats with a lower MED.
+                    copy_bits(set, routed);
+                    retain(set, |i| {
+                        let (exit, m) = med[i];
+                        let mut beaten = false;
+                        each(routed, |j| beaten |= med[j].1 < m);
+                        !beaten
+                    });
                 }
             }
         }
@@ -492,32 +638,28 @@ impl Scratch {
     }
 }
 
-/// Keeps in `set` the servers whose `key` is lowest (within one part in 10¹²), or all when
-/// every key is `MISSING`.
+/// Keeps in `set` the servers whose `key` is lowest (after [`quantize`]), or all when no
+/// server has one.
 #[inline(always)]
-fn keep_lowest(set: &mut Vec<usize>, key: impl Fn(usize) -> f64) {
-    let mut min = MISSING;
-    for &i in set.iter() {
-        min = min.min(key(i));
+fn keep_lowest(set: &mut [u64], key: impl Fn(usize) -> f64) {
+    let mut min = u64::MAX;
+    each(set, |i| min = min.min(quantize(key(i))));
+    if min != u64::MAX {
+        retain(set, |i| quantize(key(i)) == min);
     }
-    if min == MISSING {
-        return;
-    }
-    let limit = tie_limit(min);
-    set.retain(|&i| key(i) <= limit);
 }
 
 /// The lowest rtt among the servers of `set` complete at a level (non-rtt sum `base` not
 /// missing) and the highest rtt that ties with it; `None` when no server is complete.
 #[inline(always)]
-fn rtt_cut(rtt: &[f64], base: &[f64], set: &[usize], tolerance: f64) -> Option<RttCut> {
+fn rtt_cut(rtt: &[f64], base: &[f64], set: &[u64], tolerance: f64) -> Option<RttCut> {
     let mut lowest = MISSING;
-    for &i in set {
+    each(set, |i| {
         if base[i] != MISSING && rtt[i] < lowest {
             lowest = rtt[i];
         }
-    }
-    (lowest != MISSING).then(|| RttCut { lowest, limit: lowest + lowest.abs() * tolerance / 100.0 })
+    });
+    (lowest != MISSING).then(|| RttCut { lowest, limit: lowest + lowest.abs() * (tolerance / 100.0) })
 }
 
 /// A sum level's key: the non-rtt sum plus weight × rtt, an rtt within the cut counting as
@@ -603,7 +745,7 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
     let n = cands.len();
     out.order.clear();
     out.ends.clear();
-    out.random = policy.random();
+    out.random = policy.random;
     if n == 0 {
         return;
     }
@@ -612,62 +754,109 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
         out.ends.push(n);
         return;
     }
-    let s = &mut out.scratch;
+    let Ranking { order, ends, scratch: s, .. } = out;
     s.prepare(policy, cands);
-    s.left.clear();
-    s.left.extend(0..n);
-    s.taken.clear();
-    s.taken.resize(n, false);
-    // When the first level's key is fixed per candidate (a sum without rtt, or rtt alone,
-    // whose keys grow with rtt), the servers the first level keeps from what is left are
-    // always a prefix of `left` sorted by that key: sort once instead of scanning all of
-    // `left` for every tier.
-    let first = match &policy.levels[0].kind {
-        Kind::Sum { rtt: None, .. } => Some(None),
-        Kind::Sum { terms, rtt: Some(w) } if terms.is_empty() => Some(Some(*w)),
-        _ => None,
-    };
-    if let Some(rtt_w) = first {
-        let key = if rtt_w.is_some() { &s.rtt[..] } else { &s.base[..n] };
-        s.left.sort_unstable_by(|&a, &b| key[a].total_cmp(&key[b]).then(a.cmp(&b)));
+    let words = n.div_ceil(64);
+    for v in [&mut s.set, &mut s.left, &mut s.taken] {
+        v.clear();
+        v.resize(words, 0);
     }
-    while !s.left.is_empty() {
-        s.set.clear();
-        let mut from = 0;
-        match first {
-            _ if s.left.len() == 1 => s.set.push(s.left[0]),
-            Some(None) => {
-                let base = &s.base[..n];
-                let lowest = base[s.left[0]];
-                let limit = if lowest == MISSING { MISSING } else { tie_limit(lowest) };
-                s.set.extend(s.left.iter().take_while(|&&i| base[i] <= limit));
-                from = 1;
-            }
-            Some(Some(w)) => {
-                let cut = rtt_cut(&s.rtt, &s.base[..n], &s.left[..1], policy.rtt_tolerance_percent);
-                let lowest = sum_key(0.0, s.rtt[s.left[0]], w, cut);
-                let limit = if lowest == MISSING { MISSING } else { tie_limit(lowest) };
-                let rtt = &s.rtt;
-                s.set.extend(s.left.iter().take_while(|&&i| sum_key(0.0, rtt[i], w, cut) <= limit));
-                from = 1;
-            }
-            None => s.set.extend_from_slice(&s.left),
-        }
-        for l in from..policy.levels.len() {
-            if s.set.len() <= 1 || !s.apply(policy, cands, l) {
-                break;
+    match &policy.levels[0].kind {
+        // The first level's key is fixed per candidate. Sorted by it, what the first level
+        // keeps of the servers left is always the first run of equal keys among them: each
+        // run is taken apart into tiers by the later levels, run after run.
+        Kind::Sum { rtt: None, .. } => {
+            sort_by(&mut s.sorted, &s.base[..n], quantize);
+            let mut k = 0;
+            while k < n {
+                let run = s.sorted[k] >> 64;
+                while k < n && s.sorted[k] >> 64 == run {
+                    let i = s.at(k);
+                    insert(&mut s.left, i);
+                    k += 1;
+                }
+                while !is_empty(&s.left) {
+                    s.tier(policy, cands, 1, order, ends);
+                }
             }
         }
-        if first.is_some() {
-            s.set.sort_unstable();
+        // rtt alone: sorted by rtt, what the first level keeps of the servers left is those
+        // from the lowest rtt left up to its tolerance, a prefix of those left in that order.
+        Kind::Sum { terms, rtt: Some(w) } if terms.is_empty() => {
+            sort_by(&mut s.sorted, &s.rtt, total_order);
+            let mut head = 0;
+            while head < n {
+                if contains(&s.taken, s.at(head)) {
+                    head += 1;
+                    continue;
+                }
+                let lowest = s.rtt[s.at(head)];
+                let cut = (lowest != MISSING).then(|| RttCut {
+                    lowest,
+                    limit: lowest + lowest.abs() * (policy.rtt_tolerance_percent / 100.0),
+                });
+                let key = |i: usize| quantize(sum_key(0.0, s.rtt[i], *w, cut));
+                // Keys grow with rtt, except that w × rtt overflowing counts as missing: the
+                // lowest is the first key left that is not missing.
+                let mut min = u64::MAX;
+                for k in head..n {
+                    let i = s.at(k);
+                    if !contains(&s.taken, i) && key(i) != u64::MAX {
+                        min = key(i);
+                        break;
+                    }
+                }
+                for k in head..n {
+                    let i = s.at(k);
+                    if contains(&s.taken, i) {
+                        continue;
+                    }
+                    let q = key(i);
+                    if q == min || min == u64::MAX {
+                        insert(&mut s.left, i);
+                    } else if q != u64::MAX {
+                        break;
+                    }
+                }
+                let start = order.len();
+                s.tier(policy, cands, 1, order, ends);
+                for &i in &order[start..] {
+                    insert(&mut s.taken, i);
+                }
+                // The rest of the prefix goes back: the next tier starts from the lowest
+                // rtt left, with its own tolerance.
+                copy_bits(&mut s.left, &[]);
+            }
         }
-        for &i in &s.set {
-            s.taken[i] = true;
+        // med, or rtt in a sum: every tier compares every server left.
+        _ => {
+            for i in 0..n {
+                insert(&mut s.left, i);
+            }
+            while !is_empty(&s.left) {
+                s.tier(policy, cands, 0, order, ends);
+            }
         }
-        out.order.extend_from_slice(&s.set);
-        out.ends.push(out.order.len());
-        let taken = &s.taken;
-        s.left.retain(|&i| !taken[i]);
+    }
+}
+
+/// Fills `sorted` with the candidates in the order of `order(key)` (then of index), each
+/// as that above its index: a plain integer sort.
+#[inline(always)]
+fn sort_by(sorted: &mut Vec<u128>, key: &[f64], order: impl Fn(f64) -> u64) {
+    sorted.clear();
+    sorted.extend(key.iter().enumerate().map(|(i, &k)| (u128::from(order(k)) << 64) | i as u128));
+    sorted.sort_unstable();
+}
+
+/// `v`'s bits as an integer in f64 total order.
+#[inline(always)]
+fn total_order(v: f64) -> u64 {
+    let b = v.to_bits();
+    if b >> 63 == 0 {
+        b | 1 << 63
+    } else {
+        !b
     }
 }
 
@@ -786,8 +975,8 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
     };
     let mut s = Scratch::default();
     s.prepare(policy, cands);
-    let mut left: Vec<usize> = (0..n).collect();
-    while !left.is_empty() {
+    let mut left = bits_of(n, 0..n);
+    while left.iter().any(|&w| w != 0) {
         s.set.clone_from(&left);
         let mut steps = Vec::new();
         let mut stopped = false;
@@ -805,11 +994,12 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
                 steps.push(step);
                 continue;
             }
-            let before = s.set.clone();
+            let mut before = Vec::new();
+            each(&s.set, |i| before.push(i));
             let base = &s.base[l * n..(l + 1) * n];
             let (rtt, is_med) = match &policy.levels[l].kind {
                 Kind::Sum { rtt, .. } => {
-                    (rtt.map(|w| (w, s.rtt_cut(base, &before, policy.rtt_tolerance_percent))), false)
+                    (rtt.map(|w| (w, s.rtt_cut(base, &s.set, policy.rtt_tolerance_percent))), false)
                 }
                 Kind::Med => (None, true),
                 Kind::Random => (None, false),
@@ -840,17 +1030,18 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
                     },
                     med: if is_med { cands[i].metrics.med } else { None },
                     key,
-                    survived: s.set.contains(&i),
+                    survived: contains(&s.set, i),
                 });
             }
             steps.push(step);
         }
-        let chosen = s
-            .set
-            .iter()
-            .map(|&i| Chosen { index: i, server: cands[i].server, portion: cands[i].portion })
-            .collect();
-        left.retain(|i| !s.set.contains(i));
+        let mut chosen = Vec::new();
+        each(&s.set, |i| {
+            chosen.push(Chosen { index: i, server: cands[i].server, portion: cands[i].portion })
+        });
+        for (l, t) in left.iter_mut().zip(&s.set) {
+            *l &= !t;
+        }
         out.tiers.push(TierExplanation { tier: out.tiers.len(), steps, chosen });
     }
     out
@@ -858,7 +1049,9 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
 
 /// A number as an operator reads it: integers without decimals, others to 3 places.
 fn num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
+    if v != 0.0 && !(1e-3..1e15).contains(&v.abs()) {
+        format!("{v:.1e}")
+    } else if v.fract() == 0.0 {
         format!("{v:.0}")
     } else {
         let s = format!("{v:.3}");
@@ -1354,17 +1547,27 @@ mod tests {
                     continue;
                 }
                 let low = complete.iter().filter_map(|&i| val(i, Rtt)).fold(f64::INFINITY, f64::min);
-                let lim = low + low.abs() * p.rtt_tolerance_percent() / 100.0;
+                let lim = low + low.abs() * (p.rtt_tolerance_percent() / 100.0);
+                // The other metrics in order, then rtt (the engine's order of additions).
                 let key = |i: usize| -> f64 {
-                    ms.iter()
-                        .map(|&(m, w)| {
-                            let v = val(i, m).unwrap();
-                            w * if m == Rtt && v <= lim { low } else { v }
-                        })
-                        .sum()
+                    let others: f64 = ms.iter().filter(|(m, _)| *m != Rtt).map(|&(m, w)| w * val(i, m).unwrap()).sum();
+                    let rtt = ms.iter().find(|(m, _)| *m == Rtt).map(|&(_, w)| {
+                        let v = val(i, Rtt).unwrap();
+                        w * if v <= lim { low } else { v }
+                    });
+                    others + rtt.unwrap_or(0.0)
                 };
-                let min = complete.iter().map(|&i| key(i)).fold(f64::INFINITY, f64::min);
-                set = complete.into_iter().filter(|&i| key(i) <= min + min.abs().max(1.0) * 1e-12).collect();
+                // Equal: the same after rounding to 40 significant bits.
+                let round = |v: f64| {
+                    let r = f64::from_bits((v.to_bits() + (1 << 11)) & !((1 << 12) - 1)) + 0.0;
+                    r.is_finite().then_some(r)
+                };
+                let min = complete.iter().filter_map(|&i| round(key(i))).fold(f64::INFINITY, f64::min);
+                if min == f64::INFINITY {
+                    // Every sum overflowed: as if missing.
+                    continue;
+                }
+                set = complete.into_iter().filter(|&i| round(key(i)) == Some(min)).collect();
             }
             left.retain(|i| !set.contains(i));
             out.push(set);
@@ -1387,7 +1590,10 @@ mod tests {
             .prop_map(|(ext, int, ser, rtt, med, geo, admin)| Metrics { ext, int, ser, rtt, med, geo, admin })
     }
     fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
-        prop::collection::vec((0..4u16, metrics()), 0..12).prop_map(|v| {
+        candidates_in(0..12)
+    }
+    fn candidates_in(n: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Candidate>> {
+        prop::collection::vec((0..4u16, metrics()), n).prop_map(|v| {
             v.into_iter().enumerate().map(|(i, (portion, metrics))| Candidate { server: i as u16, portion, metrics }).collect()
         })
     }
@@ -1467,16 +1673,11 @@ mod tests {
                 let n = c.len();
                 let base = &s.base[l * n..(l + 1) * n];
                 let rtt = match &p.levels[l].kind {
-                    Kind::Sum { rtt, .. } => rtt.map(|w| (w, s.rtt_cut(base, set, p.rtt_tolerance_percent()))),
+                    Kind::Sum { rtt, .. } => rtt.map(|w| (w, s.rtt_cut(base, &bits_of(n, set.iter().copied()), p.rtt_tolerance_percent()))),
                     _ => None,
                 };
-                let keys: Vec<f64> = t0.iter().map(|&i| s.key(base, i, rtt)).collect();
-                let lo = keys.iter().copied().fold(f64::INFINITY, f64::min);
-                if lo.is_finite() {
-                    prop_assert!(keys.iter().all(|&k| k <= tie_limit(lo)), "{:?}", keys);
-                } else {
-                    prop_assert!(keys.iter().all(|&k| k == MISSING));
-                }
+                let keys: Vec<u64> = t0.iter().map(|&i| quantize(s.key(base, i, rtt))).collect();
+                prop_assert!(keys.windows(2).all(|w| w[0] == w[1]), "{:?}", keys);
             }
             // Without rtt mixed into a composite, tier 0 is a fixed point: ranked alone it
             // stays one tier. (With it, the lowest rtt that set the tolerance may be gone.)
@@ -1507,16 +1708,79 @@ mod tests {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Over 64 candidates sets take more than one word.
+        #[test]
+        fn many_candidates_rank_like_the_rules(p in policy(), c in candidates_in(60..140)) {
+            let r = rank(&p, &c);
+            prop_assert_eq!(r.to_vecs(), naive(&p, &c).0);
+            let mut rev = c.clone();
+            rev.reverse();
+            let back: Vec<Vec<usize>> = rank(&p, &rev)
+                .tiers()
+                .map(|t| {
+                    let mut v: Vec<usize> = t.iter().map(|&i| c.len() - 1 - i).collect();
+                    v.sort_unstable();
+                    v
+                })
+                .collect();
+            prop_assert_eq!(back, r.to_vecs());
+        }
+    }
+
+    #[test]
+    fn quantize_keeps_order_and_ties_rounding_errors() {
+        assert_eq!(quantize(0.1 * 3.0), quantize(0.3));
+        assert_ne!(0.1 * 3.0, 0.3);
+        assert_eq!(quantize(-0.0), quantize(0.0));
+        assert!(quantize(4e9) < quantize(4e9 + 1.0));
+        assert!(quantize(-2.0) < quantize(-1.0) && quantize(-1.0) < quantize(0.0));
+        assert!(quantize(1e-300) > quantize(0.0) && quantize(1e300) < u64::MAX);
+        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, f64::MAX] {
+            assert_eq!(quantize(v), u64::MAX, "{v}");
+        }
+    }
+
+    #[test]
+    fn rtt_first_with_extreme_values_ranks_like_the_rules() {
+        let p = Policy::new(&[(Rtt, 1), (Admin, 2)], &[(Rtt, 10.0)], 10.0, false).unwrap();
+        let values = [-f64::MAX, -1e300, -5.0, 0.0, -0.0, 1.0, 1.05, 1.2, 1e300, f64::MAX, f64::NAN];
+        let c: Vec<Candidate> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| cand(i as u16, Metrics { rtt: Some(v), admin: Some((i % 3) as u32), ..m() }))
+            .collect();
+        let r = rank(&p, &c);
+        assert_eq!(r.to_vecs(), naive(&p, &c).0);
+        // 10 × -1e300 is the lowest; 10 × ±f64::MAX overflows: missing like NaN, last, and
+        // then told apart by admin.
+        assert_eq!(r.tier(0), [1]);
+        assert_eq!(r.to_vecs()[r.tier_count() - 2..], [vec![0, 9], vec![10]]);
+        assert!(explain(&p, &c).to_string().contains("-1.8e308"), "{}", explain(&p, &c));
+    }
+
     // ---- timing ------------------------------------------------------------------------
 
-    fn bench(n_cands: usize) -> std::time::Duration {
-        let p = Policy::new(
-            &[(Ext, 1), (Med, 2), (Int, 3), (Geo, 4), (Rtt, 4), (Admin, 5), (Random, 6)],
-            &[(Geo, 0.1), (Rtt, 1.0)],
-            10.0,
-            true,
-        )
-        .unwrap();
+    /// The policies timed: every kind of level, and a short everyday one.
+    fn bench_policies() -> [(&'static str, Policy); 2] {
+        [
+            (
+                "ext, med, int, 0.1*geo + rtt (10%), admin, random",
+                Policy::new(
+                    &[(Ext, 1), (Med, 2), (Int, 3), (Geo, 4), (Rtt, 4), (Admin, 5), (Random, 6)],
+                    &[(Geo, 0.1), (Rtt, 1.0)],
+                    10.0,
+                    true,
+                )
+                .unwrap(),
+            ),
+            ("geo, admin", Policy::new(&[(Geo, 1), (Admin, 2)], &[], 10.0, false).unwrap()),
+        ]
+    }
+
+    fn bench(p: &Policy, n_cands: usize) -> std::time::Duration {
         // 1024 different candidate sets, cycled.
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         let mut next = |m: u64| {
@@ -1550,7 +1814,7 @@ mod tests {
         let iters: usize = std::env::var("ENGINE_BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
         for k in 0..iters {
             let c = &sets[k & 1023];
-            let d = decide(&p, c, 24, &mut buf);
+            let d = decide(p, c, 24, &mut buf);
             sum += d.servers[0] as u64 + d.count as u64;
         }
         let el = t.elapsed();
@@ -1566,9 +1830,18 @@ mod tests {
             Ok(v) => v.split(',').filter_map(|x| x.parse().ok()).collect(),
             Err(_) => vec![5, 10],
         };
-        for n in ns {
-            let el = bench(n);
-            println!("1M rank+decision calls with {n} candidates: {el:?} ({:.0} ns/call)", el.as_nanos() as f64 / 1e6);
+        let only: Option<usize> = std::env::var("ENGINE_BENCH_POLICY").ok().and_then(|v| v.parse().ok());
+        for (k, (name, p)) in bench_policies().iter().enumerate() {
+            if only.is_some_and(|o| o != k) {
+                continue;
+            }
+            for &n in &ns {
+                let el = bench(p, n);
+                println!(
+                    "1M rank+decision calls, {n} candidates, policy {name}: {el:?} ({:.0} ns/call)",
+                    el.as_nanos() as f64 / 1e6
+                );
+            }
         }
     }
 }

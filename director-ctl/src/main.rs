@@ -381,6 +381,7 @@ fn check(path: &std::path::Path, json: bool) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
     let c = controller::compute::compute(&cfg, &data, &controller::compute::Ids::positional(&cfg))?;
+    c.fits()?;
     let tables = c.summary();
     let s = CheckSummary {
         sites: cfg.sites.len(),

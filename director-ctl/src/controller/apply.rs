@@ -126,6 +126,7 @@ fn remove_stale(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
 /// `Maps::replace_decisions`), then the removal of what is gone. Returns the number of
 /// entries written.
 pub fn apply_full(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize> {
+    c.fits()?;
     write_objects(m, cfg, ids)?;
     let tables: Vec<(u32, &[_])> = c.tables.iter().map(|(id, _, t)| (*id, t.entries.as_slice())).collect();
     let n = m.replace_decisions(&tables)?;

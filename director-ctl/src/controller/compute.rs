@@ -92,6 +92,25 @@ pub struct TableSummary {
 }
 
 impl Computed {
+    /// Refuses a result the kernel's tables cannot hold (checked before anything is written).
+    pub fn fits(&self) -> Result<()> {
+        let (mut v4, mut v6) = (0usize, 0usize);
+        for (_, _, t) in &self.tables {
+            for (p, _) in &t.entries {
+                if matches!(p, IpNet::V4(_)) {
+                    v4 += 1;
+                } else {
+                    v6 += 1;
+                }
+            }
+        }
+        let max = director_common::maps::MAX_DECISIONS as usize;
+        if v4 > max || v6 > max {
+            anyhow::bail!("{v4} IPv4 and {v6} IPv6 decision entries: the kernel's tables hold {max} per family");
+        }
+        Ok(())
+    }
+
     pub fn summary(&self) -> Vec<TableSummary> {
         self.tables
             .iter()

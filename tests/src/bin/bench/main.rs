@@ -71,6 +71,13 @@ fn main() -> Result<()> {
     if std::thread::available_parallelism().map_or(0, |n| n.get()) < 2 {
         bail!("the bench places the generator on CPU 0 and the server on CPU 1: it needs 2 CPUs");
     }
+    // The lab runs director-ctl from a debug build it makes (or $DIRECTOR_CTL): say so, as
+    // that build waits for cargo's lock while another cargo command holds it.
+    eprintln!("building director-ctl for the lab (cargo build -p director-ctl, or $DIRECTOR_CTL)");
+    // Before any lab exists: a lab whose drop cannot run director-ctl cannot clean up.
+    if std::panic::catch_unwind(director_tests::netns::ctl_binary).is_err() {
+        bail!("no director-ctl to run (see the build error above)");
+    }
     eprintln!("setting up the lab (namespaces, director, knotd)");
     let mut lab = Lab::new();
     let (edge_ns, edge_if) = (lab.edge_ns.clone(), lab.edge_if.clone());

@@ -5,10 +5,11 @@
 //! - plain `repeat`: right for packets that are passed unchanged;
 //! - BPF_F_TEST_XDP_LIVE_FRAMES: XDP_TX frames really go out of the ingress interface given
 //!   in `ctx_in` (the lab's edge veth here). A fresh copy per frame only holds for pages the
-//!   call's page pool allocates new: recycled pages keep the answer written into them (a
-//!   first try with one call of 1 M frames answered 192 of them). So each call runs one
-//!   batch. The figure includes page allocation and copy and the transmit into the veth;
-//!   no floor is subtracted, as the object holds no XDP_TX program to time as one;
+//!   call's page pool allocates new: a page that comes back (the veth peer freed the answer)
+//!   is reused with the answer still in it, so one long call mostly times director passing
+//!   its own answers. Both are shown: one call of N frames, and calls of one batch each
+//!   (fresh pages, but a page allocation and copy per frame, ~20 ms of setup per call). The
+//!   `answered` column, from director's own counter, shows which path was timed;
 //! - `repeat = 1` over many calls: a fresh frame per call, with the kernel's own timing of
 //!   each call; the per-call floor (timer reads and call overhead) is measured with the
 //!   empty `director_pass` program and subtracted.
@@ -363,8 +364,6 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Tab
     ));
     t.note("  Not a fresh copy per run on this kernel: a page that comes back from the veth is reused with the answer still in it,");
     t.note("  so '1 call of N' mostly times director passing its own earlier answers (see 'answered'). One batch per call gets");
-    t.note(format!(
-        "  fresh pages, but then each frame also pays a page allocation and copy, and each call ~20 ms of setup; no floor is subtracted."
-    ));
+    t.note("  fresh pages, but then each frame also pays a page allocation and copy, and each call ~20 ms of setup; no floor is subtracted.");
     t
 }
