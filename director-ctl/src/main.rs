@@ -80,6 +80,9 @@ enum Cmd {
         /// How often to look at the input files, in milliseconds.
         #[arg(long, default_value_t = 500)]
         poll_ms: u64,
+        /// Log events as JSON objects (one per line, on stderr).
+        #[arg(long)]
+        json: bool,
     },
     /// Validate a config and everything it reads; print what it would write. Touches nothing.
     Check {
@@ -288,7 +291,8 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Log => follow_log(&dir)?,
-        Cmd::Run { config, iface, mode, poll_ms } => {
+        Cmd::Run { config, iface, mode, poll_ms, json } => {
+            controller::apply::JSON_LOG.store(json, std::sync::atomic::Ordering::Relaxed);
             if let Some(iface) = iface {
                 if !program::attached(&dir)?.contains(&iface) {
                     program::attach(&dir, &iface, mode, 0)?;

@@ -153,6 +153,19 @@ fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
 /// SIGHUP it recomputes and rewrites only the decisions that changed. When only RTT files
 /// changed, only the prefixes under the changed measurements are recomputed. A bad config
 /// or input is logged and the kernel keeps the last good decisions. Stops on SIGINT/SIGTERM.
+/// `run --json`: log lines are JSON objects with an `event` key.
+pub static JSON_LOG: AtomicBool = AtomicBool::new(false);
+
+fn log(event: &str, text: String, mut fields: serde_json::Value) {
+    if JSON_LOG.load(Ordering::Relaxed) {
+        fields["event"] = event.into();
+        fields["message"] = text.into();
+        eprintln!("{fields}");
+    } else {
+        eprintln!("director-ctl run: {text}");
+    }
+}
+
 pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
@@ -161,12 +174,12 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
     let computed = compute(&cfg, &data, &ids)?;
     let t = Instant::now();
     let n = apply_full(&mut m, &cfg, &computed, &ids)?;
-    eprintln!(
-        "director-ctl run: {} prefixes, {n} entries written ({} saved) in {:.1} s compute + {:.1} s apply",
-        computed.prefixes,
-        computed.tables.iter().map(|t| t.2.saved).sum::<usize>(),
-        computed.seconds,
-        t.elapsed().as_secs_f64()
+    let saved = computed.tables.iter().map(|t| t.2.saved).sum::<usize>();
+    let apply_s = t.elapsed().as_secs_f64();
+    log(
+        "applied",
+        format!("{} prefixes, {n} entries written ({saved} saved) in {:.1} s compute + {apply_s:.1} s apply", computed.prefixes, computed.seconds),
+        serde_json::json!({"prefixes": computed.prefixes, "entries": n, "saved": saved, "compute_s": computed.seconds, "apply_s": apply_s}),
     );
     install_signals();
     let mut state = State { files: watched(path, &cfg), cfg, data, computed, ids };
@@ -187,8 +200,11 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
             Err(_) => recompute(path, &mut state, &mut m),
         };
         match r {
-            Ok(()) => eprintln!("director-ctl run: up to date again in {:.0} ms", t.elapsed().as_secs_f64() * 1e3),
-            Err(e) => eprintln!("director-ctl run: keeping the last good decisions: {e:#}"),
+            Ok(()) => {
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                log("updated", format!("up to date again in {ms:.0} ms"), serde_json::json!({"ms": ms}))
+            }
+            Err(e) => log("refused", format!("keeping the last good decisions: {e:#}"), serde_json::json!({"error": format!("{e:#}")})),
         }
         seen = stamps(&state.files);
     }
@@ -232,7 +248,11 @@ impl State {
                 let d = diff(&table.entries[range.clone()], &new);
                 if !d.is_empty() {
                     m.update_decisions(*id, &d)?;
-                    eprintln!("director-ctl run: {name}: {root}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len());
+                    log(
+                        "changed",
+                        format!("{name}: {root}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len()),
+                        serde_json::json!({"service": name, "prefix": root.to_string(), "rewritten": d.put.len(), "deleted": d.delete.len()}),
+                    );
                 }
                 table.entries.splice(range, new);
             }
@@ -250,14 +270,18 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
     let same_objects = format!("{:?}{:?}", cfg.servers, cfg.services) == format!("{:?}{:?}", state.cfg.servers, state.cfg.services);
     if !same_objects {
         let n = apply_full(m, &cfg, &new, &ids)?;
-        eprintln!("director-ctl run: servers or services changed: all {n} entries replaced");
+        log("replaced", format!("servers or services changed: all {n} entries replaced"), serde_json::json!({"entries": n}));
     } else {
         let before: HashMap<u32, &Table> = state.computed.tables.iter().map(|(id, _, t)| (*id, t)).collect();
         for (id, name, t) in &new.tables {
             let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
             if !d.is_empty() {
                 m.update_decisions(*id, &d)?;
-                eprintln!("director-ctl run: {name}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len());
+                log(
+                    "changed",
+                    format!("{name}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len()),
+                    serde_json::json!({"service": name, "rewritten": d.put.len(), "deleted": d.delete.len()}),
+                );
             }
         }
     }
