@@ -628,7 +628,7 @@ impl Scratch {
                     retain(set, |i| {
                         let (exit, m) = med[i];
                         let mut beaten = false;
-                        each(routed, |j| beaten |= med[j].1 < m);
+                        each(routed, |j| beaten |= med[j].0 == exit && med[j].1 < m);
                         !beaten
                     });
                 }
@@ -659,7 +659,7 @@ fn rtt_cut(rtt: &[f64], base: &[f64], set: &[u64], tolerance: f64) -> Option<Rtt
             lowest = rtt[i];
         }
     });
-    (lowest != MISSING).then(|| RttCut { lowest, limit: lowest + lowest.abs() * (tolerance / 100.0) })
+    (lowest != MISSING).then(|| RttCut { lowest, limit: lowest })
 }
 
 /// A sum level's key: the non-rtt sum plus weight × rtt, an rtt within the cut counting as

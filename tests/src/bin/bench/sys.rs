@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread::sleep;

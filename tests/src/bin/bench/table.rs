@@ -29,7 +29,14 @@ impl Table {
 
     pub fn print(&self) {
         let widths: Vec<usize> = (0..self.headers.len())
-            .map(|c| self.rows.iter().map(|r| r[c].chars().count()).chain([self.headers[c].chars().count()]).max().unwrap_or(0))
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .chain([self.headers[c].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
             .collect();
         let numeric: Vec<bool> = (0..self.headers.len())
             .map(|c| !self.rows.is_empty() && self.rows.iter().all(|r| looks_numeric(&r[c])))
@@ -38,7 +45,15 @@ impl Table {
             let parts: Vec<String> = cells
                 .iter()
                 .enumerate()
-                .map(|(c, s)| if numeric[c] { format!("{s:>w$}", w = widths[c]) } else { format!("{s:<w$}", w = widths[c]) })
+                .map(
+                    |(c, s)| {
+                        if numeric[c] {
+                            format!("{s:>w$}", w = widths[c])
+                        } else {
+                            format!("{s:<w$}", w = widths[c])
+                        }
+                    },
+                )
                 .collect();
             format!("  {}", parts.join("  ")).trim_end().to_string()
         };

@@ -118,7 +118,12 @@ fn frames() -> Frames {
     let v4 = Flow::v4(Ipv4Addr::new(192, 0, 2, 2));
     let v6 = Flow::v6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2));
     let q = |name: &str, t| packets::wire(&packets::with_edns(packets::query(0x5eed, name, t), 1232));
-    let ecs = packets::with_ecs(packets::query(0x5eed, &format!("{NAME}."), RecordType::A), "203.0.113.0".parse().unwrap(), 24, 0);
+    let ecs = packets::with_ecs(
+        packets::query(0x5eed, &format!("{NAME}."), RecordType::A),
+        "203.0.113.0".parse().unwrap(),
+        24,
+        0,
+    );
     let mut tcp_payload = Vec::new();
     let dns = q(&format!("{NAME}."), RecordType::A);
     tcp_payload.extend((dns.len() as u16).to_be_bytes());
@@ -136,7 +141,8 @@ fn frames() -> Frames {
 /// well-formed reply with an address, so that the timings are of the path we think.
 fn check(prog: &Xdp, frame: &[u8], want: u32) -> Result<()> {
     let mut out = vec![0u8; 4096];
-    let r = prog.test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::new() })?;
+    let r =
+        prog.test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::new() })?;
     ensure!(r.return_value == want, "verdict {} where {want} was expected", r.return_value);
     if want == XDP_TX {
         out.truncate(r.data_size_out as usize);
@@ -248,7 +254,15 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
-    fn row(&self, packet: &'static str, prog: &str, method: Method, frame: &[u8], want: u32, floor: Option<f64>) -> Result<Row> {
+    fn row(
+        &self,
+        packet: &'static str,
+        prog: &str,
+        method: Method,
+        frame: &[u8],
+        want: u32,
+        floor: Option<f64>,
+    ) -> Result<Row> {
         let director = prog == PROGRAM;
         let before = self.l.answered()?;
         let xdp = self.l.xdp(prog)?;
@@ -293,7 +307,9 @@ fn measure(o: &Options) -> Result<Table> {
     let mut l = Loaded::new()?;
     l.configure()?;
     let f = frames();
-    for (frame, want) in [(&f.a4, XDP_TX), (&f.aaaa6, XDP_TX), (&f.ecs4, XDP_TX), (&f.unowned4, XDP_PASS), (&f.tcp4, XDP_PASS)] {
+    for (frame, want) in
+        [(&f.a4, XDP_TX), (&f.aaaa6, XDP_TX), (&f.ecs4, XDP_TX), (&f.unowned4, XDP_PASS), (&f.tcp4, XDP_PASS)]
+    {
         check(l.xdp(PROGRAM)?, frame, want)?;
     }
     let b = Bench { l: &l, n: o.packets, runs: o.runs, ifindex };
@@ -323,7 +339,11 @@ fn measure(o: &Options) -> Result<Table> {
             rows.push(b.row(packet, PROGRAM, method, frame, XDP_TX, None)?);
         }
     }
-    let live = LiveCheck { ifindex, xmit: stat("tx_queue_0_xdp_xmit")? - xmit0, xmit_errors: stat("tx_queue_0_xdp_xmit_errors")? - err0 };
+    let live = LiveCheck {
+        ifindex,
+        xmit: stat("tx_queue_0_xdp_xmit")? - xmit0,
+        xmit_errors: stat("tx_queue_0_xdp_xmit_errors")? - err0,
+    };
 
     let insns = l.xdp(PROGRAM)?.info()?.verified_instruction_count();
     Ok(table(&rows, o, insns, &live))
@@ -347,9 +367,25 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Tab
     let ns = |v: f64| format!("{v:.1}");
     for r in rows {
         let [med, min, max] = r.ns.cells(ns);
-        let answered = r.answered.map_or("-".into(), |a| format!("{:.1}%", 100.0 * a));
+        let answered = r.answered.map_or("-".into(), |a| {
+            if a < 0.01 {
+                format!("{:.2}%", 100.0 * a)
+            } else {
+                format!("{:.1}%", 100.0 * a)
+            }
+        });
         let net = r.floor.map_or("-".into(), |fl| ns(r.ns.median - fl));
-        t.row(vec![r.packet.into(), r.verdict.into(), r.method.label(), thousands(r.frames as u64), answered, med, min, max, net]);
+        t.row(vec![
+            r.packet.into(),
+            r.verdict.into(),
+            r.method.label(),
+            thousands(r.frames as u64),
+            answered,
+            med,
+            min,
+            max,
+            net,
+        ]);
     }
     t.note("answered: share of the frames director's own counter counted as answered (the check that an answer path was timed).");
     t.note("repeat N: one call, N runs on the same buffer; right for passed packets only (an answer would be re-run as a reply).");

@@ -171,8 +171,22 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
 
     let (edge_mac, client_mac) = (sys::mac_of(&edge_ns, &edge_if)?, sys::mac_of(&client_ns, &client_if)?);
     // Static neighbours: no ARP exchange competes with (or is eaten by) the load.
-    for (ns, ifname, addr, mac) in [(&edge_ns, &edge_if, CLIENT_V4, &client_mac), (&client_ns, &client_if, EDGE_V4, &edge_mac)] {
-        sys::run_ok(Command::new("ip").args(["-n", ns, "neigh", "replace", addr, "lladdr", mac, "dev", ifname, "nud", "permanent"]))?;
+    for (ns, ifname, addr, mac) in
+        [(&edge_ns, &edge_if, CLIENT_V4, &client_mac), (&client_ns, &client_if, EDGE_V4, &edge_mac)]
+    {
+        sys::run_ok(Command::new("ip").args([
+            "-n",
+            ns,
+            "neigh",
+            "replace",
+            addr,
+            "lladdr",
+            mac,
+            "dev",
+            ifname,
+            "nud",
+            "permanent",
+        ]))?;
     }
 
     let records = format!("www A {FRA_V4}\nwww AAAA {FRA_V6}\n");
@@ -216,9 +230,18 @@ impl Wire<'_> {
         let before = self.answered();
         let reply = Reply::parse(&self.lab.dig(&[&format!("@{EDGE_V4}"), NAME, "A"]));
         let by_director = self.answered() - before;
-        ensure!(reply.data("A") == [FRA_V4], "{} did not answer {NAME} A with {FRA_V4}:\n{}", server.name(), reply.text);
+        ensure!(
+            reply.data("A") == [FRA_V4],
+            "{} did not answer {NAME} A with {FRA_V4}:\n{}",
+            server.name(),
+            reply.text
+        );
         let want = u64::from(server == Server::Director);
-        ensure!(by_director == want, "director's answered counter rose by {by_director} for a {} answer", server.name());
+        ensure!(
+            by_director == want,
+            "director's answered counter rose by {by_director} for a {} answer",
+            server.name()
+        );
         Ok(())
     }
 
@@ -262,7 +285,16 @@ impl Wire<'_> {
             .args(["-L", &self.client_mac, "-R", &self.edge_mac, EDGE_V4]);
         let done = sys::run_bounded(cmd, &self.dir.0, "kxdpgun", Duration::from_secs(seconds as u64 + 20));
         // kxdpgun leaves its XDP program attached when it exits.
-        let off = sys::run_ok(Command::new("ip").args(["-n", &lab.client_ns, "link", "set", "dev", &lab.client_if, "xdp", "off"]));
+        let off = sys::run_ok(Command::new("ip").args([
+            "-n",
+            &lab.client_ns,
+            "link",
+            "set",
+            "dev",
+            &lab.client_if,
+            "xdp",
+            "off",
+        ]));
         let done = done?;
         off?;
         ensure!(done.success, "kxdpgun: {}\n{}{}", done.status, done.stdout, done.stderr);
@@ -279,9 +311,16 @@ impl Wire<'_> {
     /// dnsperf (the fallback): (queries sent, queries completed, run time).
     fn dnsperf(&self, seconds: u32) -> Result<(u64, u64, f64)> {
         let mut cmd = sys::netns_exec(&self.lab.client_ns, "taskset");
-        cmd.args(["-c", &GEN_CPU.to_string(), "dnsperf", "-s", EDGE_V4, "-d"])
-            .arg(&self.query_file)
-            .args(["-l", &seconds.to_string(), "-c", "8", "-T", "1", "-q", "100"]);
+        cmd.args(["-c", &GEN_CPU.to_string(), "dnsperf", "-s", EDGE_V4, "-d"]).arg(&self.query_file).args([
+            "-l",
+            &seconds.to_string(),
+            "-c",
+            "8",
+            "-T",
+            "1",
+            "-q",
+            "100",
+        ]);
         let done = sys::run_bounded(cmd, &self.dir.0, "dnsperf", Duration::from_secs(seconds as u64 + 20))?;
         ensure!(done.success, "dnsperf: {}\n{}{}", done.status, done.stdout, done.stderr);
         // "  Queries sent:         1503912", "  Queries completed:    1503812 (99.99%)", "  Run time (s):         5.000116"
@@ -296,7 +335,15 @@ impl Wire<'_> {
 
     /// `runs` samples of one server; the generator is tried and, in auto mode, kxdpgun's
     /// failure switches to dnsperf (returned so both servers use the same generator).
-    pub fn point(&self, server: Server, gen: &mut Generator, auto: bool, seconds: u32, runs: usize, log: &mut String) -> Result<Point> {
+    pub fn point(
+        &self,
+        server: Server,
+        gen: &mut Generator,
+        auto: bool,
+        seconds: u32,
+        runs: usize,
+        log: &mut String,
+    ) -> Result<Point> {
         if server == Server::Knot {
             // director stays attached (it now passes the query to the stack), as in a
             // real deployment where knot answers whatever director does not own.
@@ -342,8 +389,24 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
         Generator::Dnsperf => "dnsperf -c 8 -T 1 -q 100 (FALLBACK: kxdpgun could not be used)".into(),
     };
     let mut t = Table::new(
-        format!("2. Answers per second over a veth pair: {how}, {runs} runs of {seconds} s; `{NAME} A` from both servers"),
-        &["server", "answers/s median", "min", "max", "CPU us/answer median", "min", "max", "of it NAPI", "sent q/s", "replied", "CPU 1 server", "CPU 1 others", "director answered/run"],
+        format!(
+            "2. Answers per second over a veth pair: {how}, {runs} runs of {seconds} s; `{NAME} A` from both servers"
+        ),
+        &[
+            "server",
+            "answers/s median",
+            "min",
+            "max",
+            "CPU us/answer median",
+            "min",
+            "max",
+            "of it NAPI",
+            "sent q/s",
+            "replied",
+            "CPU 1 server",
+            "CPU 1 others",
+            "director answered/run",
+        ],
     );
     for p in points {
         let [a, amin, amax] = p.answers.cells(|v| thousands(v as u64));
@@ -373,9 +436,11 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
     }
     t.note("Under overload a server's CPU per answer includes receiving the queries it then drops (the NAPI thread's share).");
     t.note("Server CPU = schedstat of the edge veth's NAPI thread (director's XDP, and the kernel's receive path for knot) + knotd's threads, all on CPU 1; the generator and the client NAPI thread are on CPU 0.");
-    t.note("answers/s = replies the generator received / run time; the other columns are medians. CPU 1 server / \
+    t.note(
+        "answers/s = replies the generator received / run time; the other columns are medians. CPU 1 server / \
             others: share of CPU 1 the server's threads / everything else (from CPU 1's idle time) used while the load \
-            was on; other processes on this machine compete with the server there.");
+            was on; other processes on this machine compete with the server there.",
+    );
     for l in log.lines() {
         t.note(l);
     }
@@ -399,7 +464,11 @@ pub fn limits(points: &[Point], gen: Generator) -> Table {
             ("generator", format!("{cpu}: room left while the generator sent {} q/s", thousands(p.sent.median as u64)))
         };
         t.row(vec![format!("{} answers/s", p.server.name()), by.into(), why]);
-        t.row(vec![format!("{} CPU us/answer", p.server.name()), "server".into(), "its own CPU time per answer: ranks servers even when the generator is the bottleneck".into()]);
+        t.row(vec![
+            format!("{} CPU us/answer", p.server.name()),
+            "server".into(),
+            "its own CPU time per answer: ranks servers even when the generator is the bottleneck".into(),
+        ]);
     }
     t.row(vec!["section 1".into(), "program".into(), "no network: the program (and test harness) alone".into()]);
     match gen {
@@ -408,8 +477,9 @@ pub fn limits(points: &[Point], gen: Generator) -> Table {
              here it also shares CPU 0 with the client NAPI thread that receives the replies. A turn-around-only \
              XDP program answered about 0.90 M/s on such a machine: the ceiling of the setup, not of XDP.",
         ),
-        Generator::Dnsperf => t.note("benchmarking.md: dnsperf tops out near 0.25-0.30 M responses/s on these machines."),
+        Generator::Dnsperf => {
+            t.note("benchmarking.md: dnsperf tops out near 0.25-0.30 M responses/s on these machines.")
+        }
     }
     t
 }
-
