@@ -46,9 +46,12 @@ pub fn workspace_root() -> PathBuf {
 /// `CARGO_BIN_EXE_*` for another package's binary; building (a no-op when it is fresh) also
 /// keeps the tests from running a binary older than the sources. `DIRECTOR_CTL=<path>`
 /// runs the tests against that binary instead (e.g. one built from another revision).
+/// Set once `ctl_binary` has built the binary; `Drop` only uses a binary that exists, so a
+/// failed build never makes cleanup panic (and abort) in turn.
+static CTL_BIN: OnceLock<PathBuf> = OnceLock::new();
+
 pub fn ctl_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
+    CTL_BIN.get_or_init(|| {
         if let Some(bin) = std::env::var_os("DIRECTOR_CTL") {
             return PathBuf::from(bin);
         }
@@ -414,8 +417,10 @@ impl Drop for Lab {
         // Stop knot first: a process left in a namespace keeps the namespace alive.
         drop(self.knot.take());
         // Best effort: the test may have detached already, or failed before attaching.
-        let _ = self.ctl(&["detach", "--iface", &self.edge_if]);
-        let _ = self.ctl_in(&self.client_ns, &["veth-peer", "--iface", &self.client_if, "--detach"]);
+        if CTL_BIN.get().is_some() {
+            let _ = self.ctl(&["detach", "--iface", &self.edge_if]);
+            let _ = self.ctl_in(&self.client_ns, &["veth-peer", "--iface", &self.client_if, "--detach"]);
+        }
         for ns in [&self.edge_ns, &self.client_ns] {
             let _ = run(Command::new("ip").args(["netns", "del", ns]));
         }
