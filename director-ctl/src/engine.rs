@@ -128,10 +128,13 @@ impl fmt::Display for Metric {
 impl FromStr for Metric {
     type Err = String;
     fn from_str(s: &str) -> Result<Metric, String> {
-        Metric::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
-            let known: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
-            format!("unknown metric {s:?} (known: {})", known.join(", "))
-        })
+        Metric::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown metric {s:?} (known: {})", known.join(", "))
+            })
     }
 }
 
@@ -151,7 +154,10 @@ struct Level {
 enum Kind {
     /// Sum of weight × value over `terms`, plus `rtt` × (rtt with tolerance) when rtt is in
     /// the level (rtt is kept apart because its tolerance depends on who is compared).
-    Sum { terms: Vec<(Metric, f64)>, rtt: Option<f64> },
+    Sum {
+        terms: Vec<(Metric, f64)>,
+        rtt: Option<f64>,
+    },
     Med,
     Random,
 }
@@ -252,12 +258,16 @@ impl Policy {
         let med_prio = prio[Metric::Med as usize];
         match (med, med_prio) {
             (true, None) => {
-                return Err("med is on but has no priority: give it one of its own (it takes \
+                return Err(
+                    "med is on but has no priority: give it one of its own (it takes \
                             no weight), e.g. after ext and before int as BGP does"
-                    .into())
+                        .into(),
+                )
             }
             (false, Some(p)) => {
-                return Err(format!("med has priority {p} but is off: turn med on or drop its priority"))
+                return Err(format!(
+                    "med has priority {p} but is off: turn med on or drop its priority"
+                ))
             }
             _ => {}
         }
@@ -283,15 +293,25 @@ impl Policy {
             let kind = match m {
                 Metric::Med => Kind::Med,
                 Metric::Random => Kind::Random,
-                Metric::Rtt => Kind::Sum { terms: Vec::new(), rtt: Some(w) },
-                _ => Kind::Sum { terms: vec![(m, w)], rtt: None },
+                Metric::Rtt => Kind::Sum {
+                    terms: Vec::new(),
+                    rtt: Some(w),
+                },
+                _ => Kind::Sum {
+                    terms: vec![(m, w)],
+                    rtt: None,
+                },
             };
             match levels.iter_mut().find(|l| l.priority == p) {
                 None => levels.push(Level { priority: p, kind }),
                 Some(level) => {
                     if special(&kind) || special(&level.kind) {
                         let other = level.metrics()[0].0;
-                        let (s, o) = if special(&kind) { (m, other) } else { (other, m) };
+                        let (s, o) = if special(&kind) {
+                            (m, other)
+                        } else {
+                            (other, m)
+                        };
                         return Err(format!(
                             "{s} cannot share priority {p} with {o}: it is no number to add \
                              into a composite, give it a priority of its own"
@@ -307,8 +327,18 @@ impl Policy {
         }
         levels.sort_by_key(|l| l.priority);
         let random = levels.iter().any(|l| l.kind == Kind::Random);
-        let uses_rtt = levels.iter().any(|l| matches!(l.kind, Kind::Sum { rtt: Some(_), .. }));
-        Ok(Policy { priority: prio, weight, rtt_tolerance_percent, med, levels, random, uses_rtt })
+        let uses_rtt = levels
+            .iter()
+            .any(|l| matches!(l.kind, Kind::Sum { rtt: Some(_), .. }));
+        Ok(Policy {
+            priority: prio,
+            weight,
+            rtt_tolerance_percent,
+            med,
+            levels,
+            random,
+            uses_rtt,
+        })
     }
 
     pub fn priority(&self, m: Metric) -> Option<u32> {
@@ -329,7 +359,10 @@ impl Policy {
     }
     /// The sort's levels in order: priority and (metric, weight) pairs.
     pub fn levels(&self) -> Vec<(u32, Vec<(Metric, f64)>)> {
-        self.levels.iter().map(|l| (l.priority, l.metrics())).collect()
+        self.levels
+            .iter()
+            .map(|l| (l.priority, l.metrics()))
+            .collect()
     }
 }
 
@@ -508,7 +541,14 @@ impl Scratch {
         /// of the loop. After the `last` term, NaN or infinite inputs, and sums that
         /// overflow (inf - inf = NaN included), become missing.
         #[inline(always)]
-        fn term(row: &mut [f64], cands: &[Candidate], w: f64, first: bool, last: bool, get: impl Fn(&Metrics) -> Option<f64>) {
+        fn term(
+            row: &mut [f64],
+            cands: &[Candidate],
+            w: f64,
+            first: bool,
+            last: bool,
+            get: impl Fn(&Metrics) -> Option<f64>,
+        ) {
             for (b, c) in row.iter_mut().zip(cands) {
                 let v = match get(&c.metrics) {
                     Some(v) => (if first { 0.0 } else { *b }) + w * v,
@@ -526,7 +566,9 @@ impl Scratch {
             self.base.resize(policy.levels.len() * n, 0.0);
         }
         for (level, row) in policy.levels.iter().zip(self.base.chunks_exact_mut(n)) {
-            let Kind::Sum { terms, .. } = &level.kind else { continue };
+            let Kind::Sum { terms, .. } = &level.kind else {
+                continue;
+            };
             if terms.is_empty() {
                 row.fill(0.0);
             }
@@ -546,11 +588,16 @@ impl Scratch {
         }
         if policy.uses_rtt {
             self.rtt.clear();
-            self.rtt.extend(cands.iter().map(|c| c.metrics.rtt.map_or(MISSING, finite_or_missing)));
+            self.rtt.extend(
+                cands
+                    .iter()
+                    .map(|c| c.metrics.rtt.map_or(MISSING, finite_or_missing)),
+            );
         }
         if policy.med {
             self.med.clear();
-            self.med.extend(cands.iter().map(|c| c.metrics.med.unwrap_or_default()));
+            self.med
+                .extend(cands.iter().map(|c| c.metrics.med.unwrap_or_default()));
             self.has_med.clear();
             self.has_med.resize(n.div_ceil(64), 0);
             for (i, c) in cands.iter().enumerate() {
@@ -583,12 +630,25 @@ impl Scratch {
 
     /// One tier: the servers of `left` narrowed level by level from level `from` on,
     /// appended to `order` and taken out of `left`.
-    fn tier(&mut self, policy: &Policy, cands: &[Candidate], from: usize, order: &mut Vec<usize>, ends: &mut Vec<usize>) {
+    fn tier(
+        &mut self,
+        policy: &Policy,
+        cands: &[Candidate],
+        from: usize,
+        order: &mut Vec<usize>,
+        ends: &mut Vec<usize>,
+    ) {
         copy_bits(&mut self.set, &self.left);
         for l in from..policy.levels.len() {
             if at_most_one(&self.set) || !self.apply(policy, cands, l) {
                 break;
             }
+        }
+        // A level always keeps its best (at least one server); were that ever broken, the
+        // servers left would make the tier rather than the loop never ending.
+        debug_assert!(!is_empty(&self.set), "a level kept no server");
+        if is_empty(&self.set) {
+            copy_bits(&mut self.set, &self.left);
         }
         each(&self.set, |i| order.push(i));
         ends.push(order.len());
@@ -601,7 +661,15 @@ impl Scratch {
     /// the sort stops there.
     fn apply(&mut self, policy: &Policy, cands: &[Candidate], l: usize) -> bool {
         let n = cands.len();
-        let Scratch { base, rtt, set, med, has_med, routed, .. } = self;
+        let Scratch {
+            base,
+            rtt,
+            set,
+            med,
+            has_med,
+            routed,
+            ..
+        } = self;
         match &policy.levels[l].kind {
             Kind::Random => return false,
             Kind::Sum { rtt: None, .. } => {
@@ -659,7 +727,10 @@ fn rtt_cut(rtt: &[f64], base: &[f64], set: &[u64], tolerance: f64) -> Option<Rtt
             lowest = rtt[i];
         }
     });
-    (lowest != MISSING).then(|| RttCut { lowest, limit: lowest })
+    (lowest != MISSING).then(|| RttCut {
+        lowest,
+        limit: lowest + lowest.abs() * (tolerance / 100.0),
+    })
 }
 
 /// A sum level's key: the non-rtt sum plus weight × rtt, an rtt within the cut counting as
@@ -722,7 +793,10 @@ impl Ranking {
 
 impl fmt::Debug for Ranking {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ranking").field("tiers", &self.to_vecs()).field("random", &self.random).finish()
+        f.debug_struct("Ranking")
+            .field("tiers", &self.to_vecs())
+            .field("random", &self.random)
+            .finish()
     }
 }
 
@@ -754,7 +828,12 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
         out.ends.push(n);
         return;
     }
-    let Ranking { order, ends, scratch: s, .. } = out;
+    let Ranking {
+        order,
+        ends,
+        scratch: s,
+        ..
+    } = out;
     s.prepare(policy, cands);
     let words = n.div_ceil(64);
     for v in [&mut s.set, &mut s.left, &mut s.taken] {
@@ -782,7 +861,10 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
         }
         // rtt alone: sorted by rtt, what the first level keeps of the servers left is those
         // from the lowest rtt left up to its tolerance, a prefix of those left in that order.
-        Kind::Sum { terms, rtt: Some(w) } if terms.is_empty() => {
+        Kind::Sum {
+            terms,
+            rtt: Some(w),
+        } if terms.is_empty() => {
             sort_by(&mut s.sorted, &s.rtt, total_order);
             let mut head = 0;
             while head < n {
@@ -845,7 +927,11 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
 #[inline(always)]
 fn sort_by(sorted: &mut Vec<u128>, key: &[f64], order: impl Fn(f64) -> u64) {
     sorted.clear();
-    sorted.extend(key.iter().enumerate().map(|(i, &k)| (u128::from(order(k)) << 64) | i as u128));
+    sorted.extend(
+        key.iter()
+            .enumerate()
+            .map(|(i, &k)| (u128::from(order(k)) << 64) | i as u128),
+    );
     sorted.sort_unstable();
 }
 
@@ -870,7 +956,12 @@ fn total_order(v: f64) -> u64 {
 pub fn to_decision(r: &Ranking, cands: &[Candidate], prefix_len: u8) -> Decision {
     let count = r.order.len().min(MAX_CANDIDATES);
     let primary = r.ends.first().map_or(0, |&e| e.min(MAX_CANDIDATES));
-    let mut d = Decision { prefix_len, count: count as u8, primary: primary as u8, ..Default::default() };
+    let mut d = Decision {
+        prefix_len,
+        count: count as u8,
+        primary: primary as u8,
+        ..Default::default()
+    };
     for (k, &i) in r.order[..count].iter().enumerate() {
         d.servers[k] = cands[i].server;
         d.weights[k] = cands[i].portion.max(1);
@@ -964,7 +1055,11 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
         .iter()
         .map(|l| LevelInfo {
             priority: l.priority,
-            metrics: l.metrics().into_iter().map(|(metric, weight)| Term { metric, weight }).collect(),
+            metrics: l
+                .metrics()
+                .into_iter()
+                .map(|(metric, weight)| Term { metric, weight })
+                .collect(),
         })
         .collect();
     let mut out = Explanation {
@@ -998,9 +1093,10 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
             each(&s.set, |i| before.push(i));
             let base = &s.base[l * n..(l + 1) * n];
             let (rtt, is_med) = match &policy.levels[l].kind {
-                Kind::Sum { rtt, .. } => {
-                    (rtt.map(|w| (w, s.rtt_cut(base, &s.set, policy.rtt_tolerance_percent))), false)
-                }
+                Kind::Sum { rtt, .. } => (
+                    rtt.map(|w| (w, s.rtt_cut(base, &s.set, policy.rtt_tolerance_percent))),
+                    false,
+                ),
                 Kind::Med => (None, true),
                 Kind::Random => (None, false),
             };
@@ -1026,7 +1122,10 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
                     values: if is_med {
                         vec![]
                     } else {
-                        info.metrics.iter().map(|t| t.metric.value(&cands[i].metrics)).collect()
+                        info.metrics
+                            .iter()
+                            .map(|t| t.metric.value(&cands[i].metrics))
+                            .collect()
                     },
                     med: if is_med { cands[i].metrics.med } else { None },
                     key,
@@ -1037,12 +1136,20 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
         }
         let mut chosen = Vec::new();
         each(&s.set, |i| {
-            chosen.push(Chosen { index: i, server: cands[i].server, portion: cands[i].portion })
+            chosen.push(Chosen {
+                index: i,
+                server: cands[i].server,
+                portion: cands[i].portion,
+            })
         });
         for (l, t) in left.iter_mut().zip(&s.set) {
             *l &= !t;
         }
-        out.tiers.push(TierExplanation { tier: out.tiers.len(), steps, chosen });
+        out.tiers.push(TierExplanation {
+            tier: out.tiers.len(),
+            steps,
+            chosen,
+        });
     }
     out
 }
@@ -1066,7 +1173,11 @@ fn opt(v: Option<f64>) -> String {
 fn terms(ts: &[Term]) -> String {
     match ts {
         [t] if t.weight == 1.0 => t.metric.to_string(),
-        _ => ts.iter().map(|t| format!("{}*{}", num(t.weight), t.metric)).collect::<Vec<_>>().join(" + "),
+        _ => ts
+            .iter()
+            .map(|t| format!("{}*{}", num(t.weight), t.metric))
+            .collect::<Vec<_>>()
+            .join(" + "),
     }
 }
 
@@ -1074,11 +1185,18 @@ impl Explanation {
     /// The table with server names from `name` (`Display` shows `#id`).
     pub fn table(&self, name: &dyn Fn(u16) -> String) -> String {
         let mut o = String::new();
-        let order: Vec<String> =
-            self.levels.iter().map(|l| format!("{}: {}", l.priority, terms(&l.metrics))).collect();
+        let order: Vec<String> = self
+            .levels
+            .iter()
+            .map(|l| format!("{}: {}", l.priority, terms(&l.metrics)))
+            .collect();
         o += &format!(
             "sort by {} (rtt tolerance {}%)\n",
-            if order.is_empty() { "nothing: all equal".to_string() } else { order.join(", ") },
+            if order.is_empty() {
+                "nothing: all equal".to_string()
+            } else {
+                order.join(", ")
+            },
             num(self.rtt_tolerance_percent)
         );
         for t in &self.tiers {
@@ -1097,7 +1215,12 @@ impl Explanation {
                     _ => {}
                 }
                 if let (Some(lo), Some(lim)) = (st.rtt_lowest, st.rtt_limit) {
-                    o += &format!("  (lowest rtt {}, up to {} counts as {})", num(lo), num(lim), num(lo));
+                    o += &format!(
+                        "  (lowest rtt {}, up to {} counts as {})",
+                        num(lo),
+                        num(lim),
+                        num(lo)
+                    );
                 }
                 o += "\n";
                 let med = st.metrics.iter().any(|m| m.metric == Metric::Med);
@@ -1106,21 +1229,34 @@ impl Explanation {
                     head.push(format!("{:>10}", "exit AS"));
                     head.push(format!("{:>10}", "MED"));
                 } else {
-                    head.extend(st.metrics.iter().map(|m| format!("{:>10}", m.metric.name())));
-                    head.push(format!("{:>10}", if st.metrics.len() > 1 { "sum" } else { "key" }));
+                    head.extend(
+                        st.metrics
+                            .iter()
+                            .map(|m| format!("{:>10}", m.metric.name())),
+                    );
+                    head.push(format!(
+                        "{:>10}",
+                        if st.metrics.len() > 1 { "sum" } else { "key" }
+                    ));
                 }
                 o += &format!("    {}  result\n", head.join(" "));
                 for r in &st.rows {
                     let mut cols = vec![format!("{:<16}", name(r.server))];
                     if med {
-                        let (a, m) = r.med.map_or(("-".into(), "-".into()), |(a, m)| (a.to_string(), m.to_string()));
+                        let (a, m) = r.med.map_or(("-".into(), "-".into()), |(a, m)| {
+                            (a.to_string(), m.to_string())
+                        });
                         cols.push(format!("{a:>10}"));
                         cols.push(format!("{m:>10}"));
                     } else {
                         cols.extend(r.values.iter().map(|v| format!("{:>10}", opt(*v))));
                         cols.push(format!("{:>10}", opt(r.key)));
                     }
-                    let missing = if med { r.med.is_none() } else { r.key.is_none() };
+                    let missing = if med {
+                        r.med.is_none()
+                    } else {
+                        r.key.is_none()
+                    };
                     let res = match (r.survived, missing) {
                         (true, _) => "kept",
                         (false, true) => "out (no data)",
@@ -1129,8 +1265,11 @@ impl Explanation {
                     o += &format!("    {}  {res}\n", cols.join(" "));
                 }
             }
-            let chosen: Vec<String> =
-                t.chosen.iter().map(|c| format!("{} (portion {})", name(c.server), c.portion.max(1))).collect();
+            let chosen: Vec<String> = t
+                .chosen
+                .iter()
+                .map(|c| format!("{} (portion {})", name(c.server), c.portion.max(1)))
+                .collect();
             o += &format!("  => {}\n", chosen.join(", "));
         }
         o
@@ -1154,12 +1293,19 @@ mod tests {
     }
 
     fn cand(server: u16, metrics: Metrics) -> Candidate {
-        Candidate { server, portion: 1, metrics }
+        Candidate {
+            server,
+            portion: 1,
+            metrics,
+        }
     }
 
     /// The servers of each tier.
     fn tiers(p: &Policy, c: &[Candidate]) -> Vec<Vec<u16>> {
-        rank(p, c).tiers().map(|t| t.iter().map(|&i| c[i].server).collect()).collect()
+        rank(p, c)
+            .tiers()
+            .map(|t| t.iter().map(|&i| c[i].server).collect())
+            .collect()
     }
 
     fn winners(p: &Policy, c: &[Candidate]) -> Vec<u16> {
@@ -1171,14 +1317,24 @@ mod tests {
     }
 
     fn geo_admin(geo: f64, admin: u32) -> Metrics {
-        Metrics { geo: Some(geo), admin: Some(admin), ..m() }
+        Metrics {
+            geo: Some(geo),
+            admin: Some(admin),
+            ..m()
+        }
     }
 
     #[test]
     fn priorities_order_decides_the_winner() {
         let c = [cand(1, geo_admin(100.0, 5)), cand(2, geo_admin(900.0, 1))];
-        assert_eq!(tiers(&pol(&[(Geo, 1), (Admin, 2)], &[]), &c), [vec![1], vec![2]]);
-        assert_eq!(tiers(&pol(&[(Admin, 1), (Geo, 2)], &[]), &c), [vec![2], vec![1]]);
+        assert_eq!(
+            tiers(&pol(&[(Geo, 1), (Admin, 2)], &[]), &c),
+            [vec![1], vec![2]]
+        );
+        assert_eq!(
+            tiers(&pol(&[(Admin, 1), (Geo, 2)], &[]), &c),
+            [vec![2], vec![1]]
+        );
     }
 
     #[test]
@@ -1201,21 +1357,38 @@ mod tests {
     fn weighted_metric_without_priority_comes_after_all_priorities() {
         // geo has only a weight: priority 101, after admin even at priority 100.
         let p = pol(&[(Admin, 100)], &[(Geo, 5.0)]);
-        assert_eq!(p.levels(), vec![(100, vec![(Admin, 1.0)]), (101, vec![(Geo, 5.0)])]);
+        assert_eq!(
+            p.levels(),
+            vec![(100, vec![(Admin, 1.0)]), (101, vec![(Geo, 5.0)])]
+        );
         let c = [cand(1, geo_admin(10.0, 2)), cand(2, geo_admin(500.0, 1))];
         assert_eq!(winners(&p, &c), [2]);
         // And it decides among those admin leaves tied.
-        let c = [cand(1, geo_admin(10.0, 1)), cand(2, geo_admin(500.0, 1)), cand(3, geo_admin(1.0, 2))];
+        let c = [
+            cand(1, geo_admin(10.0, 1)),
+            cand(2, geo_admin(500.0, 1)),
+            cand(3, geo_admin(1.0, 2)),
+        ];
         assert_eq!(tiers(&p, &c), [vec![1], vec![2], vec![3]]);
     }
 
     #[test]
     fn without_priorities_all_weighted_metrics_make_one_composite() {
         let p = pol(&[], &[(Geo, 1.0), (Admin, 100.0), (Ser, 10.0)]);
-        assert_eq!(p.levels(), vec![(101, vec![(Ser, 10.0), (Geo, 1.0), (Admin, 100.0)])]);
-        let mk = |geo, admin, ser| Metrics { ser: Some(ser), ..geo_admin(geo, admin) };
+        assert_eq!(
+            p.levels(),
+            vec![(101, vec![(Ser, 10.0), (Geo, 1.0), (Admin, 100.0)])]
+        );
+        let mk = |geo, admin, ser| Metrics {
+            ser: Some(ser),
+            ..geo_admin(geo, admin)
+        };
         // 1: 50 + 100 + 10 = 160; 2: 0 + 0 + 200 = 200; 3: 150 + 0 + 0 = 150.
-        let c = [cand(1, mk(50.0, 1, 1)), cand(2, mk(0.0, 0, 20)), cand(3, mk(150.0, 0, 0))];
+        let c = [
+            cand(1, mk(50.0, 1, 1)),
+            cand(2, mk(0.0, 0, 20)),
+            cand(3, mk(150.0, 0, 0)),
+        ];
         assert_eq!(tiers(&p, &c), [vec![3], vec![1], vec![2]]);
         // A lone metric with a weight and nothing else: still sorts.
         let p = pol(&[], &[(Geo, 2.0)]);
@@ -1223,13 +1396,21 @@ mod tests {
     }
 
     fn rtt(ms: f64) -> Metrics {
-        Metrics { rtt: Some(ms), ..m() }
+        Metrics {
+            rtt: Some(ms),
+            ..m()
+        }
     }
 
     #[test]
     fn rtt_within_tolerance_ties() {
         let p = Policy::new(&[(Rtt, 1)], &[], 10.0, false).unwrap();
-        let c = [cand(1, rtt(20.0)), cand(2, rtt(22.0)), cand(3, rtt(22.5)), cand(4, rtt(30.0))];
+        let c = [
+            cand(1, rtt(20.0)),
+            cand(2, rtt(22.0)),
+            cand(3, rtt(22.5)),
+            cand(4, rtt(30.0)),
+        ];
         // 22 is within 10% of 20; 22.5 is not. The rest re-sorted: 22.5 is the lowest, 30 is
         // beyond 24.75.
         assert_eq!(tiers(&p, &c), [vec![1, 2], vec![3], vec![4]]);
@@ -1245,8 +1426,16 @@ mod tests {
     #[test]
     fn rtt_ties_go_on_to_the_next_level() {
         let p = Policy::new(&[(Rtt, 1), (Admin, 2)], &[], 10.0, false).unwrap();
-        let mk = |ms, admin| Metrics { rtt: Some(ms), admin: Some(admin), ..m() };
-        let c = [cand(1, mk(20.0, 5)), cand(2, mk(21.0, 1)), cand(3, mk(40.0, 0))];
+        let mk = |ms, admin| Metrics {
+            rtt: Some(ms),
+            admin: Some(admin),
+            ..m()
+        };
+        let c = [
+            cand(1, mk(20.0, 5)),
+            cand(2, mk(21.0, 1)),
+            cand(3, mk(40.0, 0)),
+        ];
         assert_eq!(tiers(&p, &c), [vec![2], vec![1], vec![3]]);
     }
 
@@ -1254,8 +1443,16 @@ mod tests {
     fn rtt_tolerance_in_a_composite_counts_as_the_lowest() {
         // rtt + admin at one priority, tolerance 10: 21 counts as 20.
         let p = Policy::new(&[(Rtt, 1), (Admin, 1)], &[], 10.0, false).unwrap();
-        let mk = |ms, admin| Metrics { rtt: Some(ms), admin: Some(admin), ..m() };
-        let c = [cand(1, mk(20.0, 1)), cand(2, mk(21.0, 1)), cand(3, mk(25.0, 0))];
+        let mk = |ms, admin| Metrics {
+            rtt: Some(ms),
+            admin: Some(admin),
+            ..m()
+        };
+        let c = [
+            cand(1, mk(20.0, 1)),
+            cand(2, mk(21.0, 1)),
+            cand(3, mk(25.0, 0)),
+        ];
         // 1: 21, 2: 21 (20 + 1), 3: 25.
         assert_eq!(tiers(&p, &c), [vec![1, 2], vec![3]]);
         let p0 = Policy::new(&[(Rtt, 1), (Admin, 1)], &[], 0.0, false).unwrap();
@@ -1263,7 +1460,12 @@ mod tests {
     }
 
     fn bgp(ext: u32, int: u32, exit_as: u32, med: u32) -> Metrics {
-        Metrics { ext: Some(ext), int: Some(int), med: Some((exit_as, med)), ..m() }
+        Metrics {
+            ext: Some(ext),
+            int: Some(int),
+            med: Some((exit_as, med)),
+            ..m()
+        }
     }
 
     fn med_policy() -> Policy {
@@ -1273,7 +1475,10 @@ mod tests {
     #[test]
     fn med_lower_wins_within_the_same_exit_as() {
         // Same path length, same exit AS: MED 10 beats MED 50 although its IGP cost is higher.
-        let c = [cand(1, bgp(2, 5, 64500, 50)), cand(2, bgp(2, 100, 64500, 10))];
+        let c = [
+            cand(1, bgp(2, 5, 64500, 50)),
+            cand(2, bgp(2, 100, 64500, 10)),
+        ];
         assert_eq!(tiers(&med_policy(), &c), [vec![2], vec![1]]);
         // Without med, int decides.
         let p = Policy::new(&[(Ext, 1), (Int, 3)], &[], 10.0, false).unwrap();
@@ -1291,13 +1496,21 @@ mod tests {
         assert_eq!(tiers(&med_policy(), &c), [vec![2], vec![1], vec![3]]);
         let e = explain(&med_policy(), &c);
         let med_step = &e.tiers[0].steps[1];
-        assert_eq!(med_step.rows.iter().map(|r| r.survived).collect::<Vec<_>>(), [true, true, false]);
+        assert_eq!(
+            med_step.rows.iter().map(|r| r.survived).collect::<Vec<_>>(),
+            [true, true, false]
+        );
     }
 
     #[test]
     fn med_without_mediscriminator_counts_as_zero() {
         use crate::model::Route;
-        let r = |med| Route { path_len: 2, neighbor_as: 64500, next_hop: "192.0.2.1".parse().unwrap(), med };
+        let r = |med| Route {
+            path_len: 2,
+            neighbor_as: 64500,
+            next_hop: "192.0.2.1".parse().unwrap(),
+            med,
+        };
         assert_eq!(med_key(&r(None)), (64500, 0));
         assert_eq!(med_key(&r(Some(30))), (64500, 30));
     }
@@ -1305,13 +1518,17 @@ mod tests {
     #[test]
     fn med_is_refused_unless_well_formed() {
         let e = Policy::new(&[(Ext, 1), (Med, 2)], &[], 10.0, true).unwrap_err();
-        assert!(e.contains("med needs ext and int") && e.contains("int is not"), "{e}");
+        assert!(
+            e.contains("med needs ext and int") && e.contains("int is not"),
+            "{e}"
+        );
         let e = Policy::new(&[(Int, 1), (Med, 2)], &[], 10.0, true).unwrap_err();
         assert!(e.contains("ext is not"), "{e}");
         // ext by weight only counts as in the policy; a weight of 0 does not.
         assert!(Policy::new(&[(Int, 1), (Med, 2)], &[(Ext, 1.0)], 10.0, true).is_ok());
         assert!(Policy::new(&[(Int, 1), (Med, 2)], &[(Ext, 0.0)], 10.0, true).is_err());
-        let e = Policy::new(&[(Ext, 1), (Int, 2), (Med, 3)], &[(Med, 1.0)], 10.0, true).unwrap_err();
+        let e =
+            Policy::new(&[(Ext, 1), (Int, 2), (Med, 3)], &[(Med, 1.0)], 10.0, true).unwrap_err();
         assert!(e.contains("med takes no weight"), "{e}");
         let e = Policy::new(&[(Ext, 1), (Int, 2), (Med, 2)], &[], 10.0, true).unwrap_err();
         assert!(e.contains("med cannot share priority 2 with int"), "{e}");
@@ -1323,7 +1540,9 @@ mod tests {
 
     #[test]
     fn bad_policies_are_refused_with_the_reason() {
-        let err = |prio: &[(Metric, u32)], w: &[(Metric, f64)], tol: f64| Policy::new(prio, w, tol, false).unwrap_err();
+        let err = |prio: &[(Metric, u32)], w: &[(Metric, f64)], tol: f64| {
+            Policy::new(prio, w, tol, false).unwrap_err()
+        };
         assert!(err(&[(Geo, 1), (Geo, 2)], &[], 10.0).contains("geo is given two priorities"));
         assert!(err(&[], &[(Geo, 1.0), (Geo, 2.0)], 10.0).contains("geo is given two weights"));
         assert!(err(&[(Geo, 0)], &[], 10.0).contains("priority 0 of geo is not from 1 to 100"));
@@ -1334,9 +1553,13 @@ mod tests {
         assert!(err(&[(Geo, 1)], &[], -1.0).contains("rtt tolerance -1"));
         assert!(err(&[(Geo, 1)], &[], f64::NAN).contains("rtt tolerance NaN"));
         assert!(err(&[(Random, 1)], &[(Random, 1.0)], 10.0).contains("random takes no weight"));
-        assert!(err(&[(Random, 1), (Geo, 1)], &[], 10.0).contains("random cannot share priority 1 with geo"));
+        assert!(err(&[(Random, 1), (Geo, 1)], &[], 10.0)
+            .contains("random cannot share priority 1 with geo"));
         assert_eq!("geo".parse::<Metric>(), Ok(Geo));
-        assert!("speed".parse::<Metric>().unwrap_err().contains("unknown metric \"speed\""));
+        assert!("speed"
+            .parse::<Metric>()
+            .unwrap_err()
+            .contains("unknown metric \"speed\""));
         assert_eq!(serde_json::to_string(&Admin).unwrap(), "\"admin\"");
         assert_eq!(serde_json::from_str::<Metric>("\"rtt\"").unwrap(), Rtt);
     }
@@ -1346,7 +1569,16 @@ mod tests {
         let p = pol(&[(Geo, 1), (Admin, 1)], &[(Admin, 0.0)]);
         assert_eq!(p.levels(), vec![(1, vec![(Geo, 1.0)])]);
         // Missing admin does not count against a server when admin is off.
-        let c = [cand(1, Metrics { geo: Some(1.0), ..m() }), cand(2, geo_admin(2.0, 0))];
+        let c = [
+            cand(
+                1,
+                Metrics {
+                    geo: Some(1.0),
+                    ..m()
+                },
+            ),
+            cand(2, geo_admin(2.0, 0)),
+        ];
         assert_eq!(winners(&p, &c), [1]);
     }
 
@@ -1355,15 +1587,44 @@ mod tests {
         let p = pol(&[(Geo, 1), (Admin, 2)], &[]);
         // Some missing: after those that have it, then sorted among themselves by admin.
         let c = [
-            cand(1, Metrics { admin: Some(1), ..m() }),
+            cand(
+                1,
+                Metrics {
+                    admin: Some(1),
+                    ..m()
+                },
+            ),
             cand(2, geo_admin(500.0, 9)),
-            cand(3, Metrics { geo: Some(f64::NAN), admin: Some(0), ..m() }),
-            cand(4, Metrics { geo: Some(f64::INFINITY), ..m() }),
+            cand(
+                3,
+                Metrics {
+                    geo: Some(f64::NAN),
+                    admin: Some(0),
+                    ..m()
+                },
+            ),
+            cand(
+                4,
+                Metrics {
+                    geo: Some(f64::INFINITY),
+                    ..m()
+                },
+            ),
             cand(5, geo_admin(700.0, 0)),
         ];
         assert_eq!(tiers(&p, &c), [vec![2], vec![5], vec![3], vec![1], vec![4]]);
         // All missing: nobody is told apart.
-        let c = [cand(1, m()), cand(2, m()), cand(3, Metrics { rtt: Some(f64::NAN), ..m() })];
+        let c = [
+            cand(1, m()),
+            cand(2, m()),
+            cand(
+                3,
+                Metrics {
+                    rtt: Some(f64::NAN),
+                    ..m()
+                },
+            ),
+        ];
         assert_eq!(tiers(&p, &c), [vec![1, 2, 3]]);
         let every = Policy::new(
             &[(Ext, 1), (Med, 2), (Int, 3), (Rtt, 4), (Geo, 5), (Admin, 6)],
@@ -1377,9 +1638,23 @@ mod tests {
         assert_eq!(rank(&every, &[]).tier_count(), 0);
         assert_eq!(to_decision(&rank(&every, &[]), &[], 24).count, 0);
         // Extreme values: no overflow into NaN.
-        let huge = Metrics { rtt: Some(f64::MAX), geo: Some(-f64::MAX), ..m() };
+        let huge = Metrics {
+            rtt: Some(f64::MAX),
+            geo: Some(-f64::MAX),
+            ..m()
+        };
         let p = pol(&[(Rtt, 1), (Geo, 1)], &[(Rtt, 1e300), (Geo, 1e300)]);
-        let c = [cand(1, huge), cand(2, rtt(1.0)), cand(3, Metrics { geo: Some(1.0), ..rtt(-f64::MAX) })];
+        let c = [
+            cand(1, huge),
+            cand(2, rtt(1.0)),
+            cand(
+                3,
+                Metrics {
+                    geo: Some(1.0),
+                    ..rtt(-f64::MAX)
+                },
+            ),
+        ];
         let r = rank(&p, &c);
         assert_eq!(r.order().len(), 3);
     }
@@ -1388,9 +1663,21 @@ mod tests {
     fn composite_missing_any_metric_ranks_after_complete_ones() {
         let p = pol(&[(Geo, 1), (Admin, 1)], &[]);
         let c = [
-            cand(1, Metrics { geo: Some(1.0), ..m() }),
+            cand(
+                1,
+                Metrics {
+                    geo: Some(1.0),
+                    ..m()
+                },
+            ),
             cand(2, geo_admin(1000.0, 1000)),
-            cand(3, Metrics { admin: Some(0), ..m() }),
+            cand(
+                3,
+                Metrics {
+                    admin: Some(0),
+                    ..m()
+                },
+            ),
         ];
         assert_eq!(tiers(&p, &c), [vec![2], vec![1, 3]]);
     }
@@ -1398,7 +1685,12 @@ mod tests {
     #[test]
     fn ties_are_carried_to_the_next_level() {
         let p = pol(&[(Ext, 1), (Int, 2), (Admin, 3)], &[]);
-        let mk = |ext, int, admin| Metrics { ext: Some(ext), int: Some(int), admin: Some(admin), ..m() };
+        let mk = |ext, int, admin| Metrics {
+            ext: Some(ext),
+            int: Some(int),
+            admin: Some(admin),
+            ..m()
+        };
         let c = [
             cand(1, mk(2, 10, 3)),
             cand(2, mk(2, 10, 1)),
@@ -1412,7 +1704,11 @@ mod tests {
     #[test]
     fn random_is_recorded_and_ends_the_sort() {
         let p = pol(&[(Geo, 1), (Random, 2), (Admin, 3)], &[]);
-        let c = [cand(1, geo_admin(10.0, 5)), cand(2, geo_admin(10.0, 1)), cand(3, geo_admin(50.0, 0))];
+        let c = [
+            cand(1, geo_admin(10.0, 5)),
+            cand(2, geo_admin(10.0, 1)),
+            cand(3, geo_admin(50.0, 0)),
+        ];
         let r = rank(&p, &c);
         assert!(r.random() && p.random());
         // Admin would split 1 and 2; after random it is not reached.
@@ -1433,7 +1729,11 @@ mod tests {
     #[test]
     fn portions_become_weights() {
         let p = pol(&[(Geo, 1)], &[]);
-        let mut c = [cand(7, geo_admin(1.0, 0)), cand(8, geo_admin(1.0, 0)), cand(9, geo_admin(5.0, 0))];
+        let mut c = [
+            cand(7, geo_admin(1.0, 0)),
+            cand(8, geo_admin(1.0, 0)),
+            cand(9, geo_admin(5.0, 0)),
+        ];
         c[0].portion = 3;
         c[1].portion = 0;
         c[2].portion = 40;
@@ -1448,43 +1748,113 @@ mod tests {
     fn fallback_tiers_follow_in_rank_order_and_at_most_eight() {
         let p = pol(&[(Admin, 1)], &[]);
         // 12 servers, admin 11 - i: server 11 is best.
-        let c: Vec<Candidate> =
-            (0..12).map(|i| cand(100 + i, Metrics { admin: Some(11 - i as u32), ..m() })).collect();
+        let c: Vec<Candidate> = (0..12)
+            .map(|i| {
+                cand(
+                    100 + i,
+                    Metrics {
+                        admin: Some(11 - i as u32),
+                        ..m()
+                    },
+                )
+            })
+            .collect();
         let r = rank(&p, &c);
         assert_eq!(r.tier_count(), 12);
         let d = to_decision(&r, &c, 16);
         assert_eq!((d.count, d.primary), (8, 1));
         assert_eq!(d.servers, [111, 110, 109, 108, 107, 106, 105, 104]);
         // A tier 0 of 10 keeps 8, all primary.
-        let c: Vec<Candidate> = (0..10).map(|i| cand(i, Metrics { admin: Some(0), ..m() })).collect();
+        let c: Vec<Candidate> = (0..10)
+            .map(|i| {
+                cand(
+                    i,
+                    Metrics {
+                        admin: Some(0),
+                        ..m()
+                    },
+                )
+            })
+            .collect();
         let d = to_decision(&rank(&p, &c), &c, 16);
         assert_eq!((d.count, d.primary), (8, 8));
         assert_eq!(d.servers, [0, 1, 2, 3, 4, 5, 6, 7]);
         // Tier 0 of 6 then a tier of 4: 8, 6 of them primary.
-        let c: Vec<Candidate> = (0..10).map(|i| cand(i, Metrics { admin: Some((i >= 6) as u32), ..m() })).collect();
+        let c: Vec<Candidate> = (0..10)
+            .map(|i| {
+                cand(
+                    i,
+                    Metrics {
+                        admin: Some((i >= 6) as u32),
+                        ..m()
+                    },
+                )
+            })
+            .collect();
         let d = to_decision(&rank(&p, &c), &c, 16);
         assert_eq!((d.count, d.primary), (8, 6));
     }
 
     #[test]
     fn explain_replays_the_sort_readably() {
-        let p = Policy::new(&[(Ext, 1), (Med, 2), (Int, 3)], &[(Rtt, 2.0), (Geo, 0.1)], 10.0, true).unwrap();
+        let p = Policy::new(
+            &[(Ext, 1), (Med, 2), (Int, 3)],
+            &[(Rtt, 2.0), (Geo, 0.1)],
+            10.0,
+            true,
+        )
+        .unwrap();
         let mut c = [
-            cand(1, Metrics { rtt: Some(20.0), geo: Some(100.0), ..bgp(2, 5, 64500, 50) }),
-            cand(2, Metrics { rtt: Some(21.0), geo: Some(300.0), ..bgp(2, 5, 64501, 10) }),
-            cand(3, Metrics { rtt: Some(10.0), geo: Some(10.0), ..bgp(3, 5, 64500, 0) }),
+            cand(
+                1,
+                Metrics {
+                    rtt: Some(20.0),
+                    geo: Some(100.0),
+                    ..bgp(2, 5, 64500, 50)
+                },
+            ),
+            cand(
+                2,
+                Metrics {
+                    rtt: Some(21.0),
+                    geo: Some(300.0),
+                    ..bgp(2, 5, 64501, 10)
+                },
+            ),
+            cand(
+                3,
+                Metrics {
+                    rtt: Some(10.0),
+                    geo: Some(10.0),
+                    ..bgp(3, 5, 64500, 0)
+                },
+            ),
             cand(4, m()),
         ];
         c[1].portion = 2;
         let e = explain(&p, &c);
-        let got: Vec<Vec<usize>> = e.tiers.iter().map(|t| t.chosen.iter().map(|c| c.index).collect()).collect();
+        let got: Vec<Vec<usize>> = e
+            .tiers
+            .iter()
+            .map(|t| t.chosen.iter().map(|c| c.index).collect())
+            .collect();
         assert_eq!(got, rank(&p, &c).to_vecs());
         // 1: 2*20 + 10 = 50; 2: 2*20 (21 counts as 20) + 30 = 70.
         let sum = &e.tiers[0].steps[3];
         assert_eq!(sum.rtt_lowest, Some(20.0));
-        assert_eq!(sum.rows.iter().map(|r| r.key).collect::<Vec<_>>(), [Some(50.0), Some(70.0)]);
+        assert_eq!(
+            sum.rows.iter().map(|r| r.key).collect::<Vec<_>>(),
+            [Some(50.0), Some(70.0)]
+        );
         let text = e.to_string();
-        for want in ["sort by 1: ext, 2: med, 3: int, 101: 2*rtt + 0.1*geo", "tier 0", "exit AS", "out (no data)", "lowest rtt 20, up to 22 counts as 20", "=> #1 (portion 1)"] {
+        for want in [
+            "sort by 1: ext, 2: med, 3: int, 101: 2*rtt + 0.1*geo",
+            "tier 0",
+            "exit AS",
+            "out (no data)",
+            "lowest rtt 20, up to 22 counts as 20",
+            "=> #1 (portion 1)",
+        ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }
         let named = e.table(&|id| format!("srv-{id}"));
@@ -1525,7 +1895,11 @@ mod tests {
                     break;
                 }
                 if ms[0].0 == Med {
-                    let has: Vec<usize> = set.iter().copied().filter(|&i| c[i].metrics.med.is_some()).collect();
+                    let has: Vec<usize> = set
+                        .iter()
+                        .copied()
+                        .filter(|&i| c[i].metrics.med.is_some())
+                        .collect();
                     if !has.is_empty() {
                         set = has
                             .iter()
@@ -1541,16 +1915,26 @@ mod tests {
                     }
                     continue;
                 }
-                let complete: Vec<usize> =
-                    set.iter().copied().filter(|&i| ms.iter().all(|&(m, _)| val(i, m).is_some())).collect();
+                let complete: Vec<usize> = set
+                    .iter()
+                    .copied()
+                    .filter(|&i| ms.iter().all(|&(m, _)| val(i, m).is_some()))
+                    .collect();
                 if complete.is_empty() {
                     continue;
                 }
-                let low = complete.iter().filter_map(|&i| val(i, Rtt)).fold(f64::INFINITY, f64::min);
+                let low = complete
+                    .iter()
+                    .filter_map(|&i| val(i, Rtt))
+                    .fold(f64::INFINITY, f64::min);
                 let lim = low + low.abs() * (p.rtt_tolerance_percent() / 100.0);
                 // The other metrics in order, then rtt (the engine's order of additions).
                 let key = |i: usize| -> f64 {
-                    let others: f64 = ms.iter().filter(|(m, _)| *m != Rtt).map(|&(m, w)| w * val(i, m).unwrap()).sum();
+                    let others: f64 = ms
+                        .iter()
+                        .filter(|(m, _)| *m != Rtt)
+                        .map(|&(m, w)| w * val(i, m).unwrap())
+                        .sum();
                     let rtt = ms.iter().find(|(m, _)| *m == Rtt).map(|&(_, w)| {
                         let v = val(i, Rtt).unwrap();
                         w * if v <= lim { low } else { v }
@@ -1562,12 +1946,18 @@ mod tests {
                     let r = f64::from_bits((v.to_bits() + (1 << 11)) & !((1 << 12) - 1)) + 0.0;
                     r.is_finite().then_some(r)
                 };
-                let min = complete.iter().filter_map(|&i| round(key(i))).fold(f64::INFINITY, f64::min);
+                let min = complete
+                    .iter()
+                    .filter_map(|&i| round(key(i)))
+                    .fold(f64::INFINITY, f64::min);
                 if min == f64::INFINITY {
                     // Every sum overflowed: as if missing.
                     continue;
                 }
-                set = complete.into_iter().filter(|&i| round(key(i)) == Some(min)).collect();
+                set = complete
+                    .into_iter()
+                    .filter(|&i| round(key(i)) == Some(min))
+                    .collect();
             }
             left.retain(|i| !set.contains(i));
             out.push(set);
@@ -1586,21 +1976,50 @@ mod tests {
         ]
     }
     fn metrics() -> impl Strategy<Value = Metrics> {
-        (opt_u32(3), opt_u32(3), opt_u32(3), opt_f64(), prop::option::of((0..3u32, 0..3u32)), opt_f64(), opt_u32(3))
-            .prop_map(|(ext, int, ser, rtt, med, geo, admin)| Metrics { ext, int, ser, rtt, med, geo, admin })
+        (
+            opt_u32(3),
+            opt_u32(3),
+            opt_u32(3),
+            opt_f64(),
+            prop::option::of((0..3u32, 0..3u32)),
+            opt_f64(),
+            opt_u32(3),
+        )
+            .prop_map(|(ext, int, ser, rtt, med, geo, admin)| Metrics {
+                ext,
+                int,
+                ser,
+                rtt,
+                med,
+                geo,
+                admin,
+            })
     }
     fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
         candidates_in(0..12)
     }
     fn candidates_in(n: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Candidate>> {
         prop::collection::vec((0..4u16, metrics()), n).prop_map(|v| {
-            v.into_iter().enumerate().map(|(i, (portion, metrics))| Candidate { server: i as u16, portion, metrics }).collect()
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (portion, metrics))| Candidate {
+                    server: i as u16,
+                    portion,
+                    metrics,
+                })
+                .collect()
         })
     }
     fn policy() -> impl Strategy<Value = Policy> {
         let plain = [Ext, Int, Ser, Rtt, Geo, Admin];
         (
-            prop::collection::vec((prop::option::of(1..5u32), prop::option::of(prop::sample::select(vec![0.0, 0.5, 1.0, 3.0]))), 6),
+            prop::collection::vec(
+                (
+                    prop::option::of(1..5u32),
+                    prop::option::of(prop::sample::select(vec![0.0, 0.5, 1.0, 3.0])),
+                ),
+                6,
+            ),
             prop::option::of(1..7u32),
             prop::option::of(1..8u32),
             prop::sample::select(vec![0.0, 10.0, 50.0]),
@@ -1613,7 +2032,11 @@ mod tests {
                     .chain(med.map(|p| (Med, p)))
                     .chain(random.map(|p| (Random, p)))
                     .collect();
-                let w: Vec<(Metric, f64)> = plain.iter().zip(&pw).filter_map(|(m, (_, w))| w.map(|w| (*m, w))).collect();
+                let w: Vec<(Metric, f64)> = plain
+                    .iter()
+                    .zip(&pw)
+                    .filter_map(|(m, (_, w))| w.map(|w| (*m, w)))
+                    .collect();
                 Policy::new(&prio, &w, tol, med.is_some()).ok()
             })
     }
@@ -1730,6 +2153,15 @@ mod tests {
         }
     }
 
+    /// The controller ranks prefixes on several threads: one shared policy, a ranking each.
+    #[test]
+    fn policies_are_shared_and_rankings_sent_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Policy>();
+        shared::<Ranking>();
+        shared::<Explanation>();
+    }
+
     #[test]
     fn quantize_keeps_order_and_ties_rounding_errors() {
         assert_eq!(quantize(0.1 * 3.0), quantize(0.3));
@@ -1746,11 +2178,32 @@ mod tests {
     #[test]
     fn rtt_first_with_extreme_values_ranks_like_the_rules() {
         let p = Policy::new(&[(Rtt, 1), (Admin, 2)], &[(Rtt, 10.0)], 10.0, false).unwrap();
-        let values = [-f64::MAX, -1e300, -5.0, 0.0, -0.0, 1.0, 1.05, 1.2, 1e300, f64::MAX, f64::NAN];
+        let values = [
+            -f64::MAX,
+            -1e300,
+            -5.0,
+            0.0,
+            -0.0,
+            1.0,
+            1.05,
+            1.2,
+            1e300,
+            f64::MAX,
+            f64::NAN,
+        ];
         let c: Vec<Candidate> = values
             .iter()
             .enumerate()
-            .map(|(i, &v)| cand(i as u16, Metrics { rtt: Some(v), admin: Some((i % 3) as u32), ..m() }))
+            .map(|(i, &v)| {
+                cand(
+                    i as u16,
+                    Metrics {
+                        rtt: Some(v),
+                        admin: Some((i % 3) as u32),
+                        ..m()
+                    },
+                )
+            })
             .collect();
         let r = rank(&p, &c);
         assert_eq!(r.to_vecs(), naive(&p, &c).0);
@@ -1758,7 +2211,11 @@ mod tests {
         // then told apart by admin.
         assert_eq!(r.tier(0), [1]);
         assert_eq!(r.to_vecs()[r.tier_count() - 2..], [vec![0, 9], vec![10]]);
-        assert!(explain(&p, &c).to_string().contains("-1.8e308"), "{}", explain(&p, &c));
+        assert!(
+            explain(&p, &c).to_string().contains("-1.8e308"),
+            "{}",
+            explain(&p, &c)
+        );
     }
 
     // ---- timing ------------------------------------------------------------------------
@@ -1769,14 +2226,25 @@ mod tests {
             (
                 "ext, med, int, 0.1*geo + rtt (10%), admin, random",
                 Policy::new(
-                    &[(Ext, 1), (Med, 2), (Int, 3), (Geo, 4), (Rtt, 4), (Admin, 5), (Random, 6)],
+                    &[
+                        (Ext, 1),
+                        (Med, 2),
+                        (Int, 3),
+                        (Geo, 4),
+                        (Rtt, 4),
+                        (Admin, 5),
+                        (Random, 6),
+                    ],
                     &[(Geo, 0.1), (Rtt, 1.0)],
                     10.0,
                     true,
                 )
                 .unwrap(),
             ),
-            ("geo, admin", Policy::new(&[(Geo, 1), (Admin, 2)], &[], 10.0, false).unwrap()),
+            (
+                "geo, admin",
+                Policy::new(&[(Geo, 1), (Admin, 2)], &[], 10.0, false).unwrap(),
+            ),
         ]
     }
 
@@ -1799,7 +2267,11 @@ mod tests {
                             ext: Some(1 + next(4) as u32),
                             int: Some(next(50) as u32),
                             ser: None,
-                            rtt: if next(10) == 0 { None } else { Some(5.0 + next(200) as f64) },
+                            rtt: if next(10) == 0 {
+                                None
+                            } else {
+                                Some(5.0 + next(200) as f64)
+                            },
                             med: Some((64500 + next(3) as u32, next(3) as u32)),
                             geo: Some(next(10000) as f64),
                             admin: Some(next(3) as u32),
@@ -1811,7 +2283,10 @@ mod tests {
         let mut buf = Ranking::new();
         let mut sum = 0u64;
         let t = std::time::Instant::now();
-        let iters: usize = std::env::var("ENGINE_BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+        let iters: usize = std::env::var("ENGINE_BENCH_ITERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
         for k in 0..iters {
             let c = &sets[k & 1023];
             let d = decide(p, c, 24, &mut buf);
@@ -1823,6 +2298,8 @@ mod tests {
     }
 
     /// `cargo test --release -p director-ctl engine::tests::bench -- --ignored --nocapture`
+    /// (`ENGINE_BENCH_N=5,10`, `ENGINE_BENCH_POLICY=0|1`, `ENGINE_BENCH_ITERS` choose what
+    /// runs). Each call ranks one of 1024 random candidate sets and builds the decision.
     #[test]
     #[ignore]
     fn bench_one_million_ranks() {
@@ -1830,7 +2307,9 @@ mod tests {
             Ok(v) => v.split(',').filter_map(|x| x.parse().ok()).collect(),
             Err(_) => vec![5, 10],
         };
-        let only: Option<usize> = std::env::var("ENGINE_BENCH_POLICY").ok().and_then(|v| v.parse().ok());
+        let only: Option<usize> = std::env::var("ENGINE_BENCH_POLICY")
+            .ok()
+            .and_then(|v| v.parse().ok());
         for (k, (name, p)) in bench_policies().iter().enumerate() {
             if only.is_some_and(|o| o != k) {
                 continue;
