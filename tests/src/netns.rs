@@ -157,19 +157,27 @@ struct Knot {
     dir: PathBuf,
 }
 
+/// Stops a process this lab started, by its pid: SIGTERM lets it finish cleanly (knotd
+/// closes its databases, director-ctl run its maps); SIGKILL if it is not gone in `grace`.
+fn stop_child(child: &mut Child, grace: Duration) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl Knot {
     fn stop(&mut self) {
-        // SIGTERM lets knotd close its databases; SIGKILL if it does not exit in time.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_child(&mut self.child, Duration::from_secs(3));
     }
 
     fn log(&self) -> String {
@@ -556,5 +564,85 @@ impl Reply {
         let mut v: Vec<String> = self.answers.iter().filter(|a| a.rtype == rtype).map(|a| a.data.clone()).collect();
         v.sort();
         v
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// `director-ctl run` in the edge namespace
+
+/// The controller, running in the lab's edge namespace with its stderr in a file; stopped
+/// by its pid (SIGTERM, then SIGKILL) on drop.
+pub struct Controller {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Controller {
+    /// Starts `director-ctl run --config CONFIG` with its stderr in `log`, looking at its
+    /// inputs every 50 ms.
+    pub fn start(lab: &Lab, config: &Path, log: &Path) -> Controller {
+        Controller::start_polling(lab, config, log, 50)
+    }
+
+    pub fn start_polling(lab: &Lab, config: &Path, log: &Path, poll_ms: u32) -> Controller {
+        let file = fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+        // nsenter execs director-ctl: the child's pid is the controller's.
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", lab.edge_ns))
+            .arg(ctl_binary())
+            .arg("--pin-dir")
+            .arg(&lab.pin_dir)
+            .args(["run", "--poll-ms", &poll_ms.to_string(), "--config"])
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("starting director-ctl run");
+        Controller { child, log: log.to_path_buf() }
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn count(&self, needle: &str) -> usize {
+        self.log().matches(needle).count()
+    }
+
+    /// Waits until `needle` occurs at least `n` times in the log; fails if the controller
+    /// exits first or `within` passes.
+    pub fn wait_for(&mut self, needle: &str, n: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.count(needle) >= n {
+                return;
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("director-ctl run exited ({st}) before logging {needle:?} {n} time(s); its stderr:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "director-ctl run did not log {needle:?} {n} time(s) within {within:?}; its stderr:\n{}",
+                self.log()
+            );
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn assert_alive(&mut self) {
+        if let Ok(Some(st)) = self.child.try_wait() {
+            panic!("director-ctl run exited ({st}); its stderr:\n{}", self.log());
+        }
+    }
+
+    pub fn stop(&mut self) {
+        stop_child(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

@@ -16,7 +16,7 @@ use std::{
     net::{IpAddr, UdpSocket},
     os::fd::AsRawFd,
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Command, Output, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -25,7 +25,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use director_tests::netns::{ctl_binary, describe, workspace_root, Lab, Reply, EDGE_V4, EDGE_V6};
+use director_tests::netns::{ctl_binary, describe, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6};
 use director_tests::packets::{query, wire};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
@@ -494,91 +494,6 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
     Expect { client, location_prefix: prefix.to_string(), location, bgp_prefix, winner, nearest, distances }
 }
 
-// ---------------------------------------------------------------------------------------
-// `director-ctl run` in the edge namespace
-
-/// The controller, running in the lab's edge namespace with its stderr in a file; stopped
-/// by its pid (SIGTERM, then SIGKILL) on drop.
-struct Run {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Run {
-    fn start(lab: &Lab, config: &Path, log: &Path) -> Run {
-        let file = fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
-        // nsenter execs director-ctl: the child's pid is the controller's.
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", lab.edge_ns))
-            .arg(ctl_binary())
-            .arg("--pin-dir")
-            .arg(&lab.pin_dir)
-            .args(["run", "--poll-ms", "50", "--config"])
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("starting director-ctl run");
-        Run { child, log: log.to_path_buf() }
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        self.log().matches(needle).count()
-    }
-
-    /// Waits until `needle` occurs at least `n` times in the log; fails if the controller
-    /// exits first or `within` passes.
-    fn wait_for(&mut self, needle: &str, n: usize, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            if self.count(needle) >= n {
-                return;
-            }
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("director-ctl run exited ({st}) before logging {needle:?} {n} time(s); its stderr:\n{}", self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "director-ctl run did not log {needle:?} {n} time(s) within {within:?}; its stderr:\n{}",
-                self.log()
-            );
-            sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn assert_alive(&mut self) {
-        if let Ok(Some(st)) = self.child.try_wait() {
-            panic!("director-ctl run exited ({st}); its stderr:\n{}", self.log());
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// One dig from the client namespace, to director on the edge.
 fn dig(lab: &Lab, rtype: &str, subnet: Option<&str>) -> Reply {
@@ -681,7 +596,7 @@ fn run_on_real_data_answers_the_nearest_site() {
     fs::write(&config, real_config_text(&sites)).unwrap();
     let lab = Lab::new();
     lab.attach();
-    let mut run = Run::start(&lab, &config, &dir.path("run.log"));
+    let mut run = Controller::start(&lab, &config, &dir.path("run.log"));
     // While run computes, find out what every client should get.
     let expects: Vec<Expect> = CLIENTS.iter().map(|c| explain(&config, &sites, c)).collect();
     run.wait_for("entries written", 1, Duration::from_secs(150));
@@ -856,7 +771,7 @@ fn run_swaps_tables_atomically_under_queries() {
     replace_file(&config, &swap_config(false));
     let lab = Lab::new();
     lab.attach();
-    let mut run = Run::start(&lab, &config, &dir.path("run.log"));
+    let mut run = Controller::start(&lab, &config, &dir.path("run.log"));
     run.wait_for("entries written", 1, Duration::from_secs(20));
     assert_eq!(answer(&lab, "A", None), [X_V4]);
 
@@ -964,7 +879,7 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     replace_file(&config, &rtt_config(&rtt, None, 20));
     let lab = Lab::new();
     lab.attach();
-    let mut run = Run::start(&lab, &config, &dir.path("run.log"));
+    let mut run = Controller::start(&lab, &config, &dir.path("run.log"));
     run.wait_for("entries written", 1, Duration::from_secs(20));
     let routes = |lab: &Lab| lab.ctl_ok(&["route", "list", "--json"]);
     let r0 = routes(&lab);

@@ -7,14 +7,13 @@
 use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     thread::sleep,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 use director_ctl::{config::Config, controller, inputs::sites::load_pops, kernel};
-use director_tests::netns::{ctl_binary, workspace_root, Lab, Reply, EDGE_V4};
+use director_tests::netns::{workspace_root, Controller, Lab, Reply, EDGE_V4};
 
 const SITES: [&str; 5] = ["FRA", "IAD", "GRU", "SIN", "SYD"];
 
@@ -119,15 +118,6 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-struct Run(Child);
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
 fn answer(lab: &Lab) -> Option<String> {
     Reply::parse(&lab.dig(&[&format!("@{EDGE_V4}"), "video.example.com", "A"])).answers.first().map(|a| a.data.clone())
 }
@@ -136,17 +126,7 @@ fn answer(lab: &Lab) -> Option<String> {
 fn change_latency(config: &Path) -> Result<Vec<Row>> {
     let lab = Lab::new();
     lab.attach();
-    let log = std::fs::File::create(config.with_extension("log"))?;
-    let run = Run(Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", lab.edge_ns))
-        .arg(ctl_binary())
-        .arg("--pin-dir")
-        .arg(&lab.pin_dir)
-        .args(["run", "--poll-ms", "10", "--config"])
-        .arg(config)
-        .stdin(Stdio::null())
-        .stderr(log)
-        .spawn()?);
+    let run = Controller::start_polling(&lab, config, &config.with_extension("log"), 10);
     let start = Instant::now();
     let before = loop {
         if let Some(a) = answer(&lab) {
@@ -172,8 +152,8 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
         sleep(Duration::from_millis(5));
     };
     let latency = changed.elapsed().as_secs_f64();
+    let log = run.log();
     drop(run);
-    let log = std::fs::read_to_string(config.with_extension("log")).unwrap_or_default();
     Ok(vec![
         Row("start to first answer", format!("{first:.1} s (read, compute, apply)")),
         Row("one RTT changed -> answer changed", format!("{:.0} ms ({before} -> {after}; aim <= 50 ms)", latency * 1000.0)),

@@ -10,12 +10,12 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
     thread::sleep,
     time::{Duration, Instant},
 };
 
-use director_tests::netns::{ctl_binary, workspace_root, Lab, Reply, CLIENT_V4, EDGE_V4, EDGE_V6};
+use director_tests::netns::{ctl_binary, workspace_root, Controller, Lab, Reply, CLIENT_V4, EDGE_V4, EDGE_V6};
 
 /// The example's servers, to name the addresses in answers.
 const SERVERS: [(&str, &str, &str); 4] = [
@@ -63,32 +63,6 @@ fn queries(lab: &Lab) {
     ask(lab, "resolver for Singapore", "video.example.com", "AAAA", Some("2001:db8:a:1::/64"));
 }
 
-/// The controller, running in the edge namespace until dropped (stopped by its pid).
-struct Controller(Child);
-
-impl Controller {
-    fn start(lab: &Lab, config: &Path) -> Controller {
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", lab.edge_ns))
-            .arg(ctl_binary())
-            .arg("--pin-dir")
-            .arg(&lab.pin_dir)
-            .args(["run", "--poll-ms", "200", "--config"])
-            .arg(config)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("starting director-ctl run");
-        Controller(child)
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
 /// Waits until `route list` shows `want` in the kernel's table (what `run` wrote).
 fn wait_for_routes(lab: &Lab, want: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -113,7 +87,7 @@ fn main() {
     lab.attach();
     println!("attached director to {} (edge, {EDGE_V4} / {EDGE_V6})", lab.edge_if);
     println!("$ director-ctl run --config examples/director.toml   (sites fra, nyc, sin)\n");
-    let controller = Controller::start(&lab, &dir.join("director.toml"));
+    let controller = Controller::start_polling(&lab, &dir.join("director.toml"), &dir.join("run.log"), 200);
     wait_for_routes(&lab, "video.example.com");
     println!("\n$ director-ctl route list");
     print!("{}", lab.ctl_ok(&["route", "list"]));
@@ -135,6 +109,9 @@ fn main() {
     let rtt = std::fs::read_to_string(dir.join("rtt.csv")).unwrap().replace("203.0.113.128/25,sin,96", "203.0.113.128/25,sin,300");
     std::fs::write(dir.join("rtt.csv"), rtt).unwrap();
     wait_for_routes(&lab, "203.0.113.128/25                             nyc-1=1|");
+    for line in controller.log().lines().filter(|l| l.contains("203.0.113.128/25") || l.contains("up to date")) {
+        println!("  {line}");
+    }
     ask(&lab, "resolver for Sydney", "video.example.com", "A", Some("203.0.113.200/32"));
 
     println!("\n$ director-ctl server set sin-1 --down");
