@@ -80,6 +80,18 @@ fn print_table(title: &str, rows: &[Row]) {
     }
 }
 
+/// A pin directory of this process, removed (pins, then the directory) however it ends.
+struct Pins(PathBuf);
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// Compile and apply in this process, on pins of its own.
 fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let t = Instant::now();
@@ -91,18 +103,12 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let entries: usize = c.tables.iter().map(|t| t.2.entries.len()).sum();
     let saved: usize = c.tables.iter().map(|t| t.2.saved).sum();
     let peak = peak_rss_mb();
-    let pin = PathBuf::from(format!("/sys/fs/bpf/dbench-{}", std::process::id()));
-    let _ebpf = kernel::program::load(&pin, 0)?;
-    let mut m = kernel::Maps::open(&pin)?;
+    let pin = Pins(PathBuf::from(format!("/sys/fs/bpf/dbench-{}", std::process::id())));
+    let _ebpf = kernel::program::load(&pin.0, 0)?;
+    let mut m = kernel::Maps::open(&pin.0)?;
     let t = Instant::now();
     let written = controller::apply::apply_full(&mut m, &cfg, &c, &ids)?;
     let apply = t.elapsed().as_secs_f64();
-    drop(m);
-    drop(_ebpf);
-    for e in std::fs::read_dir(&pin)?.flatten() {
-        let _ = std::fs::remove_file(e.path());
-    }
-    let _ = std::fs::remove_dir(&pin);
     let mut rows = vec![
         Row("inputs", format!("{} BGP routes per site x {}, {} GeoIP networks", d.summary.bgp_routes.first().map_or(0, |r| r.1), SITES.len(), d.summary.geo_networks)),
         Row("read inputs", format!("{load:.2} s")),
