@@ -196,6 +196,10 @@ impl Config {
                 bail!("{}: portion must be at least 1", at());
             }
         }
+        // A file caught half-written (or emptied) must not take every service away.
+        if self.services.is_empty() {
+            bail!("no [[service]]: a config must define at least one service");
+        }
         if self.services.len() >= MAX_SERVICES as usize {
             bail!("{} services: at most {}", self.services.len(), MAX_SERVICES - 1);
         }
@@ -283,5 +287,6 @@ priority = { geo = 1, admin = 2 }
         assert!(refused(&GOOD.replace("lat = 50.11", "lat = 150.0")).contains("out of range"));
         assert!(refused(&GOOD.replace("ipv4 = \"192.0.2.10\"", "ipv4 = \"192.0.2\"")).contains("line"));
         assert!(refused(&format!("{GOOD}\nbogus = 1\n")).contains("bogus"));
+        assert!(refused("").contains("at least one service"));
     }
 }
