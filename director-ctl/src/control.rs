@@ -198,16 +198,7 @@ pub fn service_del(m: &mut Maps, dnsname: &str) -> Result<()> {
     let (id, wire) = find_service(m, dnsname)?
         .with_context(|| format!("unknown service {dnsname:?} (see `director-ctl service list`)"))?;
     m.names.remove(&name::hash(&wire)).context("writing the name table")?;
-    for t in 0..2 {
-        let keys: Vec<_> = m.dec4[t].keys().filter_map(|k| k.ok()).filter(|k| u32::from_be_bytes(k.data().service) == id).collect();
-        for k in keys {
-            m.dec4[t].remove(&k).context("removing a route")?;
-        }
-        let keys: Vec<_> = m.dec6[t].keys().filter_map(|k| k.ok()).filter(|k| u32::from_be_bytes(k.data().service) == id).collect();
-        for k in keys {
-            m.dec6[t].remove(&k).context("removing a route")?;
-        }
-    }
+    m.remove_service_decisions(id)?;
     m.services.set(id, Service::default(), 0).context("writing the service table")
 }
 

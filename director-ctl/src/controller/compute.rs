@@ -296,31 +296,32 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         .find(|p| director_common::name::encode(&p.name).is_ok_and(|w| w == wire))
         .with_context(|| format!("no service {service:?} in the config"))?;
     let loc = lookup(&data.locations, addr);
-    let mut views = Vec::new();
-    let mut servers = Vec::new();
-    for (i, site) in data.sites.iter().enumerate() {
-        let route = lookup(&site.routes, addr);
-        let rtt = lookup(&site.rtt, addr);
-        views.push(SiteView {
+    // Per site: the most specific route and RTT prefixes holding the client.
+    let found: Vec<_> = data.sites.iter().map(|s| (lookup(&s.routes, addr), lookup(&s.rtt, addr))).collect();
+    let views: Vec<SiteView> = data
+        .sites
+        .iter()
+        .zip(&found)
+        .map(|(site, (route, rtt))| SiteView {
             route: route.map(|r| &r.1),
             rtt: rtt.map(|r| r.1),
             geo: loc.and_then(|l| data.geo_km(site, &l.1)),
-        });
-        let _ = i;
-    }
+        })
+        .collect();
     let mut cands = Vec::new();
     candidates(plan, data, &views, &mut cands);
+    let mut servers = Vec::new();
     for (&(server, site, ..), c) in plan.servers.iter().zip(&cands) {
-        let name = cfg.servers[server as usize - 1].name.clone();
+        let (route, rtt) = found[site];
         servers.push(ServerData {
-            server: name,
+            server: cfg.servers[server as usize - 1].name.clone(),
             site: cfg.sites[site].name.clone(),
-            bgp_prefix: lookup(&data.sites[site].routes, addr).map(|r| r.0.to_string()),
+            bgp_prefix: route.map(|r| r.0.to_string()),
             location_prefix: loc.map(|l| match &l.1 {
                 Location::Point(p) => format!("{} ({:.2},{:.2})", l.0, p.lat, p.lon),
                 Location::Named(n) => format!("{} ({n})", l.0),
             }),
-            rtt_prefix: lookup(&data.sites[site].rtt, addr).map(|r| format!("{} ({} ms)", r.0, r.1)),
+            rtt_prefix: rtt.map(|r| format!("{} ({} ms)", r.0, r.1)),
             metrics: format!("{:?}", c.metrics),
         });
     }

@@ -104,14 +104,27 @@ pub fn key6(service: u32, addr: std::net::Ipv6Addr, len: u8) -> Key<DecisionKeyV
 pub type Entries = [(ipnet::IpNet, Decision)];
 
 impl Maps {
-    fn clear_table(&mut self, t: usize) -> Result<()> {
+    /// Removes the decisions of table `t` whose service `which` selects.
+    fn remove_decisions(&mut self, t: usize, which: impl Fn(u32) -> bool) -> Result<()> {
         let keys: Vec<_> = self.dec4[t].keys().collect::<Result<_, _>>().context("listing IPv4 decisions")?;
-        for k in keys {
-            self.dec4[t].remove(&k).context("clearing an IPv4 decision")?;
+        for k in keys.into_iter().filter(|k| which(u32::from_be_bytes(k.data().service))) {
+            self.dec4[t].remove(&k).context("removing an IPv4 decision")?;
         }
         let keys: Vec<_> = self.dec6[t].keys().collect::<Result<_, _>>().context("listing IPv6 decisions")?;
-        for k in keys {
-            self.dec6[t].remove(&k).context("clearing an IPv6 decision")?;
+        for k in keys.into_iter().filter(|k| which(u32::from_be_bytes(k.data().service))) {
+            self.dec6[t].remove(&k).context("removing an IPv6 decision")?;
+        }
+        Ok(())
+    }
+
+    fn clear_table(&mut self, t: usize) -> Result<()> {
+        self.remove_decisions(t, |_| true)
+    }
+
+    /// Removes a service's decisions from both tables.
+    pub fn remove_service_decisions(&mut self, service: u32) -> Result<()> {
+        for t in 0..2 {
+            self.remove_decisions(t, |s| s == service)?;
         }
         Ok(())
     }

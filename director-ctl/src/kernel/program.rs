@@ -201,7 +201,5 @@ pub fn detach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
         bail!("no pass-through program on {iface}");
     }
     drop(PinnedLink::from_pin(&link_path)?.unpin()?);
-    let links = std::fs::read_dir(&dir)?.filter_map(|e| e.ok()).filter(|e| e.path().is_file()).count();
-    let _ = links;
     Ok(())
 }
