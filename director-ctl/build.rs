@@ -12,7 +12,10 @@ fn main() {
         println!("cargo:rerun-if-changed={}", ebpf.join(p).display());
     }
     for p in ["src", "Cargo.toml"] {
-        println!("cargo:rerun-if-changed={}", root.join("director-common").join(p).display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            root.join("director-common").join(p).display()
+        );
     }
     // A separate target dir: the outer cargo holds the lock on the workspace's.
     let target = env::var_os("CARGO_TARGET_DIR")

@@ -88,7 +88,10 @@ mod tests {
     #[test]
     fn rfc1071_example() {
         // RFC 1071 §3 worked example: 00 01 f2 03 f4 f5 f6 f7 sums to 0xddf2.
-        assert_eq!(fold(sum_bytes(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7])), 0xddf2);
+        assert_eq!(
+            fold(sum_bytes(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7])),
+            0xddf2
+        );
     }
 
     #[test]

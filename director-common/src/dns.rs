@@ -71,7 +71,11 @@ pub fn check_opt(owner: u8, rtype: u16, class: u16, ttl: u32) -> Result<u16, Rea
     if owner != 0 || rtype != TYPE_OPT || version != 0 || ext_rcode != 0 {
         return Err(Reason::Edns);
     }
-    Ok(if class < CLASSIC_UDP_SIZE { CLASSIC_UDP_SIZE } else { class })
+    Ok(if class < CLASSIC_UDP_SIZE {
+        CLASSIC_UDP_SIZE
+    } else {
+        class
+    })
 }
 
 pub const ECS_FAMILY_V4: u16 = 1;
@@ -139,7 +143,11 @@ pub const NAME_POINTER: u16 = 0xc00c;
 /// `addr` holds the IPv4 address in its first 4 bytes, zero after, or the IPv6 address.
 #[inline(always)]
 pub fn record_sum(v6: bool, ttl: u32, addr: &[u8; 16]) -> u64 {
-    let (rtype, rdlen) = if v6 { (TYPE_AAAA, 16u16) } else { (TYPE_A, 4u16) };
+    let (rtype, rdlen) = if v6 {
+        (TYPE_AAAA, 16u16)
+    } else {
+        (TYPE_A, 4u16)
+    };
     NAME_POINTER as u64
         + rtype as u64
         + CLASS_IN as u64

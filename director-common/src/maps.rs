@@ -188,7 +188,10 @@ mod tests {
         assert_eq!(size_of::<DecisionKeyV4>(), 8);
         assert_eq!(size_of::<DecisionKeyV6>(), 20);
         assert_eq!(size_of::<Config>(), 8);
-        assert_eq!(size_of::<Scratch>(), NAME_BUF + 24 + 16 * MAX_CANDIDATES + 128 + 32);
+        assert_eq!(
+            size_of::<Scratch>(),
+            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 128 + 32
+        );
         assert_eq!(align_of::<Scratch>(), 8);
     }
 }

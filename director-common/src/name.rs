@@ -70,7 +70,11 @@ pub struct Walked {
 /// Walks a name at the start of `wire`. `None` for a pointer, an extended label, a name
 /// longer than 255 bytes or one cut short.
 pub fn walk(wire: &[u8]) -> Option<Walked> {
-    let mut out = Walked { lower: [0; 256], len: 0, hash: HASH_INIT };
+    let mut out = Walked {
+        lower: [0; 256],
+        len: 0,
+        hash: HASH_INIT,
+    };
     let mut left = 0u8;
     let mut i = 0;
     while i < MAX_WIRE_LEN {
@@ -118,7 +122,9 @@ mod text {
                 ));
             }
             if !label.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') {
-                return Err(format!("label {label:?} has a character that is not printable ASCII"));
+                return Err(format!(
+                    "label {label:?} has a character that is not printable ASCII"
+                ));
             }
             wire.push(label.len() as u8);
             wire.extend(label.bytes().map(lower));
@@ -177,10 +183,18 @@ mod tests {
     fn encode_refuses_bad_names() {
         assert!(encode("").is_err());
         assert!(encode("a..b").is_err());
-        assert!(encode(&"a".repeat(64)).unwrap_err().contains("over the limit of 63"));
+        assert!(encode(&"a".repeat(64))
+            .unwrap_err()
+            .contains("over the limit of 63"));
         let long = vec!["a".repeat(63); 4].join(".");
         assert!(encode(&long).unwrap_err().contains("over the limit of 255"));
-        let ok = vec!["a".repeat(63), "a".repeat(63), "a".repeat(63), "a".repeat(61)].join(".");
+        let ok = vec![
+            "a".repeat(63),
+            "a".repeat(63),
+            "a".repeat(63),
+            "a".repeat(61),
+        ]
+        .join(".");
         assert_eq!(encode(&ok).unwrap().len(), 255);
     }
 

@@ -22,7 +22,9 @@ pub struct Query {
 }
 
 fn be16(b: &[u8], at: usize) -> Result<u16, Reason> {
-    b.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]])).ok_or(Reason::Malformed)
+    b.get(at..at + 2)
+        .map(|s| u16::from_be_bytes([s[0], s[1]]))
+        .ok_or(Reason::Malformed)
 }
 
 /// Parses a UDP payload as a query director would answer, or says why not.
@@ -31,7 +33,13 @@ pub fn parse(msg: &[u8]) -> Result<Query, Reason> {
         return Err(Reason::Malformed);
     }
     let flags = be16(msg, 2)?;
-    check_header(flags, be16(msg, 4)?, be16(msg, 6)?, be16(msg, 8)?, be16(msg, 10)?)?;
+    check_header(
+        flags,
+        be16(msg, 4)?,
+        be16(msg, 6)?,
+        be16(msg, 8)?,
+        be16(msg, 10)?,
+    )?;
     let ar = be16(msg, 10)?;
     let walked = match name::walk(&msg[HEADER_LEN..]) {
         Some(w) => w,
@@ -78,7 +86,11 @@ pub fn parse(msg: &[u8]) -> Result<Query, Reason> {
                 let family = be16(msg, at)?;
                 let source = msg[at + 2];
                 let alen = check_ecs(family, source, msg[at + 3], len as u16)?;
-                let mut e = Ecs { family, source, addr: [0; 16] };
+                let mut e = Ecs {
+                    family,
+                    source,
+                    addr: [0; 16],
+                };
                 e.addr[..alen].copy_from_slice(&msg[at + 4..at + 4 + alen]);
                 if alen > 0 && !ecs_last_byte_ok(source, e.addr[alen - 1]) {
                     return Err(Reason::Edns);
@@ -91,5 +103,14 @@ pub fn parse(msg: &[u8]) -> Result<Query, Reason> {
     if at != msg.len() {
         return Err(Reason::Malformed);
     }
-    Ok(Query { id: be16(msg, 0)?, flags, name: walked, v6, edns, dnssec_ok, ecs, question_end })
+    Ok(Query {
+        id: be16(msg, 0)?,
+        flags,
+        name: walked,
+        v6,
+        edns,
+        dnssec_ok,
+        ecs,
+        question_end,
+    })
 }

@@ -161,7 +161,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn decision(servers: &[(u16, u16)], primary: u8) -> Decision {
-        let mut d = Decision { prefix_len: 24, count: servers.len() as u8, primary, ..Default::default() };
+        let mut d = Decision {
+            prefix_len: 24,
+            count: servers.len() as u8,
+            primary,
+            ..Default::default()
+        };
         for (i, (s, w)) in servers.iter().enumerate() {
             d.servers[i] = *s;
             d.weights[i] = *w;
@@ -171,10 +176,16 @@ mod tests {
 
     fn run(d: &Decision, key: u32, answers: u8, down: &[u16]) -> Vec<u16> {
         let mut out = Vec::new();
-        let n = select(d, key, answers, |s| !down.contains(&s), |s| {
-            out.push(s);
-            true
-        });
+        let n = select(
+            d,
+            key,
+            answers,
+            |s| !down.contains(&s),
+            |s| {
+                out.push(s);
+                true
+            },
+        );
         assert_eq!(n, out.len());
         out
     }

@@ -70,7 +70,11 @@ impl Compressor {
             self.stack.pop();
         }
         d.prefix_len = p.prefix_len();
-        if self.stack.last().is_some_and(|(_, ad)| same_ranking(ad, &d)) {
+        if self
+            .stack
+            .last()
+            .is_some_and(|(_, ad)| same_ranking(ad, &d))
+        {
             self.out.saved += 1;
         } else {
             self.out.entries.push((p, d));
@@ -118,7 +122,11 @@ impl Diff {
 /// Where the entries under `root` sit in a table (they are contiguous in its order).
 pub fn subtree_range(entries: &[(IpNet, Decision)], root: &IpNet) -> std::ops::Range<usize> {
     let start = entries.partition_point(|(p, _)| order(p) < order(root));
-    let end = start + entries[start..].iter().take_while(|(p, _)| root.contains(p)).count();
+    let end = start
+        + entries[start..]
+            .iter()
+            .take_while(|(p, _)| root.contains(p))
+            .count();
     start..end
 }
 
@@ -132,7 +140,11 @@ pub fn diff(old: &[(IpNet, Decision)], new: &[(IpNet, Decision)]) -> Diff {
             out.put.push((*p, *d));
         }
     }
-    out.delete = old.iter().map(|(p, _)| *p).filter(|p| !seen.contains(p)).collect();
+    out.delete = old
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| !seen.contains(p))
+        .collect();
     out
 }
 
@@ -142,7 +154,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn dec(server: u16) -> Decision {
-        let mut d = Decision { count: 1, primary: 1, ..Default::default() };
+        let mut d = Decision {
+            count: 1,
+            primary: 1,
+            ..Default::default()
+        };
         d.servers[0] = server;
         d.weights[0] = 1;
         d
@@ -169,8 +185,16 @@ mod tests {
 
     #[test]
     fn diff_puts_changed_and_deletes_gone() {
-        let a = compress(vec![(net("0.0.0.0/0"), dec(1)), (net("192.0.2.0/24"), dec(2))]).entries;
-        let b = compress(vec![(net("0.0.0.0/0"), dec(3)), (net("198.51.100.0/24"), dec(2))]).entries;
+        let a = compress(vec![
+            (net("0.0.0.0/0"), dec(1)),
+            (net("192.0.2.0/24"), dec(2)),
+        ])
+        .entries;
+        let b = compress(vec![
+            (net("0.0.0.0/0"), dec(3)),
+            (net("198.51.100.0/24"), dec(2)),
+        ])
+        .entries;
         let d = diff(&a, &b);
         assert_eq!(d.put.len(), 2);
         assert_eq!(d.delete, vec![net("192.0.2.0/24")]);

@@ -127,7 +127,8 @@ pub struct Config {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut c = Config::parse(&text).with_context(|| format!("{}", path.display()))?;
         c.path = path.to_path_buf();
         c.resolve_paths();
@@ -135,19 +136,31 @@ impl Config {
     }
 
     pub fn parse(text: &str) -> Result<Config> {
-        let c: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        let c: Config =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
         c.validate()?;
         Ok(c)
     }
 
     fn resolve_paths(&mut self) {
-        let dir = self.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dir = self
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let fix = |p: &mut PathBuf| {
             if p.is_relative() {
                 *p = dir.join(&*p);
             }
         };
-        for p in [&mut self.geo.database, &mut self.geo.locations, &mut self.geo.graph].into_iter().flatten() {
+        for p in [
+            &mut self.geo.database,
+            &mut self.geo.locations,
+            &mut self.geo.graph,
+        ]
+        .into_iter()
+        .flatten()
+        {
             fix(p);
         }
         for s in &mut self.sites {
@@ -164,10 +177,14 @@ impl Config {
                 bail!("{}: site names must be unique and not empty", at());
             }
             match (s.lat, s.lon) {
-                (Some(lat), Some(lon)) if !(-90.0..=90.0).contains(&lat) || !(-180.0..=180.0).contains(&lon) => {
+                (Some(lat), Some(lon))
+                    if !(-90.0..=90.0).contains(&lat) || !(-180.0..=180.0).contains(&lon) =>
+                {
                     bail!("{}: lat/lon {lat},{lon} out of range", at())
                 }
-                (Some(_), None) | (None, Some(_)) => bail!("{}: give both lat and lon, or neither", at()),
+                (Some(_), None) | (None, Some(_)) => {
+                    bail!("{}: give both lat and lon, or neither", at())
+                }
                 _ => {}
             }
             for hop in s.igp_cost.keys() {
@@ -177,7 +194,11 @@ impl Config {
             }
         }
         if self.servers.len() >= MAX_SERVERS as usize {
-            bail!("{} servers: at most {} fit the kernel's table", self.servers.len(), MAX_SERVERS - 1);
+            bail!(
+                "{} servers: at most {} fit the kernel's table",
+                self.servers.len(),
+                MAX_SERVERS - 1
+            );
         }
         let mut servers = HashSet::new();
         for (i, s) in self.servers.iter().enumerate() {
@@ -201,17 +222,26 @@ impl Config {
             bail!("no [[service]]: a config must define at least one service");
         }
         if self.services.len() >= MAX_SERVICES as usize {
-            bail!("{} services: at most {}", self.services.len(), MAX_SERVICES - 1);
+            bail!(
+                "{} services: at most {}",
+                self.services.len(),
+                MAX_SERVICES - 1
+            );
         }
         let mut names = HashSet::new();
         for (i, s) in self.services.iter().enumerate() {
             let at = || format!("[[service]] #{} ({:?})", i + 1, s.name);
-            let wire = director_common::name::encode(&s.name).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+            let wire = director_common::name::encode(&s.name)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
             if !names.insert(wire) {
                 bail!("{}: the name is already a service", at());
             }
             if !(1..=MAX_CANDIDATES as u8).contains(&s.answers) {
-                bail!("{}: answers {} is not from 1 to {MAX_CANDIDATES}", at(), s.answers);
+                bail!(
+                    "{}: answers {} is not from 1 to {MAX_CANDIDATES}",
+                    at(),
+                    s.answers
+                );
             }
             if s.servers.is_empty() {
                 bail!("{}: lists no servers", at());
@@ -223,7 +253,11 @@ impl Config {
             }
             for m in s.priority.keys().chain(s.weights.keys()) {
                 if !METRICS.contains(&m.as_str()) {
-                    bail!("{}: unknown metric {m:?} (known: {})", at(), METRICS.join(", "));
+                    bail!(
+                        "{}: unknown metric {m:?} (known: {})",
+                        at(),
+                        METRICS.join(", ")
+                    );
                 }
             }
             for (m, w) in &s.weights {
@@ -232,7 +266,11 @@ impl Config {
                 }
             }
             if !(s.rtt_tolerance.is_finite() && s.rtt_tolerance >= 0.0) {
-                bail!("{}: rtt_tolerance {} must be a percentage >= 0", at(), s.rtt_tolerance);
+                bail!(
+                    "{}: rtt_tolerance {} must be a percentage >= 0",
+                    at(),
+                    s.rtt_tolerance
+                );
             }
             if let Some(sel) = &s.select {
                 if !["random", "client", "name"].contains(&sel.as_str()) {
@@ -280,12 +318,18 @@ priority = { geo = 1, admin = 2 }
 
     #[test]
     fn bad_configs_are_refused_with_the_entry_and_reason() {
-        assert!(refused(&GOOD.replace("site = \"fra\"", "site = \"ams\"")).contains("unknown site \"ams\""));
-        assert!(refused(&GOOD.replace("servers = [\"fra-1\"]", "servers = [\"nyc-1\"]")).contains("unknown server \"nyc-1\""));
+        assert!(refused(&GOOD.replace("site = \"fra\"", "site = \"ams\""))
+            .contains("unknown site \"ams\""));
+        assert!(
+            refused(&GOOD.replace("servers = [\"fra-1\"]", "servers = [\"nyc-1\"]"))
+                .contains("unknown server \"nyc-1\"")
+        );
         assert!(refused(&GOOD.replace("geo = 1", "speed = 1")).contains("unknown metric \"speed\""));
         assert!(refused(&GOOD.replace("www.example.com", "a..b")).contains("[[service]] #1"));
         assert!(refused(&GOOD.replace("lat = 50.11", "lat = 150.0")).contains("out of range"));
-        assert!(refused(&GOOD.replace("ipv4 = \"192.0.2.10\"", "ipv4 = \"192.0.2\"")).contains("line"));
+        assert!(
+            refused(&GOOD.replace("ipv4 = \"192.0.2.10\"", "ipv4 = \"192.0.2\"")).contains("line")
+        );
         assert!(refused(&format!("{GOOD}\nbogus = 1\n")).contains("bogus"));
         assert!(refused("").contains("at least one service"));
     }

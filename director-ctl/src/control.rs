@@ -5,12 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{bail, Context, Result};
-use director_common::{
-    counters,
-    maps::*,
-    name,
-    select::Mode,
-};
+use director_common::{counters, maps::*, name, select::Mode};
 use serde::Serialize;
 
 use crate::input::{self, Prefix};
@@ -74,11 +69,17 @@ fn find_server(m: &Maps, name: &str) -> Result<Option<ServerView>> {
 }
 
 fn require_server(m: &Maps, name: &str) -> Result<ServerView> {
-    find_server(m, name)?.with_context(|| format!("unknown server {name:?} (see `director-ctl server list`)"))
+    find_server(m, name)?
+        .with_context(|| format!("unknown server {name:?} (see `director-ctl server list`)"))
 }
 
 /// Adds a server, or changes the addresses of an existing one (its up/down state is kept).
-pub fn server_add(m: &mut Maps, name: &str, v4: Option<Ipv4Addr>, v6: Option<Ipv6Addr>) -> Result<u16> {
+pub fn server_add(
+    m: &mut Maps,
+    name: &str,
+    v4: Option<Ipv4Addr>,
+    v6: Option<Ipv6Addr>,
+) -> Result<u16> {
     let name = input::server_name(name)?;
     if v4.is_none() && v6.is_none() {
         bail!("server {name:?} needs an address: give --ipv4 and/or --ipv6");
@@ -97,7 +98,13 @@ pub fn server_add(m: &mut Maps, name: &str, v4: Option<Ipv4Addr>, v6: Option<Ipv
             (free.context("the server table is full")?, true)
         }
     };
-    let mut s = Server { flags: SERVER_EXISTS, _pad: [0; 3], ipv4: [0; 4], ipv6: [0; 16], name: [0; SERVER_NAME_LEN] };
+    let mut s = Server {
+        flags: SERVER_EXISTS,
+        _pad: [0; 3],
+        ipv4: [0; 4],
+        ipv6: [0; 16],
+        name: [0; SERVER_NAME_LEN],
+    };
     s.name[..name.len()].copy_from_slice(name.as_bytes());
     if up {
         s.flags |= SERVER_UP;
@@ -110,7 +117,9 @@ pub fn server_add(m: &mut Maps, name: &str, v4: Option<Ipv4Addr>, v6: Option<Ipv
         s.flags |= SERVER_V6;
         s.ipv6 = a.octets();
     }
-    m.servers.set(id as u32, s, 0).context("writing the server table")?;
+    m.servers
+        .set(id as u32, s, 0)
+        .context("writing the server table")?;
     Ok(id)
 }
 
@@ -122,7 +131,9 @@ pub fn server_set(m: &mut Maps, name: &str, up: bool) -> Result<()> {
     } else {
         s.flags &= !SERVER_UP;
     }
-    m.servers.set(v.id as u32, s, 0).context("writing the server table")
+    m.servers
+        .set(v.id as u32, s, 0)
+        .context("writing the server table")
 }
 
 pub fn server_del(m: &mut Maps, name: &str) -> Result<()> {
@@ -139,12 +150,21 @@ pub fn server_del(m: &mut Maps, name: &str) -> Result<()> {
             r.prefix
         );
     }
-    let empty = Server { flags: 0, _pad: [0; 3], ipv4: [0; 4], ipv6: [0; 16], name: [0; SERVER_NAME_LEN] };
-    m.servers.set(v.id as u32, empty, 0).context("writing the server table")
+    let empty = Server {
+        flags: 0,
+        _pad: [0; 3],
+        ipv4: [0; 4],
+        ipv6: [0; 16],
+        name: [0; SERVER_NAME_LEN],
+    };
+    m.servers
+        .set(v.id as u32, empty, 0)
+        .context("writing the server table")
 }
 
 fn find_service(m: &Maps, dnsname: &str) -> Result<Option<(u32, Vec<u8>)>> {
-    let wire = name::encode(dnsname).map_err(|e| anyhow::anyhow!("bad DNS name {dnsname:?}: {e}"))?;
+    let wire =
+        name::encode(dnsname).map_err(|e| anyhow::anyhow!("bad DNS name {dnsname:?}: {e}"))?;
     let h = name::hash(&wire);
     match m.names.get(&h, 0) {
         Ok(e) if e.name[..e.len as usize] == wire[..] => Ok(Some((e.service, wire))),
@@ -164,7 +184,13 @@ fn require_service(m: &Maps, dnsname: &str) -> Result<u32> {
 }
 
 /// Adds a DNS service, or changes the settings of an existing one.
-pub fn service_add(m: &mut Maps, dnsname: &str, ttl: u32, answers: u8, select: Mode) -> Result<u32> {
+pub fn service_add(
+    m: &mut Maps,
+    dnsname: &str,
+    ttl: u32,
+    answers: u8,
+    select: Mode,
+) -> Result<u32> {
     if !(1..=MAX_CANDIDATES as u8).contains(&answers) {
         bail!("--answers {answers} is not from 1 to {MAX_CANDIDATES}");
     }
@@ -172,12 +198,21 @@ pub fn service_add(m: &mut Maps, dnsname: &str, ttl: u32, answers: u8, select: M
         bail!("--ttl {ttl} is over 2147483647 (RFC 2181 §8)");
     }
     let found = find_service(m, dnsname)?;
-    let svc = Service { ttl, flags: SERVICE_ACTIVE, kind: KIND_DNS, answers, select: select as u8 };
+    let svc = Service {
+        ttl,
+        flags: SERVICE_ACTIVE,
+        kind: KIND_DNS,
+        answers,
+        select: select as u8,
+    };
     if let Some((id, _)) = found {
-        m.services.set(id, svc, 0).context("writing the service table")?;
+        m.services
+            .set(id, svc, 0)
+            .context("writing the service table")?;
         return Ok(id);
     }
-    let wire = name::encode(dnsname).map_err(|e| anyhow::anyhow!("bad DNS name {dnsname:?}: {e}"))?;
+    let wire =
+        name::encode(dnsname).map_err(|e| anyhow::anyhow!("bad DNS name {dnsname:?}: {e}"))?;
     let mut free = None;
     for (i, s) in m.services.iter().enumerate().skip(1) {
         if s?.flags & SERVICE_ACTIVE == 0 {
@@ -186,20 +221,33 @@ pub fn service_add(m: &mut Maps, dnsname: &str, ttl: u32, answers: u8, select: M
         }
     }
     let id = free.context("the service table is full")?;
-    let mut entry = NameEntry { service: id, len: wire.len() as u32, name: [0; NAME_BUF] };
+    let mut entry = NameEntry {
+        service: id,
+        len: wire.len() as u32,
+        name: [0; NAME_BUF],
+    };
     entry.name[..wire.len()].copy_from_slice(&wire);
     // The service first: the kernel must never find a name whose service is not there.
-    m.services.set(id, svc, 0).context("writing the service table")?;
-    m.names.insert(name::hash(&wire), entry, 0).context("writing the name table")?;
+    m.services
+        .set(id, svc, 0)
+        .context("writing the service table")?;
+    m.names
+        .insert(name::hash(&wire), entry, 0)
+        .context("writing the name table")?;
     Ok(id)
 }
 
 pub fn service_del(m: &mut Maps, dnsname: &str) -> Result<()> {
-    let (id, wire) = find_service(m, dnsname)?
-        .with_context(|| format!("unknown service {dnsname:?} (see `director-ctl service list`)"))?;
-    m.names.remove(&name::hash(&wire)).context("writing the name table")?;
+    let (id, wire) = find_service(m, dnsname)?.with_context(|| {
+        format!("unknown service {dnsname:?} (see `director-ctl service list`)")
+    })?;
+    m.names
+        .remove(&name::hash(&wire))
+        .context("writing the name table")?;
     m.remove_service_decisions(id)?;
-    m.services.set(id, Service::default(), 0).context("writing the service table")
+    m.services
+        .set(id, Service::default(), 0)
+        .context("writing the service table")
 }
 
 pub fn services(m: &Maps) -> Result<Vec<ServiceView>> {
@@ -209,7 +257,9 @@ pub fn services(m: &Maps) -> Result<Vec<ServiceView>> {
         let s = m.service(e.service)?;
         out.push(ServiceView {
             id: e.service,
-            name: name::decode(&e.name[..e.len as usize]).trim_end_matches('.').to_string(),
+            name: name::decode(&e.name[..e.len as usize])
+                .trim_end_matches('.')
+                .to_string(),
             ttl: s.ttl,
             answers: s.answers,
             select: Mode::from_u8(s.select).name(),
@@ -270,13 +320,22 @@ pub fn routes(m: &Maps, only: Option<&str>) -> Result<Vec<RouteView>> {
             continue;
         }
         out.push(RouteView {
-            service: names.get(&svc).cloned().unwrap_or_else(|| format!("#{svc}")),
+            service: names
+                .get(&svc)
+                .cloned()
+                .unwrap_or_else(|| format!("#{svc}")),
             prefix: format!("{addr}/{len}"),
             primary: d.primary as usize,
             servers: (0..d.count as usize)
                 .map(|i| {
                     let id = d.servers[i];
-                    (servers.get(&id).cloned().unwrap_or_else(|| format!("#{id}")), d.weights[i])
+                    (
+                        servers
+                            .get(&id)
+                            .cloned()
+                            .unwrap_or_else(|| format!("#{id}")),
+                        d.weights[i],
+                    )
                 })
                 .collect(),
         });
@@ -300,5 +359,8 @@ pub fn stats(m: &Maps) -> Result<Stats> {
     for v in services(m)? {
         s.push((v.name, Maps::counter(&m.service_stats, v.id)?));
     }
-    Ok(Stats { counters: c, services: s })
+    Ok(Stats {
+        counters: c,
+        services: s,
+    })
 }

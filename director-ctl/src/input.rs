@@ -21,11 +21,19 @@ impl std::fmt::Display for Prefix {
 fn mask(addr: IpAddr, len: u8) -> IpAddr {
     match addr {
         IpAddr::V4(a) => {
-            let m = if len == 0 { 0 } else { u32::MAX << (32 - len as u32) };
+            let m = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - len as u32)
+            };
             IpAddr::V4((u32::from(a) & m).into())
         }
         IpAddr::V6(a) => {
-            let m = if len == 0 { 0 } else { u128::MAX << (128 - len as u32) };
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len as u32)
+            };
             IpAddr::V6((u128::from(a) & m).into())
         }
     }
@@ -52,9 +60,15 @@ pub fn prefix(text: &str) -> Result<Prefix> {
 
 pub fn server_name(text: &str) -> Result<&str> {
     if text.is_empty() || text.len() >= SERVER_NAME_LEN {
-        bail!("server name {text:?} must be 1 to {} bytes", SERVER_NAME_LEN - 1);
+        bail!(
+            "server name {text:?} must be 1 to {} bytes",
+            SERVER_NAME_LEN - 1
+        );
     }
-    if !text.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+    if !text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
         bail!("server name {text:?} may only hold letters, digits, '-', '_' and '.'");
     }
     Ok(text)
@@ -95,10 +109,16 @@ pub fn server_list(text: &str) -> Result<ServerList> {
         }
     }
     if out.len() > MAX_CANDIDATES {
-        bail!("{} servers in {text:?}: a route takes at most {MAX_CANDIDATES}", out.len());
+        bail!(
+            "{} servers in {text:?}: a route takes at most {MAX_CANDIDATES}",
+            out.len()
+        );
     }
     let primary = first.split(',').count();
-    Ok(ServerList { servers: out, primary })
+    Ok(ServerList {
+        servers: out,
+        primary,
+    })
 }
 
 #[cfg(test)]
@@ -110,7 +130,10 @@ mod tests {
         assert_eq!(prefix("192.0.2.0/24").unwrap().to_string(), "192.0.2.0/24");
         assert_eq!(prefix("2001:db8::/32").unwrap().len, 32);
         assert_eq!(prefix("0.0.0.0/0").unwrap().len, 0);
-        assert!(prefix("192.0.2.1/24").unwrap_err().to_string().contains("192.0.2.0/24"));
+        assert!(prefix("192.0.2.1/24")
+            .unwrap_err()
+            .to_string()
+            .contains("192.0.2.0/24"));
         assert!(prefix("192.0.2.0/33").is_err());
         assert!(prefix("192.0.2.0").is_err());
         assert!(prefix("example/8").is_err());
@@ -130,6 +153,9 @@ mod tests {
         assert!(server_list("a=0").is_err());
         assert!(server_list("a=x").is_err());
         assert!(server_list("").is_err());
-        assert!(server_list("a,b,c,d,e,f,g,h,i").unwrap_err().to_string().contains("at most 8"));
+        assert!(server_list("a,b,c,d,e,f,g,h,i")
+            .unwrap_err()
+            .to_string()
+            .contains("at most 8"));
     }
 }

@@ -10,9 +10,9 @@ pub mod kernel;
 
 /// The XDP object, built by build.rs from director-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("DIRECTOR_EBPF_OBJ"));
-pub mod model;
 pub mod compile;
 pub mod config;
+pub mod controller;
 pub mod engine;
 pub mod inputs;
-pub mod controller;
+pub mod model;

@@ -162,7 +162,9 @@ enum ServiceCmd {
         #[arg(long, value_enum, default_value = "random")]
         select: SelectArg,
     },
-    Del { dnsname: String },
+    Del {
+        dnsname: String,
+    },
     List {
         #[arg(long)]
         json: bool,
@@ -173,8 +175,15 @@ enum ServiceCmd {
 enum RouteCmd {
     /// Give clients in PREFIX these servers: SERVER[=WEIGHT],... share answers by weight;
     /// servers after a '|' are fallbacks, in order (e.g. "fra-1=2,ams-1|nyc-1").
-    Set { dnsname: String, prefix: String, servers: String },
-    Del { dnsname: String, prefix: String },
+    Set {
+        dnsname: String,
+        prefix: String,
+        servers: String,
+    },
+    Del {
+        dnsname: String,
+        prefix: String,
+    },
     List {
         dnsname: Option<String>,
         #[arg(long)]
@@ -190,13 +199,27 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
 fn run(cli: Cli) -> Result<()> {
     let dir = cli.pin_dir;
     match cli.cmd {
-        Cmd::Attach { iface, mode, log_level } => {
+        Cmd::Attach {
+            iface,
+            mode,
+            log_level,
+        } => {
             program::attach(&dir, &iface, mode, log_level as u8)?;
-            println!("attached to {iface} ({mode:?}); maps pinned in {}", dir.display());
+            println!(
+                "attached to {iface} ({mode:?}); maps pinned in {}",
+                dir.display()
+            );
         }
         Cmd::Detach { iface } => {
             let last = program::detach(&dir, &iface)?;
-            println!("detached from {iface}{}", if last { "; program and maps unpinned" } else { "" });
+            println!(
+                "detached from {iface}{}",
+                if last {
+                    "; program and maps unpinned"
+                } else {
+                    ""
+                }
+            );
         }
         Cmd::Status { json } => status(&dir, json)?,
         Cmd::Server(c) => {
@@ -215,7 +238,13 @@ fn run(cli: Cli) -> Result<()> {
                         for s in l {
                             let v4 = s.ipv4.map_or("-".into(), |a| a.to_string());
                             let v6 = s.ipv6.map_or("-".into(), |a| a.to_string());
-                            println!("{:<20} {:<16} {:<40} {}", s.name, v4, v6, if s.up { "up" } else { "down" });
+                            println!(
+                                "{:<20} {:<16} {:<40} {}",
+                                s.name,
+                                v4,
+                                v6,
+                                if s.up { "up" } else { "down" }
+                            );
                         }
                     }
                 }
@@ -224,7 +253,12 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Service(c) => {
             let mut m = Maps::open(&dir)?;
             match c {
-                ServiceCmd::Add { dnsname, ttl, answers, select } => {
+                ServiceCmd::Add {
+                    dnsname,
+                    ttl,
+                    answers,
+                    select,
+                } => {
                     let mode = match select {
                         SelectArg::Random => Mode::Random,
                         SelectArg::Client => Mode::Client,
@@ -239,7 +273,10 @@ fn run(cli: Cli) -> Result<()> {
                         print_json(&l)?;
                     } else {
                         for s in l {
-                            println!("{:<40} ttl={:<6} answers={} select={}", s.name, s.ttl, s.answers, s.select);
+                            println!(
+                                "{:<40} ttl={:<6} answers={} select={}",
+                                s.name, s.ttl, s.answers, s.select
+                            );
                         }
                     }
                 }
@@ -248,7 +285,11 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Route(c) => {
             let mut m = Maps::open(&dir)?;
             match c {
-                RouteCmd::Set { dnsname, prefix, servers } => control::route_set(&mut m, &dnsname, &prefix, &servers)?,
+                RouteCmd::Set {
+                    dnsname,
+                    prefix,
+                    servers,
+                } => control::route_set(&mut m, &dnsname, &prefix, &servers)?,
                 RouteCmd::Del { dnsname, prefix } => control::route_del(&mut m, &dnsname, &prefix)?,
                 RouteCmd::List { dnsname, json } => {
                     let l = control::routes(&m, dnsname.as_deref())?;
@@ -256,7 +297,8 @@ fn run(cli: Cli) -> Result<()> {
                         print_json(&l)?;
                     } else {
                         for r in l {
-                            let s: Vec<String> = r.servers.iter().map(|(n, w)| format!("{n}={w}")).collect();
+                            let s: Vec<String> =
+                                r.servers.iter().map(|(n, w)| format!("{n}={w}")).collect();
                             let (first, rest) = s.split_at(r.primary.min(s.len()));
                             let list = if rest.is_empty() {
                                 first.join(",")
@@ -291,7 +333,13 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Log => follow_log(&dir)?,
-        Cmd::Run { config, iface, mode, poll_ms, json } => {
+        Cmd::Run {
+            config,
+            iface,
+            mode,
+            poll_ms,
+            json,
+        } => {
             controller::apply::JSON_LOG.store(json, std::sync::atomic::Ordering::Relaxed);
             if let Some(iface) = iface {
                 if !program::attached(&dir)?.contains(&iface) {
@@ -301,7 +349,12 @@ fn run(cli: Cli) -> Result<()> {
             controller::apply::run(&config, &dir, std::time::Duration::from_millis(poll_ms))?;
         }
         Cmd::Check { config, json } => check(&config, json)?,
-        Cmd::Explain { config, service, client, json } => {
+        Cmd::Explain {
+            config,
+            service,
+            client,
+            json,
+        } => {
             let cfg = Config::load(&config)?;
             let data = Data::load(&cfg)?;
             let e = controller::compute::explain(&cfg, &data, &service, client)?;
@@ -358,7 +411,10 @@ fn status(dir: &std::path::Path, json: bool) -> Result<()> {
         println!("attached to: {}", st.interfaces.join(", "));
     }
     if let Some(id) = st.program_id {
-        println!("program id {id}, {} instructions verified", st.verified_instructions.unwrap_or(0));
+        println!(
+            "program id {id}, {} instructions verified",
+            st.verified_instructions.unwrap_or(0)
+        );
     }
     println!(
         "servers {}, services {}, routes {} IPv4 + {} IPv6",
@@ -403,36 +459,59 @@ fn check(path: &std::path::Path, json: bool) -> Result<()> {
         return print_json(&s);
     }
     println!("{}: OK", path.display());
-    println!("sites {}, servers {}, services {}", s.sites, s.servers, s.services);
+    println!(
+        "sites {}, servers {}, services {}",
+        s.sites, s.servers, s.services
+    );
     for (site, n) in &s.inputs.bgp_routes {
         println!("  site {site:<12} {n} BGP routes");
     }
     if s.inputs.bgp_damaged_skipped > 0 {
-        println!("  {} damaged MRT records skipped", s.inputs.bgp_damaged_skipped);
+        println!(
+            "  {} damaged MRT records skipped",
+            s.inputs.bgp_damaged_skipped
+        );
     }
     println!(
         "  geo: {} networks ({} without a location), {} own locations; {} RTT measurements",
-        s.inputs.geo_networks, s.inputs.geo_without_location, s.inputs.own_locations, s.inputs.rtt_measurements
+        s.inputs.geo_networks,
+        s.inputs.geo_without_location,
+        s.inputs.own_locations,
+        s.inputs.rtt_measurements
     );
-    println!("client prefixes {}, kernel entries {} ({} saved by compression)", s.prefixes, s.entries, s.saved);
+    println!(
+        "client prefixes {}, kernel entries {} ({} saved by compression)",
+        s.prefixes, s.entries, s.saved
+    );
     for t in &s.tables {
-        println!("  {:<40} {} entries, {} saved", t.service, t.entries, t.saved);
+        println!(
+            "  {:<40} {} entries, {} saved",
+            t.service, t.entries, t.saved
+        );
     }
-    println!("read inputs in {:.2} s, computed in {:.2} s", s.load_seconds, s.compute_seconds);
+    println!(
+        "read inputs in {:.2} s, computed in {:.2} s",
+        s.load_seconds, s.compute_seconds
+    );
     Ok(())
 }
 
 fn follow_log(dir: &std::path::Path) -> Result<()> {
     let info = program::program_info(dir)?.context("nothing is attached")?;
     // Only what the XDP program logs, not aya's own chatter.
-    env_logger::Builder::new().filter_module("director", log::LevelFilter::Trace).init();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    env_logger::Builder::new()
+        .filter_module("director", log::LevelFilter::Trace)
+        .init();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let logger = aya_log::EbpfLogger::init_from_id(info.id())
             .context("the program has no log buffer")?;
         // The logger owns its ring buffer fd and keeps it open while registered.
         #[allow(deprecated)]
-        let mut fd = tokio::io::unix::AsyncFd::with_interest(logger, tokio::io::Interest::READABLE)?;
+        let mut fd =
+            tokio::io::unix::AsyncFd::with_interest(logger, tokio::io::Interest::READABLE)?;
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => return Ok(()),

@@ -44,7 +44,15 @@ fn bit(b: bool, at: u32) -> u64 {
 }
 
 pub fn save_query(s: *mut Scratch, q: &Query) {
-    put(s, SLOT_QUERY, q.l3 as u64 | (q.dns as u64) << 8 | (q.name_len as u64) << 16 | (q.udp_size as u64) << 32 | (q.id as u64) << 48);
+    put(
+        s,
+        SLOT_QUERY,
+        q.l3 as u64
+            | (q.dns as u64) << 8
+            | (q.name_len as u64) << 16
+            | (q.udp_size as u64) << 32
+            | (q.id as u64) << 48,
+    );
     put(
         s,
         SLOT_QUERY + 1,
@@ -92,5 +100,10 @@ pub fn save_plan(s: *mut Scratch, p: &Plan) {
 pub fn load_plan(s: *const Scratch) -> Plan {
     let a = get(s, SLOT_PLAN);
     let b = get(s, SLOT_PLAN + 1);
-    Plan { service: a as u32, ttl: (a >> 32) as u32, scope: b as u8, n: ((b >> 8) & 15) as usize }
+    Plan {
+        service: a as u32,
+        ttl: (a >> 32) as u32,
+        scope: b as u8,
+        n: ((b >> 8) & 15) as usize,
+    }
 }

@@ -9,7 +9,11 @@ use director_common::counters::Reason;
 /// Never used with N = 1: the compiler rewrites `p + 1 > end` as `p >= end`, from which
 /// the verifier learns no range. Single bytes are read as the second of a pair.
 #[inline(always)]
-pub fn at<const N: usize>(ctx: &XdpContext, off: usize, err: Reason) -> Result<*mut [u8; N], Reason> {
+pub fn at<const N: usize>(
+    ctx: &XdpContext,
+    off: usize,
+    err: Reason,
+) -> Result<*mut [u8; N], Reason> {
     let p = ctx.data() + off;
     if p + N > ctx.data_end() {
         return Err(err);
@@ -21,7 +25,11 @@ pub fn at<const N: usize>(ctx: &XdpContext, off: usize, err: Reason) -> Result<*
 /// from another packet pointer (for example at a negative offset from a later one), which
 /// the verifier would refuse. The rewrite path needs this; it costs a store and a load.
 #[inline(always)]
-pub fn at_fenced<const N: usize>(ctx: &XdpContext, off: usize, err: Reason) -> Result<*mut [u8; N], Reason> {
+pub fn at_fenced<const N: usize>(
+    ctx: &XdpContext,
+    off: usize,
+    err: Reason,
+) -> Result<*mut [u8; N], Reason> {
     let p = core::hint::black_box(ctx.data() + off);
     if p + N > ctx.data_end() {
         return Err(err);

@@ -115,7 +115,11 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
 
     // Forget which of the four Ethernet/IP layouts this was, so that what follows is
     // verified once rather than once per layout.
-    let packed = hide(s, SLOT_LAYOUT, (l3 as u64) | (dns as u64) << 8 | (msg_end as u64) << 16 | (ip6 as u64) << 40);
+    let packed = hide(
+        s,
+        SLOT_LAYOUT,
+        (l3 as u64) | (dns as u64) << 8 | (msg_end as u64) << 16 | (ip6 as u64) << 40,
+    );
     let l3 = (packed & 0x1f) as usize;
     let dns = ((packed >> 8) & 0x7f) as usize;
     let msg_end = ((packed >> 16) & 0x3fff) as usize;
@@ -168,7 +172,13 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
     Ok(q)
 }
 
-fn parse_opt(ctx: &XdpContext, q_end: usize, msg_end: usize, q: &mut Query, s: *mut Scratch) -> Result<(), Reason> {
+fn parse_opt(
+    ctx: &XdpContext,
+    q_end: usize,
+    msg_end: usize,
+    q: &mut Query,
+    s: *mut Scratch,
+) -> Result<(), Reason> {
     let opt = at::<{ dns::OPT_FIXED_LEN }>(ctx, q_end, Reason::Malformed)?;
     let ttl = ((be16(opt, 5) as u32) << 16) | be16(opt, 7) as u32;
     q.udp_size = dns::check_opt(unsafe { (*opt)[0] }, be16(opt, 1), be16(opt, 3), ttl)?;
@@ -206,7 +216,13 @@ fn parse_opt(ctx: &XdpContext, q_end: usize, msg_end: usize, q: &mut Query, s: *
     Ok(())
 }
 
-fn read_ecs(ctx: &XdpContext, body: usize, len: usize, q: &mut Query, s: *mut Scratch) -> Result<(), Reason> {
+fn read_ecs(
+    ctx: &XdpContext,
+    body: usize,
+    len: usize,
+    q: &mut Query,
+    s: *mut Scratch,
+) -> Result<(), Reason> {
     let e = at::<4>(ctx, body, Reason::Malformed)?;
     let family = be16(e, 0);
     let (source, scope) = unsafe { ((*e)[2], (*e)[3]) };
@@ -262,7 +278,11 @@ fn walk_name(ctx: &XdpContext, start: usize, s: *mut Scratch) -> Result<(), Reas
         let p = at::<2>(ctx, start + i - 1, Reason::Malformed)?;
         let b = unsafe { (*p)[1] };
         // The name starts at an even offset of the DNS message.
-        sum += if i & 1 == 0 { (b as u64) << 8 } else { b as u64 };
+        sum += if i & 1 == 0 {
+            (b as u64) << 8
+        } else {
+            b as u64
+        };
         match name::step(&mut left, b) {
             Step::Byte(c) => {
                 unsafe { (*s).name[i] = c };

@@ -49,11 +49,18 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     // Each phase's result goes through memory: the verifier then sees one unknown value
     // instead of walking every combination of usable servers (2^8) through the rest.
     let (ok, total) = select::usable_mask(decision, |id| {
-        DIR_SERVERS.get(id as u32).is_some_and(|sv| sv.is_up() && sv.has_family(aaaa))
+        DIR_SERVERS
+            .get(id as u32)
+            .is_some_and(|sv| sv.is_up() && sv.has_family(aaaa))
     });
     let ok = hide(s, SLOT_OK, ok as u64) as u32 & 0xff;
     let total = hide(s, SLOT_TOTAL, total as u64) as u32;
-    let start = hide(s, SLOT_START, select::pick_start(decision, ok, total, key) as u64) as usize & 7;
+    let start = hide(
+        s,
+        SLOT_START,
+        select::pick_start(decision, ok, total, key) as u64,
+    ) as usize
+        & 7;
     let want = (service.answers as u64).clamp(1, MAX_CANDIDATES as u64);
     // The count of addresses taken stays in map memory: in a register it would be a
     // different constant on every path through the candidates.
@@ -64,7 +71,9 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
             return true;
         }
         // Read again: a server set down since the first read is still not answered.
-        let Some(sv) = DIR_SERVERS.get(id as u32) else { return false };
+        let Some(sv) = DIR_SERVERS.get(id as u32) else {
+            return false;
+        };
         if !(sv.is_up() && sv.has_family(aaaa)) {
             return false;
         }
@@ -84,7 +93,12 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         n + 1 >= want
     });
     let n = unsafe { core::ptr::read_volatile(&(*s).hidden[SLOT_COUNT]) } as usize & 15;
-    let plan = Plan { service: service_id, ttl: service.ttl, scope: decision.prefix_len, n };
+    let plan = Plan {
+        service: service_id,
+        ttl: service.ttl,
+        scope: decision.prefix_len,
+        n,
+    };
     if plan.n == 0 {
         return Err(Reason::NoServer);
     }
@@ -96,12 +110,26 @@ fn lookup(q: &Query, s: *const Scratch, service: u32, table: u32) -> Option<&'st
     let bits = SERVICE_BITS + q.client_bits as u32;
     let client = unsafe { &(*s).client };
     if q.client_v6 {
-        let key = Key::new(bits, DecisionKeyV6 { service: svc, addr: *client });
-        if table == 0 { DIR_DEC6_A.get(&key) } else { DIR_DEC6_B.get(&key) }
+        let key = Key::new(
+            bits,
+            DecisionKeyV6 {
+                service: svc,
+                addr: *client,
+            },
+        );
+        if table == 0 {
+            DIR_DEC6_A.get(&key)
+        } else {
+            DIR_DEC6_B.get(&key)
+        }
     } else {
         let addr = [client[0], client[1], client[2], client[3]];
         let key = Key::new(bits, DecisionKeyV4 { service: svc, addr });
-        if table == 0 { DIR_DEC4_A.get(&key) } else { DIR_DEC4_B.get(&key) }
+        if table == 0 {
+            DIR_DEC4_A.get(&key)
+        } else {
+            DIR_DEC4_B.get(&key)
+        }
     }
 }
 
@@ -122,7 +150,11 @@ fn same_name(stored: &[u8; NAME_BUF], s: *const Scratch, len: usize) -> bool {
             )
         };
         let rem = len - base;
-        let mask = if rem >= 8 { u64::MAX } else { (1u64 << (rem * 8)) - 1 };
+        let mask = if rem >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (rem * 8)) - 1
+        };
         if (a ^ b) & mask != 0 {
             return false;
         }

@@ -12,8 +12,8 @@ use director_common::{
     maps::{Scratch, MAX_CANDIDATES},
 };
 
-use crate::packet::{at_fenced as at, be16, put16, put32};
 use crate::opaque::{hide, SLOT_COUNT, SLOT_SHAPE};
+use crate::packet::{at_fenced as at, be16, put16, put32};
 use crate::parse::Query;
 use crate::policy::Plan;
 
@@ -23,7 +23,11 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
     let n = plan.n & (MAX_CANDIDATES * 2 - 1);
     let rec_len = dns::record_len(q.aaaa);
     let tail_off = dns::HEADER_LEN + q.name_len + 4;
-    let ecs_value = Ecs { family: q.ecs_family, source: q.ecs_source, addr: unsafe { (*s).ecs_addr } };
+    let ecs_value = Ecs {
+        family: q.ecs_family,
+        source: q.ecs_source,
+        addr: unsafe { (*s).ecs_addr },
+    };
     let ecs = if q.has_ecs { Some(&ecs_value) } else { None };
     let opt_len = if q.edns { dns::opt_len(ecs) } else { 0 };
     let dns_len = tail_off + n * rec_len + opt_len;
@@ -41,7 +45,12 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
         if delta <= 0 || unsafe { bpf_xdp_adjust_head(ctx.ctx, -delta) } != 0 {
             return Err(Reason::ResizeFailed);
         }
-        let keep = hide(s, SLOT_SHAPE, (q.dns + dns::HEADER_LEN + q.name_len + 4) as u64) as usize & 0x1ff;
+        let keep = hide(
+            s,
+            SLOT_SHAPE,
+            (q.dns + dns::HEADER_LEN + q.name_len + 4) as u64,
+        ) as usize
+            & 0x1ff;
         move_to_front(ctx, (delta as usize) & 0x1ff, keep).map_err(|_| Reason::Dropped)?;
     }
     // Every packet pointer is stale now; `at` re-reads data/data_end each time.
@@ -67,7 +76,12 @@ fn move_to_front(ctx: &XdpContext, by: usize, len: usize) -> Result<(), Reason> 
         }
         let src = at::<8>(ctx, by + off, Reason::Dropped)?;
         let dst = at::<8>(ctx, off, Reason::Dropped)?;
-        unsafe { core::ptr::write_unaligned(dst as *mut u64, core::ptr::read_unaligned(src as *const u64)) };
+        unsafe {
+            core::ptr::write_unaligned(
+                dst as *mut u64,
+                core::ptr::read_unaligned(src as *const u64),
+            )
+        };
         off += 8;
         i += 1;
     }
@@ -180,7 +194,14 @@ fn write(
 }
 
 #[inline(always)]
-fn write_records(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch, n: usize, tail: usize) -> Result<u64, Reason> {
+fn write_records(
+    ctx: &XdpContext,
+    q: &Query,
+    plan: &Plan,
+    s: *mut Scratch,
+    n: usize,
+    tail: usize,
+) -> Result<u64, Reason> {
     let rec_len = dns::record_len(q.aaaa);
     let mut sum = 0u64;
     let mut i = 0;
@@ -205,7 +226,13 @@ fn write_records(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch, n: u
 }
 
 #[inline(always)]
-fn write_opt(ctx: &XdpContext, plan: &Plan, off: usize, ecs: Option<&Ecs>, dnssec_ok: bool) -> Result<(), Reason> {
+fn write_opt(
+    ctx: &XdpContext,
+    plan: &Plan,
+    off: usize,
+    ecs: Option<&Ecs>,
+    dnssec_ok: bool,
+) -> Result<(), Reason> {
     let o = at::<{ dns::OPT_FIXED_LEN }>(ctx, off, Reason::Dropped)?;
     unsafe { (*o)[0] = 0 };
     put16(o, 1, dns::TYPE_OPT);

@@ -32,7 +32,10 @@ struct PinDir(PathBuf);
 impl PinDir {
     fn unique() -> PinDir {
         let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-        PinDir(PathBuf::from(format!("/sys/fs/bpf/director-fx-{}-{n}", std::process::id())))
+        PinDir(PathBuf::from(format!(
+            "/sys/fs/bpf/director-fx-{}-{n}",
+            std::process::id()
+        )))
     }
 }
 
@@ -75,7 +78,10 @@ impl Fixture {
     }
 
     fn program(&self) -> Result<&Xdp> {
-        let prog = self.ebpf.program(PROGRAM).context("no program named director")?;
+        let prog = self
+            .ebpf
+            .program(PROGRAM)
+            .context("no program named director")?;
         Ok(prog.try_into()?)
     }
 
@@ -108,7 +114,11 @@ impl Fixture {
 
     /// Every verdict counter by its `stats` name, as the CLI reports them.
     pub fn counters(&self) -> BTreeMap<&'static str, u64> {
-        control::stats(&self.maps).expect("reading the counters").counters.into_iter().collect()
+        control::stats(&self.maps)
+            .expect("reading the counters")
+            .counters
+            .into_iter()
+            .collect()
     }
 
     pub fn counter(&self, reason: Reason) -> u64 {

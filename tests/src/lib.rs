@@ -1,4 +1,4 @@
 //! Helpers for the end-to-end tests.
-pub mod netns;
 pub mod fixture;
+pub mod netns;
 pub mod packets;

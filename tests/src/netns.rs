@@ -39,7 +39,10 @@ static NEXT_LAB: AtomicUsize = AtomicUsize::new(0);
 
 /// The workspace root: this crate lives in `<root>/tests`.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// director-ctl from this workspace, built once per test process. The test crate cannot use
@@ -248,15 +251,34 @@ impl Lab {
             ip(&["-n", ns, "link", "set", "lo", "up"]);
         }
         ip(&[
-            "link", "add", &self.edge_if, "netns", &self.edge_ns, "type", "veth", "peer", "name",
-            &self.client_if, "netns", &self.client_ns,
+            "link",
+            "add",
+            &self.edge_if,
+            "netns",
+            &self.edge_ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &self.client_if,
+            "netns",
+            &self.client_ns,
         ]);
         for (ns, ifname, v4, v6) in [
             (&self.edge_ns, &self.edge_if, EDGE_V4, EDGE_V6),
             (&self.client_ns, &self.client_if, CLIENT_V4, CLIENT_V6),
         ] {
             ip(&["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", ifname]);
-            ip(&["-n", ns, "addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"]);
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{v6}/64"),
+                "dev",
+                ifname,
+                "nodad",
+            ]);
             ip(&["-n", ns, "link", "set", ifname, "up"]);
         }
         self.wait_links_ready();
@@ -267,26 +289,42 @@ impl Lab {
     fn wait_links_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let ready = [(&self.edge_ns, &self.edge_if), (&self.client_ns, &self.client_if)]
-                .iter()
-                .all(|(ns, ifname)| {
-                    let link = String::from_utf8_lossy(&ip(&["-n", ns, "-o", "link", "show", "dev", ifname]).stdout)
-                        .into_owned();
-                    let addrs = String::from_utf8_lossy(&ip(&["-n", ns, "-o", "-6", "addr", "show", "dev", ifname]).stdout)
-                        .into_owned();
-                    link.contains("LOWER_UP") && addrs.contains("scope global") && !addrs.contains("tentative")
-                });
+            let ready = [
+                (&self.edge_ns, &self.edge_if),
+                (&self.client_ns, &self.client_if),
+            ]
+            .iter()
+            .all(|(ns, ifname)| {
+                let link = String::from_utf8_lossy(
+                    &ip(&["-n", ns, "-o", "link", "show", "dev", ifname]).stdout,
+                )
+                .into_owned();
+                let addrs = String::from_utf8_lossy(
+                    &ip(&["-n", ns, "-o", "-6", "addr", "show", "dev", ifname]).stdout,
+                )
+                .into_owned();
+                link.contains("LOWER_UP")
+                    && addrs.contains("scope global")
+                    && !addrs.contains("tentative")
+            });
             if ready {
                 return;
             }
-            assert!(Instant::now() < deadline, "lab {}: links or IPv6 addresses not ready after 10 s", self.id);
+            assert!(
+                Instant::now() < deadline,
+                "lab {}: links or IPv6 addresses not ready after 10 s",
+                self.id
+            );
             sleep(Duration::from_millis(50));
         }
     }
 
     /// director-ctl in `ns` with this lab's pin directory.
     fn ctl_in(&self, ns: &str, args: &[&str]) -> Output {
-        run(nsenter(ns, ctl_binary()).arg("--pin-dir").arg(&self.pin_dir).args(args))
+        run(nsenter(ns, ctl_binary())
+            .arg("--pin-dir")
+            .arg(&self.pin_dir)
+            .args(args))
     }
 
     /// director-ctl in the edge namespace with this lab's pin directory.
@@ -297,7 +335,11 @@ impl Lab {
     /// Like [`Lab::ctl`], panicking unless it succeeds; returns stdout.
     pub fn ctl_ok(&self, args: &[&str]) -> String {
         let out = self.ctl(args);
-        assert!(out.status.success(), "director-ctl {args:?} failed: {}", describe(&out));
+        assert!(
+            out.status.success(),
+            "director-ctl {args:?} failed: {}",
+            describe(&out)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -313,7 +355,9 @@ impl Lab {
 
     /// A command in the client namespace.
     pub fn client(&self, cmd: &[&str]) -> Output {
-        run(Command::new("ip").args(["netns", "exec", &self.client_ns]).args(cmd))
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.client_ns])
+            .args(cmd))
     }
 
     /// dig from the client, bounded to one try of 2 s; returns stdout (dig reports failures
@@ -327,7 +371,9 @@ impl Lab {
     /// dig inside the edge namespace: the query goes over loopback, where director is not
     /// attached, so this is what the servers behind director say.
     pub fn dig_in_edge(&self, args: &[&str]) -> String {
-        let out = run(nsenter(&self.edge_ns, "dig").args(["+tries=1", "+timeout=2"]).args(args));
+        let out = run(nsenter(&self.edge_ns, "dig")
+            .args(["+tries=1", "+timeout=2"])
+            .args(args));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -337,7 +383,11 @@ impl Lab {
         cmd.extend_from_slice(args);
         let out = self.client(&cmd);
         // kdig prints some diagnostics (e.g. timeouts) on stderr; keep them for the parser.
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
     }
 
     /// director's counters from `stats --json`.
@@ -407,7 +457,11 @@ impl Lab {
                 if out.status.success() && !out.stdout.is_empty() {
                     break;
                 }
-                assert!(Instant::now() < deadline, "knotd does not answer on {server}:\n{}", knot.log());
+                assert!(
+                    Instant::now() < deadline,
+                    "knotd does not answer on {server}:\n{}",
+                    knot.log()
+                );
                 sleep(Duration::from_millis(50));
             }
         }
@@ -427,7 +481,10 @@ impl Drop for Lab {
         // Best effort: the test may have detached already, or failed before attaching.
         if CTL_BIN.get().is_some() {
             let _ = self.ctl(&["detach", "--iface", &self.edge_if]);
-            let _ = self.ctl_in(&self.client_ns, &["veth-peer", "--iface", &self.client_if, "--detach"]);
+            let _ = self.ctl_in(
+                &self.client_ns,
+                &["veth-peer", "--iface", &self.client_if, "--detach"],
+            );
         }
         for ns in [&self.edge_ns, &self.client_ns] {
             let _ = run(Command::new("ip").args(["netns", "del", ns]));
@@ -467,7 +524,10 @@ impl Stats {
             }
             out
         };
-        Stats { counters: section("counters"), services: section("services") }
+        Stats {
+            counters: section("counters"),
+            services: section("services"),
+        }
     }
 
     /// A counter by name (`answered`, `pass_unknown_name`, ...); panics if there is none.
@@ -481,12 +541,19 @@ impl Stats {
 
     /// Answers counted for a service (0 if it is not listed).
     pub fn service(&self, name: &str) -> u64 {
-        self.services.iter().find(|(n, _)| n == name).map_or(0, |s| s.1)
+        self.services
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |s| s.1)
     }
 
     /// Sum of every `pass_*` counter.
     pub fn passed(&self) -> u64 {
-        self.counters.iter().filter(|(n, _)| n.starts_with("pass_")).map(|c| c.1).sum()
+        self.counters
+            .iter()
+            .filter(|(n, _)| n.starts_with("pass_"))
+            .map(|c| c.1)
+            .sum()
     }
 }
 
@@ -516,7 +583,10 @@ pub struct Reply {
 
 impl Reply {
     pub fn parse(text: &str) -> Reply {
-        let mut r = Reply { text: text.to_string(), ..Default::default() };
+        let mut r = Reply {
+            text: text.to_string(),
+            ..Default::default()
+        };
         let mut section = "";
         for line in text.lines() {
             let l = line.trim();
@@ -534,7 +604,13 @@ impl Reply {
             if l.is_empty() {
                 section = "";
             } else if l.starts_with(";; ") && l.ends_with(" SECTION:") {
-                section = if l.contains("QUESTION") { "question" } else if l.contains("ANSWER") { "answer" } else { "other" };
+                section = if l.contains("QUESTION") {
+                    "question"
+                } else if l.contains("ANSWER") {
+                    "answer"
+                } else {
+                    "other"
+                };
             } else if section == "question" {
                 let f: Vec<&str> = l.trim_start_matches(';').split_whitespace().collect();
                 if f.len() >= 3 {
@@ -561,7 +637,12 @@ impl Reply {
 
     /// Data of the answer records of one type, sorted.
     pub fn data(&self, rtype: &str) -> Vec<String> {
-        let mut v: Vec<String> = self.answers.iter().filter(|a| a.rtype == rtype).map(|a| a.data.clone()).collect();
+        let mut v: Vec<String> = self
+            .answers
+            .iter()
+            .filter(|a| a.rtype == rtype)
+            .map(|a| a.data.clone())
+            .collect();
         v.sort();
         v
     }
@@ -585,7 +666,8 @@ impl Controller {
     }
 
     pub fn start_polling(lab: &Lab, config: &Path, log: &Path, poll_ms: u32) -> Controller {
-        let file = fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+        let file =
+            fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         // nsenter execs director-ctl: the child's pid is the controller's.
         let child = Command::new("nsenter")
             .arg(format!("--net=/run/netns/{}", lab.edge_ns))
@@ -599,7 +681,10 @@ impl Controller {
             .stderr(file)
             .spawn()
             .expect("starting director-ctl run");
-        Controller { child, log: log.to_path_buf() }
+        Controller {
+            child,
+            log: log.to_path_buf(),
+        }
     }
 
     pub fn log(&self) -> String {
@@ -632,7 +717,10 @@ impl Controller {
 
     pub fn assert_alive(&mut self) {
         if let Ok(Some(st)) = self.child.try_wait() {
-            panic!("director-ctl run exited ({st}); its stderr:\n{}", self.log());
+            panic!(
+                "director-ctl run exited ({st}); its stderr:\n{}",
+                self.log()
+            );
         }
     }
 

@@ -51,11 +51,19 @@ pub struct Flow {
 
 impl Flow {
     pub fn v4(client: Ipv4Addr) -> Flow {
-        Flow { client: (client, CLIENT_PORT).into(), server: (SERVER_V4, DNS_PORT).into(), vlan: None }
+        Flow {
+            client: (client, CLIENT_PORT).into(),
+            server: (SERVER_V4, DNS_PORT).into(),
+            vlan: None,
+        }
     }
 
     pub fn v6(client: Ipv6Addr) -> Flow {
-        Flow { client: (client, CLIENT_PORT).into(), server: (SERVER_V6, DNS_PORT).into(), vlan: None }
+        Flow {
+            client: (client, CLIENT_PORT).into(),
+            server: (SERVER_V6, DNS_PORT).into(),
+            vlan: None,
+        }
     }
 
     pub fn with_vlan(mut self, id: u16) -> Flow {
@@ -78,7 +86,9 @@ impl Flow {
 
 /// One's-complement sum of big-endian 16-bit words; an odd last byte is padded with zero.
 fn ones_sum(data: &[u8]) -> u64 {
-    data.chunks(2).map(|w| u64::from(w[0]) << 8 | u64::from(*w.get(1).unwrap_or(&0))).sum()
+    data.chunks(2)
+        .map(|w| u64::from(w[0]) << 8 | u64::from(*w.get(1).unwrap_or(&0)))
+        .sum()
 }
 
 fn fold(mut sum: u64) -> u16 {
@@ -168,7 +178,14 @@ fn ethernet_header(flow: &Flow, ethertype: u16) -> Vec<u8> {
     h
 }
 
-fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4_len: usize, options: &[u8], flags_fragment: u16) -> Vec<u8> {
+fn ipv4_header(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    l4_len: usize,
+    options: &[u8],
+    flags_fragment: u16,
+) -> Vec<u8> {
     assert!(
         options.len().is_multiple_of(4) && options.len() <= 40,
         "IPv4 options come in 32-bit words, at most 40 bytes"
@@ -204,7 +221,13 @@ fn ipv6_header(src: Ipv6Addr, dst: Ipv6Addr, next: u8, l4_len: usize) -> Vec<u8>
 
 /// A frame from the client to the server with `l4` as the IP payload. For IPv4,
 /// `options` (a multiple of 4 bytes) and the flags/fragment field can be chosen.
-pub fn ip_frame_with(flow: &Flow, proto: u8, l4: &[u8], options: &[u8], flags_fragment: u16) -> Vec<u8> {
+pub fn ip_frame_with(
+    flow: &Flow,
+    proto: u8,
+    l4: &[u8],
+    options: &[u8],
+    flags_fragment: u16,
+) -> Vec<u8> {
     let mut f = match (flow.client.ip(), flow.server.ip()) {
         (IpAddr::V4(c), IpAddr::V4(s)) => {
             let mut f = ethernet_header(flow, ETHERTYPE_IPV4);
@@ -212,7 +235,10 @@ pub fn ip_frame_with(flow: &Flow, proto: u8, l4: &[u8], options: &[u8], flags_fr
             f
         }
         (IpAddr::V6(c), IpAddr::V6(s)) => {
-            assert!(options.is_empty() && flags_fragment == 0, "IPv6 frames have no IPv4 options");
+            assert!(
+                options.is_empty() && flags_fragment == 0,
+                "IPv6 frames have no IPv4 options"
+            );
             let mut f = ethernet_header(flow, ETHERTYPE_IPV6);
             f.extend(ipv6_header(c, s, proto, l4.len()));
             f
@@ -253,15 +279,23 @@ pub fn arp_frame() -> Vec<u8> {
 /// A standard query with RD set. `name` keeps its letter case on the wire.
 pub fn query(id: u16, name: &str, rtype: RecordType) -> Message {
     let mut m = Message::new();
-    m.set_id(id).set_message_type(MessageType::Query).set_op_code(OpCode::Query).set_recursion_desired(true);
-    m.add_query(Query::query(Name::from_ascii(name).expect("a valid test name"), rtype));
+    m.set_id(id)
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(true);
+    m.add_query(Query::query(
+        Name::from_ascii(name).expect("a valid test name"),
+        rtype,
+    ));
     m
 }
 
 /// Adds an OPT record (version 0, DO clear) advertising `max_payload`.
 pub fn with_edns(mut m: Message, max_payload: u16) -> Message {
     let mut e = Edns::new();
-    e.set_max_payload(max_payload).set_version(0).set_dnssec_ok(false);
+    e.set_max_payload(max_payload)
+        .set_version(0)
+        .set_dnssec_ok(false);
     m.set_edns(e);
     m
 }
@@ -269,7 +303,11 @@ pub fn with_edns(mut m: Message, max_payload: u16) -> Message {
 /// Adds an OPT record with an EDNS Client Subnet option. hickory writes the first
 /// ceil(source/8) bytes of `addr` as given, so host bits past the prefix can be sent.
 pub fn with_ecs(m: Message, addr: IpAddr, source: u8, scope: u8) -> Message {
-    let mut m = if m.extensions().is_some() { m } else { with_edns(m, 1232) };
+    let mut m = if m.extensions().is_some() {
+        m
+    } else {
+        with_edns(m, 1232)
+    };
     m.extensions_mut()
         .as_mut()
         .expect("OPT present")
@@ -302,10 +340,22 @@ pub fn question_end(dns: &[u8]) -> Option<usize> {
 /// queries), fixing up RDLENGTH. For what hickory will not write: a repeated option.
 pub fn push_edns_option(dns: &mut Vec<u8>, code: u16, data: &[u8]) {
     let opt = question_end(dns).expect("a question");
-    assert_eq!(u16::from_be_bytes([dns[10], dns[11]]), 1, "one additional record, the OPT");
-    assert_eq!(&dns[opt..opt + 3], &[0, 0, 41], "the OPT record follows the question");
+    assert_eq!(
+        u16::from_be_bytes([dns[10], dns[11]]),
+        1,
+        "one additional record, the OPT"
+    );
+    assert_eq!(
+        &dns[opt..opt + 3],
+        &[0, 0, 41],
+        "the OPT record follows the question"
+    );
     let rdlen = u16::from_be_bytes([dns[opt + 9], dns[opt + 10]]) as usize;
-    assert_eq!(opt + 11 + rdlen, dns.len(), "the OPT record ends the message");
+    assert_eq!(
+        opt + 11 + rdlen,
+        dns.len(),
+        "the OPT record ends the message"
+    );
     dns.extend(code.to_be_bytes());
     dns.extend((data.len() as u16).to_be_bytes());
     dns.extend(data);
@@ -336,14 +386,20 @@ impl RawOpt {
         self.ttl & 0x8000 != 0
     }
     pub fn option(&self, code: u16) -> Option<&[u8]> {
-        self.options.iter().find(|(c, _)| *c == code).map(|(_, d)| d.as_slice())
+        self.options
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map(|(_, d)| d.as_slice())
     }
 }
 
 /// Reads an OPT record (root owner, one byte) at `at`.
 pub fn read_opt(dns: &[u8], at: usize) -> Result<RawOpt, String> {
     if dns.len() < at + 11 {
-        return Err(format!("OPT record at {at} cut short ({} bytes)", dns.len()));
+        return Err(format!(
+            "OPT record at {at} cut short ({} bytes)",
+            dns.len()
+        ));
     }
     let rdlen = be16(dns, at + 9) as usize;
     let end = at + 11 + rdlen;
@@ -421,7 +477,10 @@ pub fn be16(b: &[u8], at: usize) -> u16 {
 
 fn need(frame: &[u8], len: usize, what: &str) -> Result<(), String> {
     if frame.len() < len {
-        return Err(format!("frame of {} bytes cut short in the {what} (needs {len})", frame.len()));
+        return Err(format!(
+            "frame of {} bytes cut short in the {what} (needs {len})",
+            frame.len()
+        ));
     }
     Ok(())
 }
@@ -456,7 +515,13 @@ pub fn parse_udp(frame: &[u8]) -> Result<UdpFrame, String> {
             }
             let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
             let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-            (IPV4_LEN, total - IPV4_LEN, IpAddr::V4(src), IpAddr::V4(dst), h[8])
+            (
+                IPV4_LEN,
+                total - IPV4_LEN,
+                IpAddr::V4(src),
+                IpAddr::V4(dst),
+                h[8],
+            )
         }
         ETHERTYPE_IPV6 => {
             need(frame, l3 + IPV6_LEN, "IPv6 header")?;
@@ -469,7 +534,13 @@ pub fn parse_udp(frame: &[u8]) -> Result<UdpFrame, String> {
             }
             let src: [u8; 16] = h[8..24].try_into().unwrap();
             let dst: [u8; 16] = h[24..40].try_into().unwrap();
-            (IPV6_LEN, be16(h, 4) as usize, IpAddr::from(src), IpAddr::from(dst), h[7])
+            (
+                IPV6_LEN,
+                be16(h, 4) as usize,
+                IpAddr::from(src),
+                IpAddr::from(dst),
+                h[7],
+            )
         }
         other => return Err(format!("ethertype {other:#06x} is not IP")),
     };
@@ -477,7 +548,9 @@ pub fn parse_udp(frame: &[u8]) -> Result<UdpFrame, String> {
     need(frame, udp + UDP_LEN, "UDP header")?;
     let udp_len = be16(frame, udp + 4) as usize;
     if udp_len != udp_len_from_ip || udp_len < UDP_LEN {
-        return Err(format!("UDP length {udp_len} disagrees with the IP length ({udp_len_from_ip})"));
+        return Err(format!(
+            "UDP length {udp_len} disagrees with the IP length ({udp_len_from_ip})"
+        ));
     }
     let end = udp + udp_len;
     need(frame, end, "UDP payload")?;
@@ -517,12 +590,17 @@ pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
         return Err("UDP checksum is zero (not computed)".into());
     }
     let segment = &frame[f.udp..f.end];
-    let sum = fold(ones_sum(&pseudo_header(f.src, f.dst, IPPROTO_UDP, segment.len())) + ones_sum(segment));
+    let sum = fold(
+        ones_sum(&pseudo_header(f.src, f.dst, IPPROTO_UDP, segment.len())) + ones_sum(segment),
+    );
     if sum != 0xffff {
         let mut zeroed = segment.to_vec();
         zeroed[6..8].fill(0);
         let want = transport_checksum(f.src, f.dst, IPPROTO_UDP, &zeroed);
-        return Err(format!("UDP checksum {:#06x} is wrong, expected {want:#06x}", f.udp_checksum));
+        return Err(format!(
+            "UDP checksum {:#06x} is wrong, expected {want:#06x}",
+            f.udp_checksum
+        ));
     }
     Ok(())
 }
@@ -533,7 +611,12 @@ mod tests {
 
     #[test]
     fn built_frames_parse_back_with_valid_checksums() {
-        let m = with_ecs(query(7, "wWw.Example.COM.", RecordType::A), "203.0.113.0".parse().unwrap(), 24, 0);
+        let m = with_ecs(
+            query(7, "wWw.Example.COM.", RecordType::A),
+            "203.0.113.0".parse().unwrap(),
+            24,
+            0,
+        );
         let dns = wire(&m);
         for flow in [
             Flow::v4(Ipv4Addr::new(192, 0, 2, 10)),
@@ -556,17 +639,28 @@ mod tests {
 
     #[test]
     fn names_keep_their_case_and_options_append() {
-        let mut dns = wire(&with_edns(query(1, "wWw.ExAmPlE.cOm.", RecordType::AAAA), 1232));
+        let mut dns = wire(&with_edns(
+            query(1, "wWw.ExAmPlE.cOm.", RecordType::AAAA),
+            1232,
+        ));
         assert_eq!(&dns[12..29], b"\x03wWw\x07ExAmPlE\x03cOm\x00");
         let before = dns.len();
         push_edns_option(&mut dns, 8, &ecs_body(1, 24, 0, &[203, 0, 113]));
         assert_eq!(dns.len(), before + 11);
         let m = Message::from_vec(&dns).unwrap();
-        assert!(m.extensions().as_ref().unwrap().option(hickory_proto::rr::rdata::opt::EdnsCode::Subnet).is_some());
+        assert!(m
+            .extensions()
+            .as_ref()
+            .unwrap()
+            .option(hickory_proto::rr::rdata::opt::EdnsCode::Subnet)
+            .is_some());
     }
 
     #[test]
     fn rfc1071_example() {
-        assert_eq!(fold(ones_sum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7])), 0xddf2);
+        assert_eq!(
+            fold(ones_sum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7])),
+            0xddf2
+        );
     }
 }

@@ -25,7 +25,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use director_tests::netns::{ctl_binary, describe, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6};
+use director_tests::netns::{
+    ctl_binary, describe, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
+};
 use director_tests::packets::{query, wire};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
@@ -93,7 +95,8 @@ impl Json {
     fn parse(text: &str) -> Json {
         let b = text.as_bytes();
         let mut at = 0;
-        let v = Json::value(b, &mut at).unwrap_or_else(|e| panic!("bad JSON at byte {at}: {e}\n{text}"));
+        let v = Json::value(b, &mut at)
+            .unwrap_or_else(|e| panic!("bad JSON at byte {at}: {e}\n{text}"));
         Json::ws(b, &mut at);
         assert_eq!(at, b.len(), "trailing bytes after JSON:\n{text}");
         v
@@ -119,7 +122,9 @@ impl Json {
                 }
                 loop {
                     Json::ws(b, at);
-                    let Json::Str(k) = Json::value(b, at)? else { return Err("object key is not a string".into()) };
+                    let Json::Str(k) = Json::value(b, at)? else {
+                        return Err("object key is not a string".into());
+                    };
                     Json::ws(b, at);
                     if b.get(*at) != Some(&b':') {
                         return Err("expected ':'".into());
@@ -176,8 +181,12 @@ impl Json {
                                 b'b' => s.push('\u{8}'),
                                 b'f' => s.push('\u{c}'),
                                 b'u' => {
-                                    let hex = std::str::from_utf8(b.get(*at..*at + 4).ok_or("short \\u")?).map_err(|e| e.to_string())?;
-                                    let code = u32::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
+                                    let hex = std::str::from_utf8(
+                                        b.get(*at..*at + 4).ok_or("short \\u")?,
+                                    )
+                                    .map_err(|e| e.to_string())?;
+                                    let code =
+                                        u32::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
                                     s.push(char::from_u32(code).unwrap_or('\u{fffd}'));
                                     *at += 4;
                                 }
@@ -191,7 +200,9 @@ impl Json {
                             while end < b.len() && (b[end] & 0xc0) == 0x80 {
                                 end += 1;
                             }
-                            s.push_str(std::str::from_utf8(&b[start..end]).map_err(|e| e.to_string())?);
+                            s.push_str(
+                                std::str::from_utf8(&b[start..end]).map_err(|e| e.to_string())?,
+                            );
                             *at = end;
                         }
                     }
@@ -211,18 +222,26 @@ impl Json {
             }
             _ => {
                 let start = *at;
-                while *at < b.len() && matches!(b[*at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                while *at < b.len()
+                    && matches!(b[*at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
                     *at += 1;
                 }
                 let t = std::str::from_utf8(&b[start..*at]).map_err(|e| e.to_string())?;
-                t.parse::<f64>().map(Json::Num).map_err(|_| format!("bad value {:?}", t))
+                t.parse::<f64>()
+                    .map(Json::Num)
+                    .map_err(|_| format!("bad value {:?}", t))
             }
         }
     }
 
     fn get(&self, key: &str) -> &Json {
         match self {
-            Json::Obj(f) => f.iter().find(|(k, _)| k == key).map(|(_, v)| v).unwrap_or_else(|| panic!("no key {key:?} in {self:?}")),
+            Json::Obj(f) => f
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v)
+                .unwrap_or_else(|| panic!("no key {key:?} in {self:?}")),
             _ => panic!("not an object (looking for {key:?}): {self:?}"),
         }
     }
@@ -263,16 +282,26 @@ impl Json {
 /// commas in them; columns found by the header).
 fn colo(code: &str) -> (f64, f64) {
     let path = data("sites/cloudflare-colos.csv");
-    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let mut lines = text.lines();
     let header = split_csv(lines.next().expect("a header line"));
-    let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name} in {header:?}"));
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+    };
     let (c, la, lo) = (col("colo"), col("lat"), col("lon"));
     for line in lines {
         let f = split_csv(line);
         if f.get(c).map(String::as_str) == Some(code) {
-            let lat: f64 = f[la].parse().unwrap_or_else(|_| panic!("bad lat in {line:?}"));
-            let lon: f64 = f[lo].parse().unwrap_or_else(|_| panic!("bad lon in {line:?}"));
+            let lat: f64 = f[la]
+                .parse()
+                .unwrap_or_else(|_| panic!("bad lat in {line:?}"));
+            let lon: f64 = f[lo]
+                .parse()
+                .unwrap_or_else(|_| panic!("bad lon in {line:?}"));
             return (lat, lon);
         }
     }
@@ -318,9 +347,15 @@ fn mask(width: u8, len: u8) -> u128 {
 
 /// Whether "addr/len" contains `addr`.
 fn contains(prefix: &str, addr: IpAddr) -> bool {
-    let (net, len) = prefix.split_once('/').unwrap_or_else(|| panic!("not a prefix: {prefix}"));
-    let net: IpAddr = net.parse().unwrap_or_else(|_| panic!("not a prefix: {prefix}"));
-    let len: u8 = len.parse().unwrap_or_else(|_| panic!("not a prefix: {prefix}"));
+    let (net, len) = prefix
+        .split_once('/')
+        .unwrap_or_else(|| panic!("not a prefix: {prefix}"));
+    let net: IpAddr = net
+        .parse()
+        .unwrap_or_else(|_| panic!("not a prefix: {prefix}"));
+    let len: u8 = len
+        .parse()
+        .unwrap_or_else(|_| panic!("not a prefix: {prefix}"));
     let ((n, w), (a, w2)) = (bits(net), bits(addr));
     w == w2 && (n & mask(w, len)) == (a & mask(w, len))
 }
@@ -328,8 +363,14 @@ fn contains(prefix: &str, addr: IpAddr) -> bool {
 /// The /24 (IPv4) or /48 (IPv6) holding `addr`, as a resolver would send it in ECS.
 fn ecs_subnet(addr: IpAddr) -> String {
     match addr {
-        IpAddr::V4(v) => format!("{}/24", std::net::Ipv4Addr::from(u32::from(v) & 0xffff_ff00)),
-        IpAddr::V6(v) => format!("{}/48", std::net::Ipv6Addr::from(u128::from(v) & mask(128, 48))),
+        IpAddr::V4(v) => format!(
+            "{}/24",
+            std::net::Ipv4Addr::from(u32::from(v) & 0xffff_ff00)
+        ),
+        IpAddr::V6(v) => format!(
+            "{}/48",
+            std::net::Ipv6Addr::from(u128::from(v) & mask(128, 48))
+        ),
     }
 }
 
@@ -370,17 +411,29 @@ fn sites() -> Vec<Site> {
 }
 
 fn real_config_text(sites: &[Site]) -> String {
-    let mut t = format!("[geo]\ndatabase = {:?}\n\n", data("geo/GeoLite2-City.mmdb").display().to_string());
+    let mut t = format!(
+        "[geo]\ndatabase = {:?}\n\n",
+        data("geo/GeoLite2-City.mmdb").display().to_string()
+    );
     let rib = data("bgp/rib.20140523.0600.slice-clean.bz2");
     for s in sites {
-        t.push_str(&format!("[[site]]\nname = {:?}\nlat = {:.6}\nlon = {:.6}\n", s.name, s.at.0, s.at.1));
+        t.push_str(&format!(
+            "[[site]]\nname = {:?}\nlat = {:.6}\nlon = {:.6}\n",
+            s.name, s.at.0, s.at.1
+        ));
         if s.name == BGP_SITE {
-            t.push_str(&format!("bgp = [{:?}]\nbgp_peer = {BGP_PEER:?}\n", rib.display().to_string()));
+            t.push_str(&format!(
+                "bgp = [{:?}]\nbgp_peer = {BGP_PEER:?}\n",
+                rib.display().to_string()
+            ));
         }
         t.push('\n');
     }
     for s in sites {
-        t.push_str(&format!("[[server]]\nname = {:?}\nsite = {:?}\nipv4 = {:?}\nipv6 = {:?}\n\n", s.server, s.name, s.v4, s.v6));
+        t.push_str(&format!(
+            "[[server]]\nname = {:?}\nsite = {:?}\nipv4 = {:?}\nipv6 = {:?}\n\n",
+            s.server, s.name, s.v4, s.v6
+        ));
     }
     let names: Vec<String> = sites.iter().map(|s| format!("{:?}", s.server)).collect();
     t.push_str(&format!(
@@ -399,12 +452,42 @@ struct Client {
 }
 
 const CLIENTS: [Client; 6] = [
-    Client { addr: "193.0.0.1", region: "Netherlands (RIPE NCC)", lat: (50.5, 53.7), lon: (3.0, 7.3) },
-    Client { addr: "200.160.2.3", region: "Brazil (NIC.br)", lat: (-34.0, 5.5), lon: (-74.0, -34.0) },
-    Client { addr: "133.11.0.1", region: "Japan (U. Tokyo)", lat: (30.0, 46.0), lon: (128.0, 146.0) },
-    Client { addr: "1.1.1.1", region: "Australia (APNIC/Cloudflare)", lat: (-44.0, -10.0), lon: (112.0, 154.0) },
-    Client { addr: "8.8.8.8", region: "United States (Google)", lat: (24.0, 50.0), lon: (-125.0, -66.0) },
-    Client { addr: "2001:200:dff:fff1::1", region: "Japan (WIDE, IPv6)", lat: (30.0, 46.0), lon: (128.0, 146.0) },
+    Client {
+        addr: "193.0.0.1",
+        region: "Netherlands (RIPE NCC)",
+        lat: (50.5, 53.7),
+        lon: (3.0, 7.3),
+    },
+    Client {
+        addr: "200.160.2.3",
+        region: "Brazil (NIC.br)",
+        lat: (-34.0, 5.5),
+        lon: (-74.0, -34.0),
+    },
+    Client {
+        addr: "133.11.0.1",
+        region: "Japan (U. Tokyo)",
+        lat: (30.0, 46.0),
+        lon: (128.0, 146.0),
+    },
+    Client {
+        addr: "1.1.1.1",
+        region: "Australia (APNIC/Cloudflare)",
+        lat: (-44.0, -10.0),
+        lon: (112.0, 154.0),
+    },
+    Client {
+        addr: "8.8.8.8",
+        region: "United States (Google)",
+        lat: (24.0, 50.0),
+        lon: (-125.0, -66.0),
+    },
+    Client {
+        addr: "2001:200:dff:fff1::1",
+        region: "Japan (WIDE, IPv6)",
+        lat: (30.0, 46.0),
+        lon: (128.0, 146.0),
+    },
 ];
 
 /// What `explain --json` says about one client, and which site the test finds nearest.
@@ -431,26 +514,53 @@ fn ctl(args: &[&str]) -> Output {
 
 fn ctl_json(args: &[&str]) -> Json {
     let out = ctl(args);
-    assert!(out.status.success(), "director-ctl {args:?} failed: {}", describe(&out));
+    assert!(
+        out.status.success(),
+        "director-ctl {args:?} failed: {}",
+        describe(&out)
+    );
     Json::parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
     let cfg = config.display().to_string();
-    let j = ctl_json(&["explain", "--config", &cfg, "--service", WWW, "--client", c.addr, "--json"]);
+    let j = ctl_json(&[
+        "explain",
+        "--config",
+        &cfg,
+        "--service",
+        WWW,
+        "--client",
+        c.addr,
+        "--json",
+    ]);
     let client: IpAddr = c.addr.parse().unwrap();
     let servers = j.get("servers").arr();
-    assert_eq!(servers.len(), sites.len(), "{}: one row per server: {j:?}", c.addr);
+    assert_eq!(
+        servers.len(),
+        sites.len(),
+        "{}: one row per server: {j:?}",
+        c.addr
+    );
     // "193.0.0.0/21 (52.38,4.90)": the same location for every server.
     let loc = servers[0]
         .get("location_prefix")
         .opt_str()
         .unwrap_or_else(|| panic!("{}: GeoLite2 has no location for it: {j:?}", c.addr))
         .to_string();
-    let (prefix, point) = loc.split_once(" (").unwrap_or_else(|| panic!("location {loc:?}"));
-    let (lat, lon) = point.trim_end_matches(')').split_once(',').unwrap_or_else(|| panic!("location {loc:?}"));
+    let (prefix, point) = loc
+        .split_once(" (")
+        .unwrap_or_else(|| panic!("location {loc:?}"));
+    let (lat, lon) = point
+        .trim_end_matches(')')
+        .split_once(',')
+        .unwrap_or_else(|| panic!("location {loc:?}"));
     let location = (lat.parse::<f64>().unwrap(), lon.parse::<f64>().unwrap());
-    assert!(contains(prefix, client), "{}: location prefix {prefix} does not contain the client", c.addr);
+    assert!(
+        contains(prefix, client),
+        "{}: location prefix {prefix} does not contain the client",
+        c.addr
+    );
     assert!(
         (c.lat.0..=c.lat.1).contains(&location.0) && (c.lon.0..=c.lon.1).contains(&location.1),
         "{} should be in {} but GeoLite2 puts it at {location:?} ({prefix})",
@@ -481,7 +591,12 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
             .and_then(|(_, r)| r.split_once(')'))
             .and_then(|(g, _)| g.parse().ok())
             .unwrap_or_else(|| panic!("{}: no geo metric in {m:?}", c.addr));
-        assert!((geo - d).abs() < 3.0, "{}: explain's geo for {} is {geo} km, the test computes {d:.1} km", c.addr, s.server);
+        assert!(
+            (geo - d).abs() < 3.0,
+            "{}: explain's geo for {} is {geo} km, the test computes {d:.1} km",
+            c.addr,
+            s.server
+        );
     }
     let tiers = j.get("sort").get("tiers").arr();
     assert!(!tiers.is_empty(), "{}: no tiers in {j:?}", c.addr);
@@ -489,11 +604,23 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
         .get("chosen")
         .arr()
         .iter()
-        .map(|ch| servers[ch.get("index").num() as usize].get("server").str().to_string())
+        .map(|ch| {
+            servers[ch.get("index").num() as usize]
+                .get("server")
+                .str()
+                .to_string()
+        })
         .collect();
-    Expect { client, location_prefix: prefix.to_string(), location, bgp_prefix, winner, nearest, distances }
+    Expect {
+        client,
+        location_prefix: prefix.to_string(),
+        location,
+        bgp_prefix,
+        winner,
+        nearest,
+        distances,
+    }
 }
-
 
 /// One dig from the client namespace, to director on the edge.
 fn dig(lab: &Lab, rtype: &str, subnet: Option<&str>) -> Reply {
@@ -508,7 +635,12 @@ fn dig(lab: &Lab, rtype: &str, subnet: Option<&str>) -> Reply {
 /// The answer's addresses of `rtype`, failing unless director answered.
 fn answer(lab: &Lab, rtype: &str, subnet: Option<&str>) -> Vec<String> {
     let r = dig(lab, rtype, subnet);
-    assert_eq!(r.status.as_deref(), Some("NOERROR"), "no answer for {rtype} (ECS {subnet:?}):\n{}", r.text);
+    assert_eq!(
+        r.status.as_deref(),
+        Some("NOERROR"),
+        "no answer for {rtype} (ECS {subnet:?}):\n{}",
+        r.text
+    );
     r.data(rtype)
 }
 
@@ -533,16 +665,29 @@ fn check_and_explain_on_real_data() {
     eprintln!("check: {prefixes} prefixes, {entries} entries, {saved} saved, in {check_s:.1} s");
     assert_eq!(j.get("sites").num() as usize, sites.len());
     assert_eq!(j.get("servers").num() as usize, sites.len());
-    assert!(prefixes > 3_000_000, "only {prefixes} client prefixes from GeoLite2 City + the RIB: {j:?}");
-    assert!(entries < prefixes, "{entries} entries for {prefixes} prefixes: nothing compressed");
+    assert!(
+        prefixes > 3_000_000,
+        "only {prefixes} client prefixes from GeoLite2 City + the RIB: {j:?}"
+    );
+    assert!(
+        entries < prefixes,
+        "{entries} entries for {prefixes} prefixes: nothing compressed"
+    );
     assert!(saved > 0, "nothing saved by compression");
     let tables = j.get("tables").arr();
     assert_eq!(tables.len(), 1);
     assert_eq!(tables[0].get("service").str(), WWW);
     assert_eq!(tables[0].get("entries").num() as u64, entries);
-    assert_eq!(entries + saved, prefixes, "every prefix is either an entry or saved");
+    assert_eq!(
+        entries + saved,
+        prefixes,
+        "every prefix is either an entry or saved"
+    );
     let inputs = j.get("inputs");
-    assert!(inputs.get("geo_networks").num() > 3_000_000.0, "GeoLite2 City has 3.48 M networks: {inputs:?}");
+    assert!(
+        inputs.get("geo_networks").num() > 3_000_000.0,
+        "GeoLite2 City has 3.48 M networks: {inputs:?}"
+    );
     let bgp = inputs.get("bgp_routes").arr();
     for s in &sites {
         let n = bgp
@@ -552,9 +697,17 @@ fn check_and_explain_on_real_data() {
             .arr()[1]
             .num() as u64;
         if s.name == BGP_SITE {
-            assert!(n > 0, "site {} has no BGP routes from peer {BGP_PEER}", s.name);
+            assert!(
+                n > 0,
+                "site {} has no BGP routes from peer {BGP_PEER}",
+                s.name
+            );
             // One peer's view of the 9,072-prefix slice.
-            assert!(n <= 9072, "site {}: {n} routes from a 9,072-prefix RIB", s.name);
+            assert!(
+                n <= 9072,
+                "site {}: {n} routes from a 9,072-prefix RIB",
+                s.name
+            );
         } else {
             assert_eq!(n, 0, "site {} has no bgp files but {n} routes", s.name);
         }
@@ -581,7 +734,12 @@ fn check_and_explain_on_real_data() {
             e.distances
         );
     }
-    eprintln!("explain: {} clients in {:.1} s; test total {:.1} s", CLIENTS.len(), t.elapsed().as_secs_f64(), t0.elapsed().as_secs_f64());
+    eprintln!(
+        "explain: {} clients in {:.1} s; test total {:.1} s",
+        CLIENTS.len(),
+        t.elapsed().as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -598,22 +756,43 @@ fn run_on_real_data_answers_the_nearest_site() {
     lab.attach();
     let mut run = Controller::start(&lab, &config, &dir.path("run.log"));
     // While run computes, find out what every client should get.
-    let expects: Vec<Expect> = CLIENTS.iter().map(|c| explain(&config, &sites, c)).collect();
+    let expects: Vec<Expect> = CLIENTS
+        .iter()
+        .map(|c| explain(&config, &sites, c))
+        .collect();
     run.wait_for("entries written", 1, Duration::from_secs(150));
     let up = t0.elapsed().as_secs_f64();
     eprintln!("run: {}", run.log().trim_end());
     let status = Json::parse(&lab.ctl_ok(&["status", "--json"]));
     let v4 = status.get("routes_v4").num();
     let v6 = status.get("routes_v6").num();
-    assert!(v4 > 1_000_000.0 && v6 > 100_000.0, "the kernel holds {v4} IPv4 and {v6} IPv6 decisions: {status:?}");
+    assert!(
+        v4 > 1_000_000.0 && v6 > 100_000.0,
+        "the kernel holds {v4} IPv4 and {v6} IPv6 decisions: {status:?}"
+    );
 
     for (c, e) in CLIENTS.iter().zip(&expects) {
         let want = &sites[e.nearest];
         let subnet = ecs_subnet(e.client);
-        let (rtype, addr) = if e.client.is_ipv4() { ("A", &want.v4) } else { ("AAAA", &want.v6) };
+        let (rtype, addr) = if e.client.is_ipv4() {
+            ("A", &want.v4)
+        } else {
+            ("AAAA", &want.v6)
+        };
         let r = dig(&lab, rtype, Some(&subnet));
-        assert_eq!(r.status.as_deref(), Some("NOERROR"), "{} (ECS {subnet}): no answer from director:\n{}", c.addr, r.text);
-        assert!(r.has_flag("aa"), "{}: not authoritative:\n{}", c.addr, r.text);
+        assert_eq!(
+            r.status.as_deref(),
+            Some("NOERROR"),
+            "{} (ECS {subnet}): no answer from director:\n{}",
+            c.addr,
+            r.text
+        );
+        assert!(
+            r.has_flag("aa"),
+            "{}: not authoritative:\n{}",
+            c.addr,
+            r.text
+        );
         assert_eq!(
             r.data(rtype),
             vec![addr.clone()],
@@ -626,25 +805,48 @@ fn run_on_real_data_answers_the_nearest_site() {
             e.distances[e.nearest],
             r.text
         );
-        assert!(r.answers.iter().all(|a| a.ttl == 30), "{}: TTL is not the service's 30:\n{}", c.addr, r.text);
+        assert!(
+            r.answers.iter().all(|a| a.ttl == 30),
+            "{}: TTL is not the service's 30:\n{}",
+            c.addr,
+            r.text
+        );
         // "193.0.0.0/24/21": source and scope; the scope is the length of the decision
         // entry that matched, which must be a prefix holding the client.
-        let ecs = r.client_subnet.as_deref().unwrap_or_else(|| panic!("{}: no ECS in the reply:\n{}", c.addr, r.text));
-        let scope: u8 = ecs.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("ECS {ecs:?}"));
-        let holding: Vec<&String> =
-            std::iter::once(&e.location_prefix).chain(e.bgp_prefix.as_ref()).filter(|p| contains(p, e.client)).collect();
-        let lens: Vec<u8> = holding.iter().map(|p| p.rsplit('/').next().unwrap().parse().unwrap()).collect();
+        let ecs = r
+            .client_subnet
+            .as_deref()
+            .unwrap_or_else(|| panic!("{}: no ECS in the reply:\n{}", c.addr, r.text));
+        let scope: u8 = ecs
+            .rsplit('/')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("ECS {ecs:?}"));
+        let holding: Vec<&String> = std::iter::once(&e.location_prefix)
+            .chain(e.bgp_prefix.as_ref())
+            .filter(|p| contains(p, e.client))
+            .collect();
+        let lens: Vec<u8> = holding
+            .iter()
+            .map(|p| p.rsplit('/').next().unwrap().parse().unwrap())
+            .collect();
         assert!(
             scope > 0 && lens.contains(&scope),
             "{} (ECS {subnet}): scope /{scope}, but the prefixes holding the client are {holding:?}\n{}",
             c.addr,
             r.text
         );
-        eprintln!("dig {rtype} +subnet={subnet}: {} ({}), scope /{scope}", addr, want.code);
+        eprintln!(
+            "dig {rtype} +subnet={subnet}: {} ({}), scope /{scope}",
+            addr, want.code
+        );
     }
     run.assert_alive();
     run.stop();
-    eprintln!("run on real data: decisions in the kernel after {up:.1} s; test total {:.1} s", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "run on real data: decisions in the kernel after {up:.1} s; test total {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -661,9 +863,13 @@ const Y_V6: &str = "2001:db8:100::20";
 /// changed -> apply_full), and going back from B to A removes y.
 fn swap_config(b: bool) -> String {
     let mut t = String::from("[[site]]\nname = \"edge\"\n\n");
-    t.push_str(&format!("[[server]]\nname = \"x\"\nsite = \"edge\"\nipv4 = {X_V4:?}\nipv6 = {X_V6:?}\n\n"));
+    t.push_str(&format!(
+        "[[server]]\nname = \"x\"\nsite = \"edge\"\nipv4 = {X_V4:?}\nipv6 = {X_V6:?}\n\n"
+    ));
     if b {
-        t.push_str(&format!("[[server]]\nname = \"y\"\nsite = \"edge\"\nipv4 = {Y_V4:?}\nipv6 = {Y_V6:?}\n\n"));
+        t.push_str(&format!(
+            "[[server]]\nname = \"y\"\nsite = \"edge\"\nipv4 = {Y_V4:?}\nipv6 = {Y_V6:?}\n\n"
+        ));
     }
     t.push_str(&format!(
         "[[service]]\nname = {WWW:?}\nttl = 30\nservers = [{}]\npriority = {{ admin = 1 }}\n",
@@ -696,11 +902,17 @@ struct Tally {
 /// client namespace (a network namespace belongs to the thread).
 fn query_loop(ns: &str, stop: &AtomicBool, max: usize, limit: Duration) -> Tally {
     let f = fs::File::open(format!("/run/netns/{ns}")).expect("opening the client namespace");
-    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) },
+        0,
+        "setns: {}",
+        std::io::Error::last_os_error()
+    );
     let v4 = UdpSocket::bind("0.0.0.0:0").expect("an IPv4 socket");
     v4.connect((EDGE_V4, 53)).unwrap();
     let v6 = UdpSocket::bind("[::]:0").expect("an IPv6 socket");
-    v6.connect((EDGE_V6.parse::<IpAddr>().unwrap(), 53)).unwrap();
+    v6.connect((EDGE_V6.parse::<IpAddr>().unwrap(), 53))
+        .unwrap();
     for s in [&v4, &v6] {
         s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
     }
@@ -710,10 +922,14 @@ fn query_loop(ns: &str, stop: &AtomicBool, max: usize, limit: Duration) -> Tally
     let mut id: u16 = 0;
     while !stop.load(Ordering::Relaxed) && t.queries < max && start.elapsed() < limit {
         id = id.wrapping_add(1);
-        let (sock, rtype, x, y) =
-            if id % 2 == 0 { (&v4, RecordType::A, X_V4, Y_V4) } else { (&v6, RecordType::AAAA, X_V6, Y_V6) };
+        let (sock, rtype, x, y) = if id % 2 == 0 {
+            (&v4, RecordType::A, X_V4, Y_V4)
+        } else {
+            (&v6, RecordType::AAAA, X_V6, Y_V6)
+        };
         let sent = start.elapsed();
-        sock.send(&wire(&query(id, WWW, rtype))).expect("sending a query");
+        sock.send(&wire(&query(id, WWW, rtype)))
+            .expect("sending a query");
         t.queries += 1;
         // Read until the reply with this id (a late reply to an earlier query is skipped).
         let reply = loop {
@@ -749,7 +965,12 @@ fn query_loop(ns: &str, stop: &AtomicBool, max: usize, limit: Duration) -> Tally
             })
             .collect();
         if m.response_code() != ResponseCode::NoError || addrs.is_empty() {
-            t.empty.push(format!("{:?} {:?} {:?}", rtype, m.response_code(), m.answers()));
+            t.empty.push(format!(
+                "{:?} {:?} {:?}",
+                rtype,
+                m.response_code(),
+                m.answers()
+            ));
             t.failures.push((sent, "empty"));
         } else if addrs == [x] {
             t.x += 1;
@@ -778,7 +999,8 @@ fn run_swaps_tables_atomically_under_queries() {
     let stop = Arc::new(AtomicBool::new(false));
     let ns = lab.client_ns.clone();
     let flag = stop.clone();
-    let querier = std::thread::spawn(move || query_loop(&ns, &flag, 2_000_000, Duration::from_secs(40)));
+    let querier =
+        std::thread::spawn(move || query_loop(&ns, &flag, 2_000_000, Duration::from_secs(40)));
     let started = Instant::now();
     // (when the new config was written, since the querier started; whether it was B)
     let mut swaps: Vec<(Duration, bool)> = Vec::new();
@@ -821,16 +1043,34 @@ fn run_swaps_tables_atomically_under_queries() {
         .map(|(at, how)| {
             let last = swaps.iter().rev().find(|s| s.0 <= *at);
             match last {
-                Some((w, b)) => format!("{how} {:.1} ms after writing config {}", (*at - *w).as_secs_f64() * 1e3, if *b { "B (x,y -> y)" } else { "A (x -> x)" }),
+                Some((w, b)) => format!(
+                    "{how} {:.1} ms after writing config {}",
+                    (*at - *w).as_secs_f64() * 1e3,
+                    if *b { "B (x,y -> y)" } else { "A (x -> x)" }
+                ),
                 None => format!("{how} before the first swap"),
             }
         })
         .collect();
-    assert!(t.queries >= 300, "only {} queries during the swaps", t.queries);
-    assert!(t.x > 0 && t.y > 0, "answers never changed: x {} y {}", t.x, t.y);
+    assert!(
+        t.queries >= 300,
+        "only {} queries during the swaps",
+        t.queries
+    );
+    assert!(
+        t.x > 0 && t.y > 0,
+        "answers never changed: x {} y {}",
+        t.x,
+        t.y
+    );
     // Why director passed what it passed (pass_no_server: a decision whose servers are
     // all gone or down).
-    let passes: Vec<(String, u64)> = lab.stats().counters.into_iter().filter(|(n, v)| n.starts_with("pass_") && *v > 0).collect();
+    let passes: Vec<(String, u64)> = lab
+        .stats()
+        .counters
+        .into_iter()
+        .filter(|(n, v)| n.starts_with("pass_") && *v > 0)
+        .collect();
     assert!(
         t.timeouts == 0 && t.refused == 0 && t.empty.is_empty() && t.other.is_empty(),
         "of {} queries during {} full table swaps, {} timed out, {} were passed by director (refused), {} had no address ({:?}), {} had another address ({:?}); first failures: {located:#?}\ndirector's non-zero pass counters: {passes:?}\nrun's stderr:\n{}",
@@ -875,7 +1115,10 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     let rtt = dir.path("rtt.csv");
     // The client's own network is nearer a (x); nothing is measured elsewhere, where the
     // preference picks y (x has 20). So the table has an entry of its own for 192.0.2.0/24.
-    replace_file(&rtt, "# prefix,site,rtt_ms\n192.0.2.0/24,a,10\n192.0.2.0/24,b,50\n");
+    replace_file(
+        &rtt,
+        "# prefix,site,rtt_ms\n192.0.2.0/24,a,10\n192.0.2.0/24,b,50\n",
+    );
     replace_file(&config, &rtt_config(&rtt, None, 20));
     let lab = Lab::new();
     lab.attach();
@@ -883,10 +1126,24 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     run.wait_for("entries written", 1, Duration::from_secs(20));
     let routes = |lab: &Lab| lab.ctl_ok(&["route", "list", "--json"]);
     let r0 = routes(&lab);
-    assert!(r0.contains("192.0.2.0/24"), "no decision for the client's network: {r0}");
+    assert!(
+        r0.contains("192.0.2.0/24"),
+        "no decision for the client's network: {r0}"
+    );
     let elsewhere = "203.0.113.0/24";
-    let before = (answer(&lab, "A", None), answer(&lab, "AAAA", None), answer(&lab, "A", Some(elsewhere)));
-    assert_eq!(before, (vec![X_V4.to_string()], vec![X_V6.to_string()], vec![Y_V4.to_string()]));
+    let before = (
+        answer(&lab, "A", None),
+        answer(&lab, "AAAA", None),
+        answer(&lab, "A", Some(elsewhere)),
+    );
+    assert_eq!(
+        before,
+        (
+            vec![X_V4.to_string()],
+            vec![X_V6.to_string()],
+            vec![Y_V4.to_string()]
+        )
+    );
 
     // A config naming a server that does not exist.
     const KEEP: &str = "keeping the last good decisions";
@@ -894,11 +1151,25 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     run.wait_for(KEEP, 1, Duration::from_secs(10));
     let log = run.log();
     let line = log.lines().filter(|l| l.contains(KEEP)).last().unwrap();
-    assert!(line.contains("unknown server \"nope-1\"") && line.contains(&config.display().to_string()), "the error should name the file and the server: {line}");
+    assert!(
+        line.contains("unknown server \"nope-1\"") && line.contains(&config.display().to_string()),
+        "the error should name the file and the server: {line}"
+    );
     sleep(Duration::from_millis(300));
     run.assert_alive();
-    assert_eq!(routes(&lab), r0, "the kernel's decisions changed after a bad config");
-    assert_eq!((answer(&lab, "A", None), answer(&lab, "AAAA", None), answer(&lab, "A", Some(elsewhere))), before);
+    assert_eq!(
+        routes(&lab),
+        r0,
+        "the kernel's decisions changed after a bad config"
+    );
+    assert_eq!(
+        (
+            answer(&lab, "A", None),
+            answer(&lab, "AAAA", None),
+            answer(&lab, "A", Some(elsewhere))
+        ),
+        before
+    );
 
     // A good config again, with a change: x's preference (0) now beats y's where no RTT
     // decides (everyone but 192.0.2.0/24). Updates resume.
@@ -906,18 +1177,36 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     run.wait_for("servers or services changed", 1, Duration::from_secs(10));
     let r1 = routes(&lab);
     assert_ne!(r1, r0, "a good config after a bad one was not applied");
-    assert_eq!(answer(&lab, "A", None), [X_V4], "the client's network still measures a faster");
-    assert_eq!(answer(&lab, "A", Some(elsewhere)), [X_V4], "elsewhere the preference now picks x");
+    assert_eq!(
+        answer(&lab, "A", None),
+        [X_V4],
+        "the client's network still measures a faster"
+    );
+    assert_eq!(
+        answer(&lab, "A", Some(elsewhere)),
+        [X_V4],
+        "elsewhere the preference now picks x"
+    );
 
     // An RTT file with a bad prefix (a good line first: nothing of it may be used).
-    replace_file(&rtt, "192.0.2.0/24,a,50\n192.0.2.0/24,b,10\n192.0.2.300/24,a,10\n");
+    replace_file(
+        &rtt,
+        "192.0.2.0/24,a,50\n192.0.2.0/24,b,10\n192.0.2.300/24,a,10\n",
+    );
     run.wait_for(KEEP, 2, Duration::from_secs(10));
     let log = run.log();
     let line = log.lines().filter(|l| l.contains(KEEP)).last().unwrap();
-    assert!(line.contains(&rtt.display().to_string()) && line.contains("192.0.2.300/24"), "the error should name the RTT file and the prefix: {line}");
+    assert!(
+        line.contains(&rtt.display().to_string()) && line.contains("192.0.2.300/24"),
+        "the error should name the RTT file and the prefix: {line}"
+    );
     sleep(Duration::from_millis(300));
     run.assert_alive();
-    assert_eq!(routes(&lab), r1, "the kernel's decisions changed after a bad RTT file");
+    assert_eq!(
+        routes(&lab),
+        r1,
+        "the kernel's decisions changed after a bad RTT file"
+    );
     assert_eq!(answer(&lab, "A", None), [X_V4]);
     assert_eq!(answer(&lab, "AAAA", None), [X_V6]);
 
@@ -925,13 +1214,21 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     let rewritten = run.count("entries rewritten");
     replace_file(&rtt, "192.0.2.0/24,a,50\n192.0.2.0/24,b,10\n");
     run.wait_for("entries rewritten", rewritten + 1, Duration::from_secs(10));
-    assert_ne!(routes(&lab), r1, "a good RTT file after a bad one was not applied");
+    assert_ne!(
+        routes(&lab),
+        r1,
+        "a good RTT file after a bad one was not applied"
+    );
     assert_eq!(answer(&lab, "A", None), [Y_V4]);
     assert_eq!(answer(&lab, "AAAA", None), [Y_V6]);
     assert_eq!(answer(&lab, "A", Some(elsewhere)), [X_V4]);
     assert_eq!(run.count(KEEP), 2, "unexpected errors: {}", run.log());
     run.stop();
-    eprintln!("run's stderr:\n{}bad-input test total {:.1} s", run.log(), t0.elapsed().as_secs_f64());
+    eprintln!(
+        "run's stderr:\n{}bad-input test total {:.1} s",
+        run.log(),
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -940,7 +1237,10 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
 fn small_config(bgp: Option<&Path>, database: Option<&Path>) -> String {
     let mut t = String::new();
     if let Some(db) = database {
-        t.push_str(&format!("[geo]\ndatabase = {:?}\n\n", db.display().to_string()));
+        t.push_str(&format!(
+            "[geo]\ndatabase = {:?}\n\n",
+            db.display().to_string()
+        ));
     }
     t.push_str("[[site]]\nname = \"fra\"\nlat = 50.026402\nlon = 8.54313\n");
     if let Some(f) = bgp {
@@ -959,11 +1259,28 @@ fn check_fails_naming(dir: &TempDir, what: &str, text: String, file: &Path) {
     fs::write(&config, text).unwrap();
     let out = ctl(&["check", "--config", &config.display().to_string(), "--json"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "check accepted {what}: {}", describe(&out));
-    assert!(out.stdout.is_empty(), "check printed a summary for {what}: {}", describe(&out));
-    assert_eq!(err.trim_end().lines().count(), 1, "{what}: not one error line: {}", describe(&out));
+    assert!(
+        !out.status.success(),
+        "check accepted {what}: {}",
+        describe(&out)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "check printed a summary for {what}: {}",
+        describe(&out)
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{what}: not one error line: {}",
+        describe(&out)
+    );
     assert!(err.starts_with("director-ctl: "), "{what}: {err}");
-    assert!(err.contains(&file.display().to_string()), "{what}: the error does not name {}: {err}", file.display());
+    assert!(
+        err.contains(&file.display().to_string()),
+        "{what}: the error does not name {}: {err}",
+        file.display()
+    );
     eprintln!("{what}: {}", err.trim_end());
 }
 
@@ -978,18 +1295,43 @@ fn check_reports_damaged_and_refuses_wrong_input_files() {
     let inputs = j.get("inputs");
     let skipped = inputs.get("bgp_damaged_skipped").num();
     let routes = inputs.get("bgp_routes").arr()[0].arr()[1].num();
-    eprintln!("damaged MRT: {skipped} damaged stretches skipped, {routes} routes, {} records", inputs.get("bgp_records").num());
-    assert!(skipped > 0.0, "no damage reported for {}: {inputs:?}", damaged.display());
-    assert!(routes > 0.0, "nothing read from {}: {inputs:?}", damaged.display());
+    eprintln!(
+        "damaged MRT: {skipped} damaged stretches skipped, {routes} routes, {} records",
+        inputs.get("bgp_records").num()
+    );
+    assert!(
+        skipped > 0.0,
+        "no damage reported for {}: {inputs:?}",
+        damaged.display()
+    );
+    assert!(
+        routes > 0.0,
+        "nothing read from {}: {inputs:?}",
+        damaged.display()
+    );
 
     // A text file given as MRT.
     let text = dir.path("routes.txt");
-    fs::write(&text, "# not MRT\n192.0.2.0/24 via 198.51.100.1\n203.0.113.0/24 via 198.51.100.2\n").unwrap();
+    fs::write(
+        &text,
+        "# not MRT\n192.0.2.0/24 via 198.51.100.1\n203.0.113.0/24 via 198.51.100.2\n",
+    )
+    .unwrap();
     check_fails_naming(&dir, "text-as-mrt", small_config(Some(&text), None), &text);
     // A GeoIP database that is not there.
     let missing = dir.path("missing/GeoLite2-City.mmdb");
-    check_fails_naming(&dir, "missing-mmdb", small_config(None, Some(&missing)), &missing);
+    check_fails_naming(
+        &dir,
+        "missing-mmdb",
+        small_config(None, Some(&missing)),
+        &missing,
+    );
     // A broken one (MaxMind's test database with a malformed double).
     let broken = data("geo/test/GeoIP2-City-Test-Broken-Double-Format.mmdb");
-    check_fails_naming(&dir, "broken-mmdb", small_config(None, Some(&broken)), &broken);
+    check_fails_naming(
+        &dir,
+        "broken-mmdb",
+        small_config(None, Some(&broken)),
+        &broken,
+    );
 }

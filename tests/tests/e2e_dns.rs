@@ -20,8 +20,14 @@ const KNOT_OTHER: &str = "198.51.100.77";
 /// The zones behind director: example.com (which also holds director's name, with a
 /// different address) and example.net.
 const ZONES: &[Zone] = &[
-    Zone { origin: "example.com.", records: "www A 198.51.100.99\nother A 198.51.100.77" },
-    Zone { origin: "example.net.", records: "www A 198.51.100.88" },
+    Zone {
+        origin: "example.com.",
+        records: "www A 198.51.100.99\nother A 198.51.100.77",
+    },
+    Zone {
+        origin: "example.net.",
+        records: "www A 198.51.100.88",
+    },
 ];
 
 /// A lab with director attached, servers fra-1 and nyc-1 (both families), and
@@ -70,7 +76,11 @@ fn expect_reply(lab: &Lab, text: String, query: &[&str]) -> Reply {
     let r = Reply::parse(&text);
     if r.status.is_none() {
         let s = lab.stats();
-        let passes: Vec<_> = s.counters.iter().filter(|(n, v)| n.starts_with("pass_") && *v > 0).collect();
+        let passes: Vec<_> = s
+            .counters
+            .iter()
+            .filter(|(n, v)| n.starts_with("pass_") && *v > 0)
+            .collect();
         panic!("no reply to {query:?}; director's non-zero pass counters: {passes:?}\n{text}");
     }
     r
@@ -97,11 +107,25 @@ fn single(r: &Reply) -> &str {
 /// www.example.com (in any case) with the service's TTL and `data`.
 fn assert_director_answer(r: &Reply, rtype: &str, data: &str) {
     assert_eq!(r.status.as_deref(), Some("NOERROR"), "{}", r.text);
-    assert!(r.has_flag("qr") && r.has_flag("aa"), "flags {:?}:\n{}", r.flags, r.text);
+    assert!(
+        r.has_flag("qr") && r.has_flag("aa"),
+        "flags {:?}:\n{}",
+        r.flags,
+        r.text
+    );
     assert_eq!(r.answers.len(), 1, "{}", r.text);
     let a = &r.answers[0];
-    assert!(a.name.eq_ignore_ascii_case("www.example.com."), "{}", r.text);
-    assert_eq!((a.rtype.as_str(), a.ttl, a.data.as_str()), (rtype, 60, data), "{}", r.text);
+    assert!(
+        a.name.eq_ignore_ascii_case("www.example.com."),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        (a.rtype.as_str(), a.ttl, a.data.as_str()),
+        (rtype, 60, data),
+        "{}",
+        r.text
+    );
 }
 
 #[test]
@@ -135,7 +159,12 @@ fn mixed_case_question_is_echoed() {
     for server in [EDGE_V4, EDGE_V6] {
         for rtype in ["A", "AAAA"] {
             let r = ask(&lab, &[&at(server), name, rtype]);
-            assert_eq!(r.question, vec![(format!("{name}."), rtype.to_string())], "{}", r.text);
+            assert_eq!(
+                r.question,
+                vec![(format!("{name}."), rtype.to_string())],
+                "{}",
+                r.text
+            );
             assert_director_answer(&r, rtype, if rtype == "A" { FRA_V4 } else { FRA_V6 });
         }
     }
@@ -152,13 +181,21 @@ fn client_subnet_picks_the_route_and_echoes_its_scope() {
         // No specific route: the default, which covers the whole address space.
         ("A", "198.51.100.0/24", FRA_V4, "198.51.100.0/24/0"),
         ("A", "2001:db8:aaaa::/48", NYC_V4, "2001:db8:aaaa::/48/48"),
-        ("AAAA", "2001:db8:aaaa::/48", NYC_V6, "2001:db8:aaaa::/48/48"),
+        (
+            "AAAA",
+            "2001:db8:aaaa::/48",
+            NYC_V6,
+            "2001:db8:aaaa::/48/48",
+        ),
         ("AAAA", "2001:db8:bbbb::/48", FRA_V6, "2001:db8:bbbb::/48/0"),
     ];
     for _ in 0..TRIES {
         for server in [EDGE_V4, EDGE_V6] {
             for (rtype, subnet, want, echo) in cases {
-                let r = ask(&lab, &[&at(server), WWW, rtype, &format!("+subnet={subnet}")]);
+                let r = ask(
+                    &lab,
+                    &[&at(server), WWW, rtype, &format!("+subnet={subnet}")],
+                );
                 assert_director_answer(&r, rtype, want);
                 assert_eq!(r.client_subnet.as_deref(), Some(echo), "{}", r.text);
             }
@@ -182,7 +219,11 @@ fn knot_answers_every_name_director_does_not_own() {
         assert!(r.answers.is_empty(), "{}", r.text);
     }
     let s1 = lab.stats();
-    assert_eq!(s1.get("answered"), s0.get("answered"), "director answered a name it does not own");
+    assert_eq!(
+        s1.get("answered"),
+        s0.get("answered"),
+        "director answered a name it does not own"
+    );
     // other.example.com A is a name director does not own; SOA and MX are refused by type
     // before the name is looked up (director-common's dns.rs checks the type first).
     let delta = |c: &str| s1.get(c) - s0.get(c);
@@ -204,7 +245,17 @@ fn knot_answers_every_name_director_does_not_own() {
 #[test]
 fn server_down_moves_the_answer_and_up_restores_it() {
     let lab = www_lab_with_knot();
-    lab.ctl_ok(&["service", "add", WWW, "--ttl", "60", "--answers", "1", "--select", "client"]);
+    lab.ctl_ok(&[
+        "service",
+        "add",
+        WWW,
+        "--ttl",
+        "60",
+        "--answers",
+        "1",
+        "--select",
+        "client",
+    ]);
     lab.ctl_ok(&["route", "set", WWW, "0.0.0.0/0", "fra-1,nyc-1"]);
     let answer = || single(&dig(&lab, &[&at(EDGE_V4), WWW, "A"])).to_string();
 
@@ -263,9 +314,21 @@ fn config(lab: &Lab) -> [String; 3] {
 fn assert_refused(lab: &Lab, args: &[&str], problem: &str) {
     let out = lab.ctl(args);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} was accepted: {}", describe(&out));
-    assert_eq!(err.lines().count(), 1, "{args:?}: expected one line on stderr: {}", describe(&out));
-    assert!(err.contains(problem), "{args:?}: stderr does not name {problem:?}: {err}");
+    assert!(
+        !out.status.success(),
+        "{args:?} was accepted: {}",
+        describe(&out)
+    );
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{args:?}: expected one line on stderr: {}",
+        describe(&out)
+    );
+    assert!(
+        err.contains(problem),
+        "{args:?}: stderr does not name {problem:?}: {err}"
+    );
 }
 
 #[test]
@@ -273,7 +336,13 @@ fn cli_refuses_bad_input_and_changes_nothing() {
     let lab = www_lab();
     let nine: Vec<String> = (1..=9).map(|i| format!("s{i}")).collect();
     for (i, s) in nine.iter().enumerate() {
-        lab.ctl_ok(&["server", "add", s, "--ipv4", &format!("198.51.100.{}", 100 + i)]);
+        lab.ctl_ok(&[
+            "server",
+            "add",
+            s,
+            "--ipv4",
+            &format!("198.51.100.{}", 100 + i),
+        ]);
     }
     let nine = nine.join(",");
     let label63 = "a".repeat(63);
@@ -283,15 +352,39 @@ fn cli_refuses_bad_input_and_changes_nothing() {
     let before = config(&lab);
 
     let cases: &[(&[&str], &str)] = &[
-        (&["route", "set", WWW, "192.0.2.0", "fra-1"], "malformed prefix"),
-        (&["route", "set", WWW, "192.0.2.0/33", "fra-1"], "malformed prefix"),
-        (&["route", "set", WWW, "192.0.2.x/24", "fra-1"], "malformed prefix"),
+        (
+            &["route", "set", WWW, "192.0.2.0", "fra-1"],
+            "malformed prefix",
+        ),
+        (
+            &["route", "set", WWW, "192.0.2.0/33", "fra-1"],
+            "malformed prefix",
+        ),
+        (
+            &["route", "set", WWW, "192.0.2.x/24", "fra-1"],
+            "malformed prefix",
+        ),
         (&["route", "set", WWW, "192.0.2.1/24", "fra-1"], "host bits"),
-        (&["route", "set", WWW, "2001:db8::1/32", "fra-1"], "host bits"),
-        (&["route", "set", WWW, "192.0.2.0/24", "fra-1,nosuch"], "unknown server"),
+        (
+            &["route", "set", WWW, "2001:db8::1/32", "fra-1"],
+            "host bits",
+        ),
+        (
+            &["route", "set", WWW, "192.0.2.0/24", "fra-1,nosuch"],
+            "unknown server",
+        ),
         (&["server", "set", "nosuch", "--down"], "unknown server"),
         (&["server", "del", "nosuch"], "unknown server"),
-        (&["route", "set", "nosuch.example.com", "192.0.2.0/24", "fra-1"], "unknown service"),
+        (
+            &[
+                "route",
+                "set",
+                "nosuch.example.com",
+                "192.0.2.0/24",
+                "fra-1",
+            ],
+            "unknown service",
+        ),
         (&["service", "del", "nosuch.example.com"], "unknown service"),
         (&["service", "add", &long_name], "over the limit of 255"),
         (&["service", "add", &long_label], "over the limit of 63"),
@@ -301,7 +394,11 @@ fn cli_refuses_bad_input_and_changes_nothing() {
     for (args, problem) in cases {
         assert_refused(&lab, args, problem);
     }
-    assert_eq!(config(&lab), before, "a refused command changed the configuration");
+    assert_eq!(
+        config(&lab),
+        before,
+        "a refused command changed the configuration"
+    );
 }
 
 #[test]
@@ -323,7 +420,11 @@ fn map_commands_refused_when_nothing_is_attached() {
     for args in cases {
         assert_refused(&lab, args, "nothing is attached");
     }
-    assert!(!lab.pin_dir.exists(), "a refused command created {}", lab.pin_dir.display());
+    assert!(
+        !lab.pin_dir.exists(),
+        "a refused command created {}",
+        lab.pin_dir.display()
+    );
 }
 
 #[test]
@@ -331,15 +432,34 @@ fn detach_hands_owned_names_back_to_knot() {
     let lab = www_lab_with_knot();
     assert_eq!(single(&dig(&lab, &[&at(EDGE_V4), WWW, "A"])), FRA_V4);
     lab.ctl_ok(&["detach", "--iface", &lab.edge_if]);
-    assert!(!lab.pin_dir.exists(), "{} still exists after the last detach", lab.pin_dir.display());
-    let link = Command::new("ip").args(["-n", &lab.edge_ns, "link", "show", "dev", &lab.edge_if]).output().unwrap();
+    assert!(
+        !lab.pin_dir.exists(),
+        "{} still exists after the last detach",
+        lab.pin_dir.display()
+    );
+    let link = Command::new("ip")
+        .args(["-n", &lab.edge_ns, "link", "show", "dev", &lab.edge_if])
+        .output()
+        .unwrap();
     let link = String::from_utf8_lossy(&link.stdout);
-    assert!(!link.contains("xdp"), "an XDP program is still on {}: {link}", lab.edge_if);
+    assert!(
+        !link.contains("xdp"),
+        "an XDP program is still on {}: {link}",
+        lab.edge_if
+    );
     for server in [EDGE_V4, EDGE_V6] {
         let r = dig(&lab, &[&at(server), WWW, "A"]);
-        assert_eq!(single(&r), KNOT_WWW, "knot should answer once director is gone");
+        assert_eq!(
+            single(&r),
+            KNOT_WWW,
+            "knot should answer once director is gone"
+        );
         let r = dig(&lab, &[&at(server), WWW, "AAAA"]);
         assert_eq!(r.status.as_deref(), Some("NOERROR"), "{}", r.text);
-        assert!(r.answers.is_empty(), "knot has no AAAA for www:\n{}", r.text);
+        assert!(
+            r.answers.is_empty(),
+            "knot has no AAAA for www:\n{}",
+            r.text
+        );
     }
 }

@@ -158,21 +158,48 @@ fn check_answer(query: &[u8], answer: &[u8]) -> Result<Answer, String> {
 
 /// Ethernet, IP and UDP of the answer: the query's, addressed back to the client.
 fn check_turned_around(q: &UdpFrame, a: &UdpFrame, answer_len: usize) -> Result<(), String> {
-    ensure!(a.dst_mac == q.src_mac && a.src_mac == q.dst_mac, "MACs not swapped: {:?} -> {:?}", a.src_mac, a.dst_mac);
-    ensure!(a.vlan == q.vlan, "VLAN tag {:?}, the query had {:?}", a.vlan, q.vlan);
-    ensure!(a.src == q.dst && a.dst == q.src, "IPs not swapped: {} -> {}", a.src, a.dst);
+    ensure!(
+        a.dst_mac == q.src_mac && a.src_mac == q.dst_mac,
+        "MACs not swapped: {:?} -> {:?}",
+        a.src_mac,
+        a.dst_mac
+    );
+    ensure!(
+        a.vlan == q.vlan,
+        "VLAN tag {:?}, the query had {:?}",
+        a.vlan,
+        q.vlan
+    );
+    ensure!(
+        a.src == q.dst && a.dst == q.src,
+        "IPs not swapped: {} -> {}",
+        a.src,
+        a.dst
+    );
     ensure!(
         a.src_port == q.dst_port && a.dst_port == q.src_port,
         "ports not swapped: {} -> {}",
         a.src_port,
         a.dst_port
     );
-    ensure!(a.end == answer_len, "the IP packet ends at {} but the frame is {answer_len} bytes", a.end);
-    ensure!(a.ttl == ANSWER_TTL, "TTL/hop limit {} rather than a fresh {ANSWER_TTL}", a.ttl);
+    ensure!(
+        a.end == answer_len,
+        "the IP packet ends at {} but the frame is {answer_len} bytes",
+        a.end
+    );
+    ensure!(
+        a.ttl == ANSWER_TTL,
+        "TTL/hop limit {} rather than a fresh {ANSWER_TTL}",
+        a.ttl
+    );
     // Everything else in the IP header is the query's: version, DSCP, ID and flags for
     // IPv4 (length, TTL, checksum and addresses change); version, class and flow label,
     // next header for IPv6 (length, hop limit and addresses change).
-    let same: &[usize] = if a.src.is_ipv4() { &[0, 1, 4, 5, 6, 7, 9] } else { &[0, 1, 2, 3, 6] };
+    let same: &[usize] = if a.src.is_ipv4() {
+        &[0, 1, 4, 5, 6, 7, 9]
+    } else {
+        &[0, 1, 2, 3, 6]
+    };
     for &i in same {
         ensure!(
             a.ip_header[i] == q.ip_header[i],
@@ -194,27 +221,67 @@ struct WireAnswer {
 /// records whose owner is a pointer to the question name, and the OPT record.
 fn check_dns_wire(q: &[u8], a: &[u8]) -> Result<WireAnswer, String> {
     let q_end = question_end(q).ok_or("the query has no plain question")?;
-    ensure!(a.len() >= q_end, "answer of {} bytes is shorter than the question", a.len());
-    ensure!(a[0..2] == q[0..2], "ID {:#06x}, the query's is {:#06x}", be16(a, 0), be16(q, 0));
+    ensure!(
+        a.len() >= q_end,
+        "answer of {} bytes is shorter than the question",
+        a.len()
+    );
+    ensure!(
+        a[0..2] == q[0..2],
+        "ID {:#06x}, the query's is {:#06x}",
+        be16(a, 0),
+        be16(q, 0)
+    );
     let (qflags, aflags) = (be16(q, 2), be16(a, 2));
     // QR and AA set; RD and CD copied; opcode, TC, RA, Z, AD and RCODE zero.
     let want = QR | AA | (qflags & (RD | CD));
-    ensure!(aflags == want, "flags {aflags:#06x}, expected {want:#06x} for query flags {qflags:#06x}");
+    ensure!(
+        aflags == want,
+        "flags {aflags:#06x}, expected {want:#06x} for query flags {qflags:#06x}"
+    );
     let (qd, an, ns, ar) = (be16(a, 4), be16(a, 6) as usize, be16(a, 8), be16(a, 10));
-    ensure!(qd == 1 && ns == 0 && an >= 1, "counts QD={qd} AN={an} NS={ns}");
-    ensure!(ar == be16(q, 10), "ARCOUNT {ar}: an OPT record is answered with one, else none");
-    ensure!(a[12..q_end] == q[12..q_end], "question not echoed: {} vs {}", hex(&a[12..q_end]), hex(&q[12..q_end]));
+    ensure!(
+        qd == 1 && ns == 0 && an >= 1,
+        "counts QD={qd} AN={an} NS={ns}"
+    );
+    ensure!(
+        ar == be16(q, 10),
+        "ARCOUNT {ar}: an OPT record is answered with one, else none"
+    );
+    ensure!(
+        a[12..q_end] == q[12..q_end],
+        "question not echoed: {} vs {}",
+        hex(&a[12..q_end]),
+        hex(&q[12..q_end])
+    );
 
     let qtype = be16(q, q_end - 4);
-    let rdlen = if qtype == u16::from(RecordType::AAAA) { 16 } else { 4 };
+    let rdlen = if qtype == u16::from(RecordType::AAAA) {
+        16
+    } else {
+        4
+    };
     let mut at = q_end;
     let mut records = Vec::new();
     for i in 0..an {
         ensure!(a.len() >= at + 12 + rdlen, "answer record {i} cut short");
         let r = &a[at..at + 12 + rdlen];
-        ensure!(r[0..2] == [0xc0, 0x0c], "record {i} owner {} is not a pointer to offset 12", hex(&r[0..2]));
-        ensure!(be16(r, 2) == qtype && be16(r, 4) == 1, "record {i} type/class {}/{}", be16(r, 2), be16(r, 4));
-        ensure!(be16(r, 10) as usize == rdlen, "record {i} RDLENGTH {}", be16(r, 10));
+        ensure!(
+            r[0..2] == [0xc0, 0x0c],
+            "record {i} owner {} is not a pointer to offset 12",
+            hex(&r[0..2])
+        );
+        ensure!(
+            be16(r, 2) == qtype && be16(r, 4) == 1,
+            "record {i} type/class {}/{}",
+            be16(r, 2),
+            be16(r, 4)
+        );
+        ensure!(
+            be16(r, 10) as usize == rdlen,
+            "record {i} RDLENGTH {}",
+            be16(r, 10)
+        );
         let addr = if rdlen == 4 {
             IpAddr::from(<[u8; 4]>::try_from(&r[12..16]).unwrap())
         } else {
@@ -234,27 +301,71 @@ fn check_dns_wire(q: &[u8], a: &[u8]) -> Result<WireAnswer, String> {
     } else {
         (None, 512)
     };
-    ensure!(at == a.len(), "{} bytes after the last record", a.len() - at);
-    ensure!(a.len() <= limit as usize, "answer of {} bytes, the client takes {limit}", a.len());
+    ensure!(
+        at == a.len(),
+        "{} bytes after the last record",
+        a.len() - at
+    );
+    ensure!(
+        a.len() <= limit as usize,
+        "answer of {} bytes, the client takes {limit}",
+        a.len()
+    );
     Ok(WireAnswer { records, opt })
 }
 
 /// The answer's OPT: payload size 1232, version 0, no extended RCODE, Z clear, DO clear
 /// unless the query set it, and the query's ECS option with the scope filled in.
 fn check_opt_wire(q: &RawOpt, a: &RawOpt) -> Result<(), String> {
-    ensure!(a.owner == 0 && a.rtype == OPT_TYPE, "OPT owner {} type {}", a.owner, a.rtype);
-    ensure!(a.udp_size == 1232, "OPT UDP payload size {}, not 1232", a.udp_size);
-    ensure!(a.ttl & !0x8000 == 0, "OPT TTL field {:#010x}: extended RCODE, version and Z must be 0", a.ttl);
-    ensure!(q.dnssec_ok() || !a.dnssec_ok(), "DO set in the answer to a query without it");
+    ensure!(
+        a.owner == 0 && a.rtype == OPT_TYPE,
+        "OPT owner {} type {}",
+        a.owner,
+        a.rtype
+    );
+    ensure!(
+        a.udp_size == 1232,
+        "OPT UDP payload size {}, not 1232",
+        a.udp_size
+    );
+    ensure!(
+        a.ttl & !0x8000 == 0,
+        "OPT TTL field {:#010x}: extended RCODE, version and Z must be 0",
+        a.ttl
+    );
+    ensure!(
+        q.dnssec_ok() || !a.dnssec_ok(),
+        "DO set in the answer to a query without it"
+    );
     match q.option(OPTION_ECS) {
         Some(qe) => {
-            ensure!(a.options.len() == 1, "answer OPT options {:?}, expected only ECS", a.options);
-            let ae = a.option(OPTION_ECS).ok_or("no ECS in the answer to an ECS query")?;
-            ensure!(ae.len() == qe.len(), "ECS of {} bytes, the query's had {}", ae.len(), qe.len());
+            ensure!(
+                a.options.len() == 1,
+                "answer OPT options {:?}, expected only ECS",
+                a.options
+            );
+            let ae = a
+                .option(OPTION_ECS)
+                .ok_or("no ECS in the answer to an ECS query")?;
+            ensure!(
+                ae.len() == qe.len(),
+                "ECS of {} bytes, the query's had {}",
+                ae.len(),
+                qe.len()
+            );
             // FAMILY, SOURCE PREFIX-LENGTH and ADDRESS echoed; SCOPE is the answer's own.
-            ensure!(ae[..3] == qe[..3] && ae[4..] == qe[4..], "ECS {} does not echo the query's {}", hex(ae), hex(qe));
+            ensure!(
+                ae[..3] == qe[..3] && ae[4..] == qe[4..],
+                "ECS {} does not echo the query's {}",
+                hex(ae),
+                hex(qe)
+            );
         }
-        None => ensure!(a.options.is_empty(), "options {:?} in the answer to a query without ECS", a.options),
+        None => ensure!(
+            a.options.is_empty(),
+            "options {:?} in the answer to a query without ECS",
+            a.options
+        ),
     }
     Ok(())
 }
@@ -268,7 +379,11 @@ fn decode_all(dns: &[u8]) -> Result<Message, String> {
 }
 
 /// The same answer as hickory reads it, against the query as hickory reads it.
-fn check_dns_hickory(q: &[u8], a: &[u8], records: &[(u32, IpAddr)]) -> Result<(Message, Option<ClientSubnet>), String> {
+fn check_dns_hickory(
+    q: &[u8],
+    a: &[u8],
+    records: &[(u32, IpAddr)],
+) -> Result<(Message, Option<ClientSubnet>), String> {
     let qm = Message::from_vec(q).map_err(|e| format!("hickory cannot read the query: {e}"))?;
     let am = decode_all(a)?;
     ensure!(am.id() == qm.id(), "ID {} vs {}", am.id(), qm.id());
@@ -276,17 +391,44 @@ fn check_dns_hickory(q: &[u8], a: &[u8], records: &[(u32, IpAddr)]) -> Result<(M
     ensure!(am.op_code() == OpCode::Query, "opcode {:?}", am.op_code());
     ensure!(am.authoritative(), "AA clear");
     ensure!(!am.truncated(), "TC set");
-    ensure!(am.recursion_desired() == qm.recursion_desired(), "RD not copied");
+    ensure!(
+        am.recursion_desired() == qm.recursion_desired(),
+        "RD not copied"
+    );
     ensure!(!am.recursion_available(), "RA set");
     ensure!(!am.authentic_data(), "AD set");
-    ensure!(am.checking_disabled() == qm.checking_disabled(), "CD not copied");
-    ensure!(am.response_code() == ResponseCode::NoError, "RCODE {:?}", am.response_code());
-    ensure!(am.queries() == qm.queries(), "question {:?} vs {:?}", am.queries(), qm.queries());
+    ensure!(
+        am.checking_disabled() == qm.checking_disabled(),
+        "CD not copied"
+    );
+    ensure!(
+        am.response_code() == ResponseCode::NoError,
+        "RCODE {:?}",
+        am.response_code()
+    );
+    ensure!(
+        am.queries() == qm.queries(),
+        "question {:?} vs {:?}",
+        am.queries(),
+        qm.queries()
+    );
     let question = &qm.queries()[0];
-    ensure!(am.answers().len() == records.len(), "hickory sees {} answers", am.answers().len());
+    ensure!(
+        am.answers().len() == records.len(),
+        "hickory sees {} answers",
+        am.answers().len()
+    );
     for (r, (ttl, addr)) in am.answers().iter().zip(records) {
-        ensure!(r.name() == question.name(), "answer owner {} for question {}", r.name(), question.name());
-        ensure!(r.record_type() == question.query_type() && r.dns_class() == DNSClass::IN, "answer {r}");
+        ensure!(
+            r.name() == question.name(),
+            "answer owner {} for question {}",
+            r.name(),
+            question.name()
+        );
+        ensure!(
+            r.record_type() == question.query_type() && r.dns_class() == DNSClass::IN,
+            "answer {r}"
+        );
         ensure!(r.ttl() == *ttl, "hickory TTL {} vs wire {ttl}", r.ttl());
         let got = match r.data() {
             Some(RData::A(x)) => IpAddr::V4(x.0),
@@ -295,19 +437,34 @@ fn check_dns_hickory(q: &[u8], a: &[u8], records: &[(u32, IpAddr)]) -> Result<(M
         };
         ensure!(got == *addr, "hickory address {got} vs wire {addr}");
     }
-    ensure!(am.name_servers().is_empty() && am.additionals().is_empty(), "extra records");
+    ensure!(
+        am.name_servers().is_empty() && am.additionals().is_empty(),
+        "extra records"
+    );
     let ecs = match (qm.extensions(), am.extensions()) {
         (None, None) => None,
         (Some(qe), Some(ae)) => {
-            ensure!(ae.max_payload() == 1232 && ae.version() == 0 && ae.rcode_high() == 0, "EDNS {ae:?}");
-            ensure!(qe.dnssec_ok() || !ae.dnssec_ok(), "DO set in the answer to a query without it");
+            ensure!(
+                ae.max_payload() == 1232 && ae.version() == 0 && ae.rcode_high() == 0,
+                "EDNS {ae:?}"
+            );
+            ensure!(
+                qe.dnssec_ok() || !ae.dnssec_ok(),
+                "DO set in the answer to a query without it"
+            );
             match ae.option(EdnsCode::Subnet) {
                 Some(EdnsOption::Subnet(cs)) => Some(*cs),
                 Some(other) => return Err(format!("ECS option read as {other:?}")),
                 None => None,
             }
         }
-        (q, a) => return Err(format!("EDNS in query {} but in answer {}", q.is_some(), a.is_some())),
+        (q, a) => {
+            return Err(format!(
+                "EDNS in query {} but in answer {}",
+                q.is_some(),
+                a.is_some()
+            ))
+        }
     };
     Ok((am, ecs))
 }
@@ -316,8 +473,15 @@ fn check_dns_hickory(q: &[u8], a: &[u8], records: &[(u32, IpAddr)]) -> Result<(M
 // Running frames.
 
 /// The counters that moved between two snapshots, by name.
-fn moved(before: &BTreeMap<&'static str, u64>, after: &BTreeMap<&'static str, u64>) -> Vec<(&'static str, u64)> {
-    after.iter().filter(|(k, v)| before[*k] != **v).map(|(k, v)| (*k, v - before[k])).collect()
+fn moved(
+    before: &BTreeMap<&'static str, u64>,
+    after: &BTreeMap<&'static str, u64>,
+) -> Vec<(&'static str, u64)> {
+    after
+        .iter()
+        .filter(|(k, v)| before[*k] != **v)
+        .map(|(k, v)| (*k, v - before[k]))
+        .collect()
 }
 
 /// Runs a frame that must be answered; returns the checked answer.
@@ -325,9 +489,19 @@ fn expect_answer(fx: &Fixture, frame: &[u8]) -> Answer {
     let before = fx.counters();
     let (verdict, out) = fx.run(frame);
     let moved = moved(&before, &fx.counters());
-    assert_eq!(verdict, XDP_TX, "expected an answer; counters moved: {moved:?}\nquery {}", hex(frame));
-    assert_eq!(moved, vec![(Reason::Answered.name(), 1)], "the answered counter");
-    check_answer(frame, &out).unwrap_or_else(|e| panic!("{e}\nquery  {}\nanswer {}", hex(frame), hex(&out)))
+    assert_eq!(
+        verdict,
+        XDP_TX,
+        "expected an answer; counters moved: {moved:?}\nquery {}",
+        hex(frame)
+    );
+    assert_eq!(
+        moved,
+        vec![(Reason::Answered.name(), 1)],
+        "the answered counter"
+    );
+    check_answer(frame, &out)
+        .unwrap_or_else(|e| panic!("{e}\nquery  {}\nanswer {}", hex(frame), hex(&out)))
 }
 
 /// Runs a frame that must be passed to the host untouched, counted under `reason` only.
@@ -342,8 +516,18 @@ fn expect_pass(fx: &Fixture, frame: &[u8], reason: Reason) {
         reason.name(),
         hex(frame)
     );
-    assert!(out == frame, "a passed frame changed:\nin  {}\nout {}", hex(frame), hex(&out));
-    assert_eq!(moved, vec![(reason.name(), 1)], "counters moved for frame {}", hex(frame));
+    assert!(
+        out == frame,
+        "a passed frame changed:\nin  {}\nout {}",
+        hex(frame),
+        hex(&out)
+    );
+    assert_eq!(
+        moved,
+        vec![(reason.name(), 1)],
+        "counters moved for frame {}",
+        hex(frame)
+    );
 }
 
 fn a_query() -> Message {
@@ -365,7 +549,10 @@ fn answers_a_and_aaaa_over_ipv4_and_ipv6_with_and_without_vlan() {
             let a = expect_answer(&fx, &frame_of(&flow, &query(ID, QNAME, rtype)));
             assert_eq!(a.addrs, vec![FRA.addr(rtype)], "{rtype} over {flow:?}");
             assert_eq!(a.ttls, vec![TTL]);
-            assert!(a.opt.is_none() && a.msg.extensions().is_none(), "no OPT without EDNS in the query");
+            assert!(
+                a.opt.is_none() && a.msg.extensions().is_none(),
+                "no OPT without EDNS in the query"
+            );
         }
     }
 }
@@ -386,7 +573,11 @@ fn answer_keeps_the_clients_letter_case_and_points_at_the_question() {
         }
         want.extend([0, 0, 1, 0, 1]);
         assert_eq!(&dns[12..12 + want.len()], &want[..], "question of {name}");
-        assert_eq!(&dns[12 + want.len()..12 + want.len() + 2], &[0xc0, 0x0c], "answer owner of {name}");
+        assert_eq!(
+            &dns[12 + want.len()..12 + want.len() + 2],
+            &[0xc0, 0x0c],
+            "answer owner of {name}"
+        );
         check_answer(&frame, &out).unwrap();
     }
 }
@@ -411,7 +602,12 @@ fn header_flags_copy_rd_and_cd_only() {
 /// names of odd and even wire length, ECS addresses of every length.
 #[test]
 fn checksums_hold_for_every_name_and_ecs_length_parity() {
-    let names = ["a.example.com", "ab.example.com", "abc.example.com", "abcd.example.com"];
+    let names = [
+        "a.example.com",
+        "ab.example.com",
+        "abc.example.com",
+        "abcd.example.com",
+    ];
     let mut fx = setup_fra();
     for name in names {
         control::service_add(fx.maps(), name, TTL, 2, Mode::Random).unwrap();
@@ -435,8 +631,13 @@ fn checksums_hold_for_every_name_and_ecs_length_parity() {
                 let a = expect_answer(&fx, &frame_of(&flow, &query(ID, &qname, rtype)));
                 assert_eq!(a.addrs.len(), 2);
                 for (addr, source) in ecs {
-                    let a =
-                        expect_answer(&fx, &frame_of(&flow, &with_ecs(query(ID, &qname, rtype), ip(addr), source, 0)));
+                    let a = expect_answer(
+                        &fx,
+                        &frame_of(
+                            &flow,
+                            &with_ecs(query(ID, &qname, rtype), ip(addr), source, 0),
+                        ),
+                    );
                     assert_eq!(a.ecs, Some(ClientSubnet::new(ip(addr), source, 0)));
                 }
             }
@@ -487,10 +688,17 @@ fn a_padded_query_gets_a_shorter_answer() {
     assert_eq!(dns.len(), 468);
     let frame = udp_frame(&v6(), &dns);
     let a = expect_answer(&fx, &frame);
-    assert_eq!(a.opt.unwrap().options.len(), 1, "only ECS is echoed, not the padding");
+    assert_eq!(
+        a.opt.unwrap().options.len(),
+        1,
+        "only ECS is echoed, not the padding"
+    );
     // Question, one A record, OPT with a /24 ECS: the frame shrinks to fit.
     let answer = fx.run(&frame).1;
-    assert_eq!(parse_udp(&answer).unwrap().payload.len(), question_end(&dns).unwrap() + 16 + 11 + 8 + 3);
+    assert_eq!(
+        parse_udp(&answer).unwrap().payload.len(),
+        question_end(&dns).unwrap() + 16 + 11 + 8 + 3
+    );
 }
 
 /// EDNS payload sizes under 512 mean 512 (RFC 6891 §6.2.5); hickory will not write them.
@@ -508,13 +716,23 @@ fn edns_payload_size_below_512_is_read_as_512() {
 #[test]
 fn edns_answer_has_opt_1232_version_0_do_clear() {
     let fx = setup_fra();
-    for (flow, max_payload) in [(v4(), 4096), (v6().with_vlan(3), 512), (v4().with_vlan(9), 1232)] {
+    for (flow, max_payload) in [
+        (v4(), 4096),
+        (v6().with_vlan(3), 512),
+        (v4().with_vlan(9), 1232),
+    ] {
         let a = expect_answer(&fx, &frame_of(&flow, &with_edns(a_query(), max_payload)));
         let opt = a.opt.as_ref().expect("an OPT record in the answer");
-        assert_eq!((opt.udp_size, opt.version(), opt.dnssec_ok()), (1232, 0, false));
+        assert_eq!(
+            (opt.udp_size, opt.version(), opt.dnssec_ok()),
+            (1232, 0, false)
+        );
         assert!(opt.options.is_empty());
         let edns = a.msg.extensions().as_ref().expect("hickory sees EDNS");
-        assert_eq!((edns.max_payload(), edns.version(), edns.dnssec_ok()), (1232, 0, false));
+        assert_eq!(
+            (edns.max_payload(), edns.version(), edns.dnssec_ok()),
+            (1232, 0, false)
+        );
         assert_eq!(a.addrs, vec![FRA.addr(RecordType::A)]);
     }
 }
@@ -526,12 +744,22 @@ fn edns_do_bit_is_copied_from_the_query() {
     let mut m = with_edns(a_query(), 1232);
     m.extensions_mut().as_mut().unwrap().set_dnssec_ok(true);
     let a = expect_answer(&fx, &frame_of(&v4(), &m));
-    assert!(a.opt.as_ref().unwrap().dnssec_ok(), "DO not copied from a query with DO=1 (RFC 3225 §3)");
+    assert!(
+        a.opt.as_ref().unwrap().dnssec_ok(),
+        "DO not copied from a query with DO=1 (RFC 3225 §3)"
+    );
 }
 
 #[test]
 fn ecs_decides_by_the_subnet_not_the_packet_source() {
-    let fx = setup(1, &[("0.0.0.0/0", FRA.name), ("203.0.113.0/24", NYC.name), ("::/0", FRA.name)]);
+    let fx = setup(
+        1,
+        &[
+            ("0.0.0.0/0", FRA.name),
+            ("203.0.113.0/24", NYC.name),
+            ("::/0", FRA.name),
+        ],
+    );
     // (client, ECS address, source prefix) -> (server, scope)
     let cases = [
         (CLIENT_V4, "203.0.113.0", 24, &NYC, 24),
@@ -546,8 +774,16 @@ fn ecs_decides_by_the_subnet_not_the_packet_source() {
             let a = expect_answer(&fx, &frame_of(&Flow::v4(client), &m));
             let what = format!("{rtype} from {client} with ECS {ecs}/{source}");
             assert_eq!(a.addrs, vec![server.addr(rtype)], "{what}");
-            assert_eq!(a.ecs_scope(), Some(scope), "{what}: scope is the matched route's length");
-            assert_eq!(a.ecs, Some(ClientSubnet::new(ip(ecs), source, scope)), "{what}");
+            assert_eq!(
+                a.ecs_scope(),
+                Some(scope),
+                "{what}: scope is the matched route's length"
+            );
+            assert_eq!(
+                a.ecs,
+                Some(ClientSubnet::new(ip(ecs), source, scope)),
+                "{what}"
+            );
         }
     }
     // Without ECS the packet's source decides.
@@ -559,19 +795,36 @@ fn ecs_decides_by_the_subnet_not_the_packet_source() {
 
 #[test]
 fn ecs_with_an_ipv6_subnet() {
-    let fx = setup(1, &[("0.0.0.0/0", FRA.name), ("::/0", FRA.name), ("2001:db8:1::/48", NYC.name)]);
+    let fx = setup(
+        1,
+        &[
+            ("0.0.0.0/0", FRA.name),
+            ("::/0", FRA.name),
+            ("2001:db8:1::/48", NYC.name),
+        ],
+    );
     let cases = [
         (v6(), "2001:db8:1:ab00::", 56, &NYC, 48),
         (v4(), "2001:db8:1::", 48, &NYC, 48),
         (v6().with_vlan(5), "2001:db8:1:2:3:4:5:6", 128, &NYC, 48),
-        (Flow::v6("2001:db8:1::5".parse().unwrap()), "2001:db8:ff::", 48, &FRA, 0),
+        (
+            Flow::v6("2001:db8:1::5".parse().unwrap()),
+            "2001:db8:ff::",
+            48,
+            &FRA,
+            0,
+        ),
     ];
     for (flow, ecs, source, server, scope) in cases {
         let m = with_ecs(query(ID, QNAME, RecordType::AAAA), ip(ecs), source, 0);
         let a = expect_answer(&fx, &frame_of(&flow, &m));
         let what = format!("from {} with ECS {ecs}/{source}", flow.client);
         assert_eq!(a.addrs, vec![server.addr(RecordType::AAAA)], "{what}");
-        assert_eq!(a.ecs, Some(ClientSubnet::new(ip(ecs), source, scope)), "{what}");
+        assert_eq!(
+            a.ecs,
+            Some(ClientSubnet::new(ip(ecs), source, scope)),
+            "{what}"
+        );
     }
 }
 
@@ -580,13 +833,32 @@ fn ecs_with_a_zero_prefix_uses_the_default_route() {
     // The client's own prefix has a route; ECS /0 says "do not use my address".
     let fx = setup(
         1,
-        &[("0.0.0.0/0", FRA.name), ("192.0.2.0/24", NYC.name), ("::/0", FRA.name), ("2001:db8:2::/48", NYC.name)],
+        &[
+            ("0.0.0.0/0", FRA.name),
+            ("192.0.2.0/24", NYC.name),
+            ("::/0", FRA.name),
+            ("2001:db8:2::/48", NYC.name),
+        ],
     );
-    for (flow, ecs) in [(v4(), "0.0.0.0"), (v6(), "::"), (v4(), "::"), (v6(), "0.0.0.0")] {
+    for (flow, ecs) in [
+        (v4(), "0.0.0.0"),
+        (v6(), "::"),
+        (v4(), "::"),
+        (v6(), "0.0.0.0"),
+    ] {
         let a = expect_answer(&fx, &frame_of(&flow, &with_ecs(a_query(), ip(ecs), 0, 0)));
-        assert_eq!(a.addrs, vec![FRA.addr(RecordType::A)], "ECS {ecs}/0 from {}", flow.client);
+        assert_eq!(
+            a.addrs,
+            vec![FRA.addr(RecordType::A)],
+            "ECS {ecs}/0 from {}",
+            flow.client
+        );
         assert_eq!(a.ecs, Some(ClientSubnet::new(ip(ecs), 0, 0)));
-        assert_eq!(a.opt.unwrap().option(OPTION_ECS).unwrap().len(), 4, "no address bytes for /0");
+        assert_eq!(
+            a.opt.unwrap().option(OPTION_ECS).unwrap().len(),
+            4,
+            "no address bytes for /0"
+        );
     }
     // And without ECS the same client gets its own prefix's server.
     let a = expect_answer(&fx, &frame_of(&v4(), &a_query()));
@@ -611,7 +883,10 @@ fn two_answers_from_two_servers() {
         for rtype in [RecordType::A, RecordType::AAAA] {
             let a = expect_answer(&fx, &frame_of(&flow, &query(ID, QNAME, rtype)));
             assert_eq!(a.addrs.len(), 2, "{rtype} over {flow:?}: {:?}", a.addrs);
-            assert_eq!(addr_set(&a.addrs), addr_set(&[FRA.addr(rtype), NYC.addr(rtype)]));
+            assert_eq!(
+                addr_set(&a.addrs),
+                addr_set(&[FRA.addr(rtype), NYC.addr(rtype)])
+            );
             assert_eq!(a.ttls, vec![TTL, TTL]);
         }
     }
@@ -623,17 +898,30 @@ fn a_server_set_down_is_never_answered() {
         let mut fx = setup(answers, &both());
         control::server_set(fx.maps(), FRA.name, false).unwrap();
         for i in 0..64 {
-            let rtype = if i % 2 == 0 { RecordType::A } else { RecordType::AAAA };
+            let rtype = if i % 2 == 0 {
+                RecordType::A
+            } else {
+                RecordType::AAAA
+            };
             let a = expect_answer(&fx, &frame_of(&v4(), &query(i, QNAME, rtype)));
-            assert_eq!(a.addrs, vec![NYC.addr(rtype)], "with {answers} answers and fra-1 down");
+            assert_eq!(
+                a.addrs,
+                vec![NYC.addr(rtype)],
+                "with {answers} answers and fra-1 down"
+            );
         }
         // Back up, it is answered again: with random selection both show up in 64 tries.
         control::server_set(fx.maps(), FRA.name, true).unwrap();
         let mut seen = BTreeSet::new();
         for i in 0..64 {
-            seen.extend(expect_answer(&fx, &frame_of(&v4(), &query(i, QNAME, RecordType::A))).addrs);
+            seen.extend(
+                expect_answer(&fx, &frame_of(&v4(), &query(i, QNAME, RecordType::A))).addrs,
+            );
         }
-        assert_eq!(seen, addr_set(&[FRA.addr(RecordType::A), NYC.addr(RecordType::A)]));
+        assert_eq!(
+            seen,
+            addr_set(&[FRA.addr(RecordType::A), NYC.addr(RecordType::A)])
+        );
     }
 }
 
@@ -644,7 +932,11 @@ fn fallback_servers_answer_only_when_the_primaries_cannot() {
     let mut one = setup(1, &routes);
     for i in 0..32 {
         let a = expect_answer(&one, &frame_of(&v4(), &query(i, QNAME, RecordType::A)));
-        assert_eq!(a.addrs, vec![FRA.addr(RecordType::A)], "the fallback answered while the primary was up");
+        assert_eq!(
+            a.addrs,
+            vec![FRA.addr(RecordType::A)],
+            "the fallback answered while the primary was up"
+        );
     }
     control::server_set(one.maps(), FRA.name, false).unwrap();
     let a = expect_answer(&one, &frame_of(&v6(), &query(ID, QNAME, RecordType::AAAA)));
@@ -652,7 +944,11 @@ fn fallback_servers_answer_only_when_the_primaries_cannot() {
 
     let two = setup(2, &routes);
     let a = expect_answer(&two, &frame_of(&v4(), &a_query()));
-    assert_eq!(a.addrs, vec![FRA.addr(RecordType::A), NYC.addr(RecordType::A)], "primary first, then the fallback");
+    assert_eq!(
+        a.addrs,
+        vec![FRA.addr(RecordType::A), NYC.addr(RecordType::A)],
+        "primary first, then the fallback"
+    );
 }
 
 /// `fra-1=3,nyc-1`: three answers in four go to fra-1 (random selection, so loose bounds:
@@ -662,10 +958,14 @@ fn weights_share_answers() {
     let fx = setup(1, &[("0.0.0.0/0", "fra-1=3,nyc-1")]);
     let fra = (0..800)
         .filter(|&i| {
-            expect_answer(&fx, &frame_of(&v4(), &query(i, QNAME, RecordType::A))).addrs == vec![FRA.addr(RecordType::A)]
+            expect_answer(&fx, &frame_of(&v4(), &query(i, QNAME, RecordType::A))).addrs
+                == vec![FRA.addr(RecordType::A)]
         })
         .count();
-    assert!((480..=720).contains(&fra), "fra-1 answered {fra} of 800 with weight 3:1");
+    assert!(
+        (480..=720).contains(&fra),
+        "fra-1 answered {fra} of 800 with weight 3:1"
+    );
 }
 
 /// `--select client` keeps a client (its address, or its ECS subnet) on one server, and
@@ -682,10 +982,18 @@ fn client_selection_keeps_a_client_on_one_server() {
             let m = with_ecs(query(i, QNAME, RecordType::A), ecs, 24, 0);
             seen.extend(expect_answer(&fx, &frame_of(&v4(), &m)).addrs);
         }
-        assert_eq!(seen.len(), 1, "client {ecs}/24 moved between servers: {seen:?}");
+        assert_eq!(
+            seen.len(),
+            1,
+            "client {ecs}/24 moved between servers: {seen:?}"
+        );
         chosen.extend(seen);
     }
-    assert_eq!(chosen, addr_set(&[FRA.addr(RecordType::A), NYC.addr(RecordType::A)]), "64 clients, one server");
+    assert_eq!(
+        chosen,
+        addr_set(&[FRA.addr(RecordType::A), NYC.addr(RecordType::A)]),
+        "64 clients, one server"
+    );
 }
 
 #[test]
@@ -695,7 +1003,11 @@ fn all_servers_down_passes_unchanged() {
     control::server_set(fx.maps(), NYC.name, false).unwrap();
     for flow in all_flows() {
         expect_pass(&fx, &frame_of(&flow, &a_query()), Reason::NoServer);
-        expect_pass(&fx, &frame_of(&flow, &with_ecs(a_query(), ip("203.0.113.0"), 24, 0)), Reason::NoServer);
+        expect_pass(
+            &fx,
+            &frame_of(&flow, &with_ecs(a_query(), ip("203.0.113.0"), 24, 0)),
+            Reason::NoServer,
+        );
     }
 }
 
@@ -706,7 +1018,11 @@ fn aaaa_without_a_server_with_ipv6_passes() {
     control::server_add(m, FRA.name, Some(FRA.v4), None).unwrap();
     control::service_add(m, NAME, TTL, 1, Mode::Random).unwrap();
     control::route_set(m, NAME, "0.0.0.0/0", FRA.name).unwrap();
-    expect_pass(&fx, &frame_of(&v4(), &query(ID, QNAME, RecordType::AAAA)), Reason::NoServer);
+    expect_pass(
+        &fx,
+        &frame_of(&v4(), &query(ID, QNAME, RecordType::AAAA)),
+        Reason::NoServer,
+    );
     expect_answer(&fx, &frame_of(&v4(), &query(ID, QNAME, RecordType::A)));
 }
 
@@ -715,7 +1031,13 @@ fn aaaa_without_a_server_with_ipv6_passes() {
 /// option it does not, and is left to the host.
 #[test]
 fn answers_that_do_not_fit_the_clients_size_pass() {
-    let long = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
+    let long = [
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61),
+    ]
+    .join(".");
     let mut fx = Fixture::new().unwrap();
     let m = fx.maps();
     let mut list = Vec::new();
@@ -732,7 +1054,10 @@ fn answers_that_do_not_fit_the_clients_size_pass() {
 
     let a = expect_answer(&fx, &frame_of(&v6(), &q));
     assert_eq!(a.addrs.len(), 8);
-    assert_eq!(parse_udp(&frame_of(&v6(), &q)).unwrap().payload.len() + 8 * 28, 495);
+    assert_eq!(
+        parse_udp(&frame_of(&v6(), &q)).unwrap().payload.len() + 8 * 28,
+        495
+    );
 
     let mut big = with_ecs(q.clone(), ip("2001:db8:2::10"), 128, 0);
     big.extensions_mut().as_mut().unwrap().set_max_payload(512);
@@ -748,8 +1073,17 @@ fn answers_that_do_not_fit_the_clients_size_pass() {
 #[test]
 fn unknown_names_pass() {
     let fx = setup_fra();
-    for name in ["other.example.com.", "example.com.", "www.example.org.", "com."] {
-        expect_pass(&fx, &frame_of(&v4(), &query(ID, name, RecordType::A)), Reason::UnknownName);
+    for name in [
+        "other.example.com.",
+        "example.com.",
+        "www.example.org.",
+        "com.",
+    ] {
+        expect_pass(
+            &fx,
+            &frame_of(&v4(), &query(ID, name, RecordType::A)),
+            Reason::UnknownName,
+        );
     }
 }
 
@@ -769,11 +1103,19 @@ fn names_that_differ_only_in_length_or_prefix_pass() {
     ];
     for flow in [v4(), v6()] {
         for name in near {
-            expect_pass(&fx, &frame_of(&flow, &query(ID, name, RecordType::A)), Reason::UnknownName);
+            expect_pass(
+                &fx,
+                &frame_of(&flow, &query(ID, name, RecordType::A)),
+                Reason::UnknownName,
+            );
         }
     }
     // A label boundary in a different place: "www.example.com" as "wwwe.xample.com".
-    expect_pass(&fx, &frame_of(&v4(), &query(ID, "wwwe.xample.com.", RecordType::A)), Reason::UnknownName);
+    expect_pass(
+        &fx,
+        &frame_of(&v4(), &query(ID, "wwwe.xample.com.", RecordType::A)),
+        Reason::UnknownName,
+    );
 }
 
 #[test]
@@ -783,7 +1125,11 @@ fn tcp_to_port_53_passes() {
     let mut stream = (dns.len() as u16).to_be_bytes().to_vec();
     stream.extend(&dns);
     for flow in all_flows() {
-        expect_pass(&fx, &ip_frame(&flow, IPPROTO_TCP, &tcp_segment(&flow, &stream)), Reason::NotDns);
+        expect_pass(
+            &fx,
+            &ip_frame(&flow, IPPROTO_TCP, &tcp_segment(&flow, &stream)),
+            Reason::NotDns,
+        );
     }
 }
 
@@ -792,7 +1138,11 @@ fn udp_to_another_port_passes() {
     let fx = setup_fra();
     for flow in all_flows() {
         for port in [5353, 54, 0] {
-            expect_pass(&fx, &frame_of(&flow.to_port(port), &a_query()), Reason::NotDns);
+            expect_pass(
+                &fx,
+                &frame_of(&flow.to_port(port), &a_query()),
+                Reason::NotDns,
+            );
         }
     }
 }
@@ -835,15 +1185,28 @@ fn truncated_flag_passes() {
 fn two_questions_pass() {
     let fx = setup_fra();
     let mut m = a_query();
-    m.add_query(hickory_proto::op::Query::query(hickory_proto::rr::Name::from_ascii(QNAME).unwrap(), RecordType::AAAA));
+    m.add_query(hickory_proto::op::Query::query(
+        hickory_proto::rr::Name::from_ascii(QNAME).unwrap(),
+        RecordType::AAAA,
+    ));
     expect_pass(&fx, &frame_of(&v4(), &m), Reason::NotQuery);
 }
 
 #[test]
 fn other_types_pass() {
     let fx = setup_fra();
-    for rtype in [RecordType::MX, RecordType::ANY, RecordType::TXT, RecordType::NS, RecordType::CNAME] {
-        expect_pass(&fx, &frame_of(&v4(), &query(ID, QNAME, rtype)), Reason::QType);
+    for rtype in [
+        RecordType::MX,
+        RecordType::ANY,
+        RecordType::TXT,
+        RecordType::NS,
+        RecordType::CNAME,
+    ] {
+        expect_pass(
+            &fx,
+            &frame_of(&v4(), &query(ID, QNAME, rtype)),
+            Reason::QType,
+        );
     }
 }
 
@@ -864,7 +1227,12 @@ fn compression_pointer_in_the_question_passes() {
     let tail = &plain[question_end(&plain).unwrap() - 4..];
     // "www" then a pointer to offset 16 ("example.com" as it would sit in a real message),
     // and a name that is only a pointer.
-    for name in [&b"\x03www\xc0\x10"[..], &b"\xc0\x0c"[..], &b"\x03www\x80\x10"[..], &b"\x03www\x40\x10"[..]] {
+    for name in [
+        &b"\x03www\xc0\x10"[..],
+        &b"\xc0\x0c"[..],
+        &b"\x03www\x80\x10"[..],
+        &b"\x03www\x40\x10"[..],
+    ] {
         let mut dns = plain[..12].to_vec();
         dns.extend(name);
         dns.extend(tail);
@@ -881,8 +1249,11 @@ fn truncated_frames_pass() {
         expect_answer(&fx, &frame);
         // BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet header.
         for cut in ETH_LEN..frame.len() {
-            let reason =
-                if flow.vlan.is_some() && cut < ETH_LEN + VLAN_LEN { Reason::NotIp } else { Reason::Malformed };
+            let reason = if flow.vlan.is_some() && cut < ETH_LEN + VLAN_LEN {
+                Reason::NotIp
+            } else {
+                Reason::Malformed
+            };
             expect_pass(&fx, &frame[..cut], reason);
         }
     }
@@ -907,7 +1278,11 @@ fn ipv4_fragments_pass() {
         let udp = udp_segment(&flow, &wire(&a_query()));
         // First fragment (MF), a later one (offset), and the last one (offset, no MF).
         for flags in [IPV4_MF, IPV4_MF | 0x0010, 0x0010, IPV4_DF | 0x0001] {
-            expect_pass(&fx, &ip_frame_with(&flow, IPPROTO_UDP, &udp, &[], flags), Reason::IpFragmentOrOptions);
+            expect_pass(
+                &fx,
+                &ip_frame_with(&flow, IPPROTO_UDP, &udp, &[], flags),
+                Reason::IpFragmentOrOptions,
+            );
         }
     }
 }
@@ -935,8 +1310,16 @@ fn two_ecs_options_pass() {
 #[test]
 fn ecs_with_a_nonzero_scope_passes() {
     let fx = setup_fra();
-    for (addr, source, scope) in [("203.0.113.0", 24, 24), ("203.0.113.0", 24, 1), ("2001:db8:1::", 48, 48)] {
-        expect_pass(&fx, &frame_of(&v4(), &with_ecs(a_query(), ip(addr), source, scope)), Reason::Edns);
+    for (addr, source, scope) in [
+        ("203.0.113.0", 24, 24),
+        ("203.0.113.0", 24, 1),
+        ("2001:db8:1::", 48, 48),
+    ] {
+        expect_pass(
+            &fx,
+            &frame_of(&v4(), &with_ecs(a_query(), ip(addr), source, scope)),
+            Reason::Edns,
+        );
     }
 }
 
@@ -944,8 +1327,16 @@ fn ecs_with_a_nonzero_scope_passes() {
 fn ecs_with_host_bits_past_the_source_prefix_passes() {
     let fx = setup_fra();
     // 113 = 0b0111_0001: bits past /20 set; 129 past /25; 2001:db8:1:ab01:: past /55.
-    for (addr, source) in [("203.0.113.0", 20), ("203.0.113.129", 25), ("2001:db8:1:ab01::", 55)] {
-        expect_pass(&fx, &frame_of(&v4(), &with_ecs(a_query(), ip(addr), source, 0)), Reason::Edns);
+    for (addr, source) in [
+        ("203.0.113.0", 20),
+        ("203.0.113.129", 25),
+        ("2001:db8:1:ab01::", 55),
+    ] {
+        expect_pass(
+            &fx,
+            &frame_of(&v4(), &with_ecs(a_query(), ip(addr), source, 0)),
+            Reason::Edns,
+        );
     }
 }
 
@@ -953,9 +1344,11 @@ fn ecs_with_host_bits_past_the_source_prefix_passes() {
 fn ecs_with_a_wrong_length_passes() {
     let fx = setup_fra();
     // /24 with 4 address bytes, /24 with 2, and a /33 IPv4 prefix.
-    for body in
-        [ecs_body(1, 24, 0, &[203, 0, 113, 0]), ecs_body(1, 24, 0, &[203, 0]), ecs_body(1, 33, 0, &[203, 0, 113, 0, 0])]
-    {
+    for body in [
+        ecs_body(1, 24, 0, &[203, 0, 113, 0]),
+        ecs_body(1, 24, 0, &[203, 0]),
+        ecs_body(1, 33, 0, &[203, 0, 113, 0, 0]),
+    ] {
         let mut dns = wire(&with_edns(a_query(), 1232));
         push_edns_option(&mut dns, OPTION_ECS, &body);
         expect_pass(&fx, &udp_frame(&v4(), &dns), Reason::Edns);
@@ -965,7 +1358,11 @@ fn ecs_with_a_wrong_length_passes() {
 #[test]
 fn a_trailing_byte_after_the_message_passes() {
     let fx = setup_fra();
-    for m in [a_query(), with_edns(a_query(), 1232), with_ecs(a_query(), ip("203.0.113.0"), 24, 0)] {
+    for m in [
+        a_query(),
+        with_edns(a_query(), 1232),
+        with_ecs(a_query(), ip("203.0.113.0"), 24, 0),
+    ] {
         let mut dns = wire(&m);
         dns.push(0);
         for flow in [v4(), v6()] {
@@ -976,13 +1373,26 @@ fn a_trailing_byte_after_the_message_passes() {
 
 #[test]
 fn a_client_without_a_decision_passes() {
-    let fx = setup(1, &[("203.0.113.0/24", NYC.name), ("2001:db8:1::/48", NYC.name)]);
+    let fx = setup(
+        1,
+        &[("203.0.113.0/24", NYC.name), ("2001:db8:1::/48", NYC.name)],
+    );
     expect_pass(&fx, &frame_of(&v4(), &a_query()), Reason::NoDecision);
     expect_pass(&fx, &frame_of(&v6(), &a_query()), Reason::NoDecision);
-    expect_pass(&fx, &frame_of(&v4(), &with_ecs(a_query(), ip("198.51.100.0"), 24, 0)), Reason::NoDecision);
+    expect_pass(
+        &fx,
+        &frame_of(&v4(), &with_ecs(a_query(), ip("198.51.100.0"), 24, 0)),
+        Reason::NoDecision,
+    );
     // The covered subnet is answered, by packet source or by ECS.
-    expect_answer(&fx, &frame_of(&Flow::v4(Ipv4Addr::new(203, 0, 113, 1)), &a_query()));
-    expect_answer(&fx, &frame_of(&v4(), &with_ecs(a_query(), ip("203.0.113.0"), 24, 0)));
+    expect_answer(
+        &fx,
+        &frame_of(&Flow::v4(Ipv4Addr::new(203, 0, 113, 1)), &a_query()),
+    );
+    expect_answer(
+        &fx,
+        &frame_of(&v4(), &with_ecs(a_query(), ip("203.0.113.0"), 24, 0)),
+    );
 }
 
 #[test]
@@ -1073,9 +1483,15 @@ fn kernel_and_query_model_agree_on_many_edns_options() {
         for i in 0..n {
             push_edns_option(&mut dns, 65001 + i, &[]);
         }
-        let model = director_common::query::parse(&dns).map(|_| ()).map_err(|r| r.name());
+        let model = director_common::query::parse(&dns)
+            .map(|_| ())
+            .map_err(|r| r.name());
         let (verdict, _) = fx.run(&udp_frame(&v4(), &dns));
-        assert_eq!(verdict == XDP_TX, model.is_ok(), "{n} EDNS options: kernel verdict {verdict}, model {model:?}");
+        assert_eq!(
+            verdict == XDP_TX,
+            model.is_ok(),
+            "{n} EDNS options: kernel verdict {verdict}, model {model:?}"
+        );
     }
 }
 
@@ -1106,7 +1522,9 @@ const FUZZ_NAMES: [&str; 2] = [NAME, EVEN_NAME];
 const EVEN_NAME: &str = "ab.example.com";
 
 /// Byte values that mean something somewhere in these frames.
-const INTERESTING: [u8; 12] = [0x00, 0x01, 0x08, 0x11, 0x1c, 0x20, 0x29, 0x3f, 0x40, 0x80, 0xc0, 0xff];
+const INTERESTING: [u8; 12] = [
+    0x00, 0x01, 0x08, 0x11, 0x1c, 0x20, 0x29, 0x3f, 0x40, 0x80, 0xc0, 0xff,
+];
 
 /// One to three random edits, never making `b` shorter than `min_len`.
 fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>, min_len: usize) {
@@ -1152,22 +1570,39 @@ fn mutate(rng: &mut Rng, flow: &Flow, dns: &[u8]) -> Vec<u8> {
 fn model_query(frame: &[u8]) -> Result<(UdpFrame, director_common::query::Query), String> {
     let f = parse_udp(frame)?;
     ensure!(f.dst_port == DNS_PORT, "UDP to port {}", f.dst_port);
-    let q = director_common::query::parse(&f.payload).map_err(|r| format!("query::parse: {}", r.name()))?;
+    let q = director_common::query::parse(&f.payload)
+        .map_err(|r| format!("query::parse: {}", r.name()))?;
     let name = &q.name.lower[..q.name.len];
-    ensure!(FUZZ_NAMES.iter().any(|n| director_common::name::encode(n).unwrap() == name), "not an owned name");
+    ensure!(
+        FUZZ_NAMES
+            .iter()
+            .any(|n| director_common::name::encode(n).unwrap() == name),
+        "not an owned name"
+    );
     Ok((f, q))
 }
 
 /// hickory's view of the same input: a standard query with one A/AAAA IN question.
 fn hickory_query(dns: &[u8]) -> Result<Message, String> {
     let m = Message::from_vec(dns).map_err(|e| format!("hickory cannot read the query: {e}"))?;
-    ensure!(m.message_type() == MessageType::Query && m.op_code() == OpCode::Query, "not a standard query");
+    ensure!(
+        m.message_type() == MessageType::Query && m.op_code() == OpCode::Query,
+        "not a standard query"
+    );
     ensure!(m.queries().len() == 1, "{} questions", m.queries().len());
     let q = &m.queries()[0];
-    ensure!(matches!(q.query_type(), RecordType::A | RecordType::AAAA), "type {}", q.query_type());
+    ensure!(
+        matches!(q.query_type(), RecordType::A | RecordType::AAAA),
+        "type {}",
+        q.query_type()
+    );
     ensure!(q.query_class() == DNSClass::IN, "class {}", q.query_class());
     let name = q.name().to_lowercase().to_ascii();
-    ensure!(FUZZ_NAMES.iter().any(|n| format!("{n}.") == name), "name {}", q.name());
+    ensure!(
+        FUZZ_NAMES.iter().any(|n| format!("{n}.") == name),
+        "name {}",
+        q.name()
+    );
     Ok(m)
 }
 
@@ -1178,8 +1613,16 @@ fn check_fuzz_answer(input: &[u8], output: &[u8]) -> Result<(), String> {
     let a = check_answer(input, output)?;
     let rtype = qm.queries()[0].query_type();
     let allowed = addr_set(&[FRA.addr(rtype), NYC.addr(rtype)]);
-    ensure!(!a.addrs.is_empty() && addr_set(&a.addrs).is_subset(&allowed), "addresses {:?}", a.addrs);
-    ensure!(a.addrs.len() == addr_set(&a.addrs).len(), "an address repeated: {:?}", a.addrs);
+    ensure!(
+        !a.addrs.is_empty() && addr_set(&a.addrs).is_subset(&allowed),
+        "addresses {:?}",
+        a.addrs
+    );
+    ensure!(
+        a.addrs.len() == addr_set(&a.addrs).len(),
+        "an address repeated: {:?}",
+        a.addrs
+    );
     ensure!(a.ttls.iter().all(|t| *t == TTL), "TTLs {:?}", a.ttls);
     Ok(())
 }
@@ -1188,7 +1631,9 @@ fn check_fuzz_answer(input: &[u8], output: &[u8]) -> Result<(), String> {
 /// Every client has a decision and both servers are up with both families, so nothing
 /// else can stop it.
 fn model_answers(frame: &[u8]) -> bool {
-    let Ok((_, q)) = model_query(frame) else { return false };
+    let Ok((_, q)) = model_query(frame) else {
+        return false;
+    };
     let records = 2 * if q.v6 { 28 } else { 16 };
     let opt = match (q.edns, q.ecs) {
         (None, _) => 0,
@@ -1212,16 +1657,44 @@ fn mutation_fuzz() {
         control::route_set(fx.maps(), EVEN_NAME, prefix, servers).unwrap();
     }
     let mut cookie = with_ecs(query(7, QNAME, RecordType::A), ip("203.0.113.0"), 24, 0);
-    cookie.extensions_mut().as_mut().unwrap().options_mut().insert(EdnsOption::Unknown(10, vec![0x5a; 8]));
+    cookie
+        .extensions_mut()
+        .as_mut()
+        .unwrap()
+        .options_mut()
+        .insert(EdnsOption::Unknown(10, vec![0x5a; 8]));
     let seeds: Vec<(Flow, Message)> = vec![
         (v4(), query(1, QNAME, RecordType::A)),
-        (v6().with_vlan(42), with_edns(query(2, QNAME, RecordType::AAAA), 4096)),
-        (v4().with_vlan(43), with_ecs(query(3, QNAME, RecordType::A), ip("203.0.113.0"), 24, 0)),
-        (v6(), with_ecs(query(4, QNAME, RecordType::AAAA), ip("2001:db8:1::"), 48, 0)),
-        (v4(), with_ecs(query(5, QNAME, RecordType::AAAA), ip("0.0.0.0"), 0, 0)),
+        (
+            v6().with_vlan(42),
+            with_edns(query(2, QNAME, RecordType::AAAA), 4096),
+        ),
+        (
+            v4().with_vlan(43),
+            with_ecs(query(3, QNAME, RecordType::A), ip("203.0.113.0"), 24, 0),
+        ),
+        (
+            v6(),
+            with_ecs(query(4, QNAME, RecordType::AAAA), ip("2001:db8:1::"), 48, 0),
+        ),
+        (
+            v4(),
+            with_ecs(query(5, QNAME, RecordType::AAAA), ip("0.0.0.0"), 0, 0),
+        ),
         (v6(), cookie),
-        (v4(), with_edns(query(8, "Ab.ExAmPlE.cOm.", RecordType::A), 1232)),
-        (v6().with_vlan(44), with_ecs(query(9, "aB.example.COM.", RecordType::AAAA), ip("2001:db8:1:2::"), 63, 0)),
+        (
+            v4(),
+            with_edns(query(8, "Ab.ExAmPlE.cOm.", RecordType::A), 1232),
+        ),
+        (
+            v6().with_vlan(44),
+            with_ecs(
+                query(9, "aB.example.COM.", RecordType::AAAA),
+                ip("2001:db8:1:2::"),
+                63,
+                0,
+            ),
+        ),
     ];
     const CASES_PER_SEED: usize = 20_000;
     let mut rng = Rng(0x0d15_ec7e_d00d_f00d);
@@ -1274,5 +1747,9 @@ fn mutation_fuzz() {
         failures[..failures.len().min(8)].join("\n")
     );
     // The mutations must leave a fair share answerable, or the answer checks go unused.
-    assert!(tx * 10 >= tx + pass, "only {tx} of {} mutated frames answered", tx + pass);
+    assert!(
+        tx * 10 >= tx + pass,
+        "only {tx} of {} mutated frames answered",
+        tx + pass
+    );
 }

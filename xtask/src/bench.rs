@@ -12,7 +12,16 @@ pub fn run_bench(seconds: u32) -> Result<()> {
     let bench = |bin: &str, args: &[&str]| {
         run(Command::new("cargo")
             .current_dir(root())
-            .args(["run", "--quiet", "--release", "-p", "director-tests", "--bin", bin, "--"])
+            .args([
+                "run",
+                "--quiet",
+                "--release",
+                "-p",
+                "director-tests",
+                "--bin",
+                bin,
+                "--",
+            ])
             .args(args))
     };
     bench("bench", &["--seconds", &seconds.to_string()])?;

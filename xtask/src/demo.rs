@@ -8,7 +8,12 @@ use anyhow::Result;
 use crate::setup::{root, run};
 
 pub fn run_demo() -> Result<()> {
-    run(Command::new("cargo")
-        .current_dir(root())
-        .args(["run", "--quiet", "-p", "director-tests", "--bin", "demo"]))
+    run(Command::new("cargo").current_dir(root()).args([
+        "run",
+        "--quiet",
+        "-p",
+        "director-tests",
+        "--bin",
+        "demo",
+    ]))
 }

@@ -21,12 +21,18 @@ const PACKAGES: &[(&str, &str)] = &[
 ];
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn have(cmd: &str) -> bool {
     Command::new("sh")
-        .args(["-c", &format!("command -v {cmd} || test -x /usr/sbin/{cmd}")])
+        .args([
+            "-c",
+            &format!("command -v {cmd} || test -x /usr/sbin/{cmd}"),
+        ])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
@@ -43,13 +49,20 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 fn output(cmd: &mut Command) -> Result<String> {
     let o = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !o.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&o.stderr).trim());
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
 pub fn packages() -> Result<()> {
-    let missing: Vec<&str> = PACKAGES.iter().filter(|(_, c)| !have(c)).map(|(p, _)| *p).collect();
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .filter(|(_, c)| !have(c))
+        .map(|(p, _)| *p)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -62,13 +75,29 @@ pub fn packages() -> Result<()> {
 }
 
 fn toolchain() -> Result<()> {
-    let installed = output(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
-        .context("the nightly toolchain is needed for the XDP program")?;
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]))
+    .context("the nightly toolchain is needed for the XDP program")?;
     if !installed.lines().any(|l| l.starts_with("rust-src")) {
         println!("xtask: adding rust-src to the nightly toolchain");
-        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
     }
-    if Command::new("bpf-linker").arg("--version").output().is_ok_and(|o| o.status.success()) {
+    if Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         return Ok(());
     }
     // bpf-linker must use the same LLVM as nightly rustc; no system LLVM of that version
@@ -80,12 +109,24 @@ fn toolchain() -> Result<()> {
         .and_then(|v| v.split('.').next())
         .context("rustc +nightly -vV printed no LLVM version")?
         .to_string();
-    let sysroot = PathBuf::from(output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim());
+    let sysroot = PathBuf::from(
+        output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim(),
+    );
     let lib = std::fs::read_dir(sysroot.join("lib"))?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("libLLVM.so.{major}"))))
-        .with_context(|| format!("no libLLVM.so.{major}* in {}", sysroot.join("lib").display()))?;
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                n.to_string_lossy()
+                    .starts_with(&format!("libLLVM.so.{major}"))
+            })
+        })
+        .with_context(|| {
+            format!(
+                "no libLLVM.so.{major}* in {}",
+                sysroot.join("lib").display()
+            )
+        })?;
     let prefix = root().join("target/llvm-prefix");
     std::fs::create_dir_all(prefix.join("lib"))?;
     let link = prefix.join("lib/libLLVM.so");
@@ -93,7 +134,14 @@ fn toolchain() -> Result<()> {
     std::os::unix::fs::symlink(&lib, &link)?;
     println!("xtask: building bpf-linker against nightly's LLVM {major} (about a minute)");
     run(Command::new("cargo")
-        .args(["install", "bpf-linker", "--version", "0.13.0", "--locked", "--no-default-features"])
+        .args([
+            "install",
+            "bpf-linker",
+            "--version",
+            "0.13.0",
+            "--locked",
+            "--no-default-features",
+        ])
         .args(["--features", &format!("llvm-{major}")])
         .env("LLVM_PREFIX", &prefix))
 }
@@ -104,7 +152,13 @@ pub fn build_ebpf() -> Result<PathBuf> {
     let target = root().join("target/ebpf");
     run(Command::new("rustup")
         .args(["run", "nightly", "cargo", "build", "--release", "--locked"])
-        .args(["-Z", "build-std=core", "--target", "bpfel-unknown-none", "--target-dir"])
+        .args([
+            "-Z",
+            "build-std=core",
+            "--target",
+            "bpfel-unknown-none",
+            "--target-dir",
+        ])
         .arg(&target)
         .current_dir(root().join("director-ebpf"))
         .env_remove("RUSTUP_TOOLCHAIN")
@@ -122,7 +176,10 @@ pub fn all() -> Result<()> {
 pub fn run_tests() -> Result<()> {
     // Tests that load programs and make namespaces need root; run them one at a time so a
     // failure's output is readable and namespaces never compete for the CPU.
-    run(Command::new("cargo")
-        .current_dir(root())
-        .args(["test", "--workspace", "--", "--test-threads=1"]))
+    run(Command::new("cargo").current_dir(root()).args([
+        "test",
+        "--workspace",
+        "--",
+        "--test-threads=1",
+    ]))
 }

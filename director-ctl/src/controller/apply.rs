@@ -9,7 +9,10 @@ use std::{
 
 use anyhow::{Context, Result};
 use director_common::{
-    maps::{NameEntry, Server, Service, KIND_DNS, MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE},
+    maps::{
+        NameEntry, Server, Service, KIND_DNS, MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_EXISTS,
+        SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE,
+    },
     name,
     select::Mode,
 };
@@ -17,9 +20,9 @@ use director_common::{
 use super::compute::{compute, plans, subtree, Computed, Ids};
 use super::data::Data;
 use crate::compile::{diff, subtree_range, Table};
-use ipnet::IpNet;
 use crate::config::Config;
 use crate::kernel::Maps;
+use ipnet::IpNet;
 
 fn mode(s: Option<&str>) -> Mode {
     match s {
@@ -32,7 +35,10 @@ fn mode(s: Option<&str>) -> Mode {
 /// Ids for the config's servers and services: the kernel's id for a name it already has,
 /// else one no object in the kernel uses now (not even one about to be removed).
 pub fn assign_ids(m: &Maps, cfg: &Config) -> Result<Ids> {
-    let known: HashMap<String, u16> = crate::control::servers(m)?.into_iter().map(|s| (s.name, s.id)).collect();
+    let known: HashMap<String, u16> = crate::control::servers(m)?
+        .into_iter()
+        .map(|s| (s.name, s.id))
+        .collect();
     let mut used: std::collections::HashSet<u32> = known.values().map(|&i| i as u32).collect();
     let mut servers = Vec::with_capacity(cfg.servers.len());
     for s in &cfg.servers {
@@ -59,7 +65,9 @@ pub fn assign_ids(m: &Maps, cfg: &Config) -> Result<Ids> {
 
 /// The lowest id from 1 not in `used`, taken.
 fn fresh(used: &mut std::collections::HashSet<u32>, max: u32) -> Result<u32> {
-    let id = (1..max).find(|i| !used.contains(i)).with_context(|| format!("no free id left (at most {})", max - 1))?;
+    let id = (1..max)
+        .find(|i| !used.contains(i))
+        .with_context(|| format!("no free id left (at most {})", max - 1))?;
     used.insert(id);
     Ok(id)
 }
@@ -68,9 +76,19 @@ fn fresh(used: &mut std::collections::HashSet<u32>, max: u32) -> Result<u32> {
 /// the decisions in use may still point at servers the config dropped (see `remove_stale`).
 /// A server the operator set down with `server set --down` stays down.
 fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
-    let down: Vec<String> = crate::control::servers(m)?.into_iter().filter(|s| !s.up).map(|s| s.name).collect();
+    let down: Vec<String> = crate::control::servers(m)?
+        .into_iter()
+        .filter(|s| !s.up)
+        .map(|s| s.name)
+        .collect();
     for (s, &id) in cfg.servers.iter().zip(&ids.servers) {
-        let mut v = Server { flags: SERVER_EXISTS, _pad: [0; 3], ipv4: [0; 4], ipv6: [0; 16], name: [0; SERVER_NAME_LEN] };
+        let mut v = Server {
+            flags: SERVER_EXISTS,
+            _pad: [0; 3],
+            ipv4: [0; 4],
+            ipv6: [0; 16],
+            name: [0; SERVER_NAME_LEN],
+        };
         v.name[..s.name.len()].copy_from_slice(s.name.as_bytes());
         if !down.contains(&s.name) {
             v.flags |= SERVER_UP;
@@ -83,16 +101,32 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
             v.flags |= SERVER_V6;
             v.ipv6 = a.octets();
         }
-        m.servers.set(id as u32, v, 0).context("writing the server table")?;
+        m.servers
+            .set(id as u32, v, 0)
+            .context("writing the server table")?;
     }
     for (s, &id) in cfg.services.iter().zip(&ids.services) {
         let wire = name::encode(&s.name).map_err(|e| anyhow::anyhow!("{}: {e}", s.name))?;
-        let svc = Service { ttl: s.ttl, flags: SERVICE_ACTIVE, kind: KIND_DNS, answers: s.answers, select: mode(s.select.as_deref()) as u8 };
+        let svc = Service {
+            ttl: s.ttl,
+            flags: SERVICE_ACTIVE,
+            kind: KIND_DNS,
+            answers: s.answers,
+            select: mode(s.select.as_deref()) as u8,
+        };
         // The service before its name: the kernel never finds a name without its service.
-        m.services.set(id, svc, 0).context("writing the service table")?;
-        let mut e = NameEntry { service: id, len: wire.len() as u32, name: [0; NAME_BUF] };
+        m.services
+            .set(id, svc, 0)
+            .context("writing the service table")?;
+        let mut e = NameEntry {
+            service: id,
+            len: wire.len() as u32,
+            name: [0; NAME_BUF],
+        };
         e.name[..wire.len()].copy_from_slice(&wire);
-        m.names.insert(name::hash(&wire), e, 0).context("writing the name table")?;
+        m.names
+            .insert(name::hash(&wire), e, 0)
+            .context("writing the name table")?;
     }
     Ok(())
 }
@@ -100,9 +134,18 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
 /// Removes what the config no longer has, once no decision in use refers to it: names
 /// first (queries for them then pass), then services and servers.
 fn remove_stale(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
-    let wanted: std::collections::HashSet<u64> =
-        cfg.services.iter().filter_map(|s| name::encode(&s.name).ok()).map(|w| name::hash(&w)).collect();
-    let stale: Vec<u64> = m.names.keys().filter_map(|k| k.ok()).filter(|k| !wanted.contains(k)).collect();
+    let wanted: std::collections::HashSet<u64> = cfg
+        .services
+        .iter()
+        .filter_map(|s| name::encode(&s.name).ok())
+        .map(|w| name::hash(&w))
+        .collect();
+    let stale: Vec<u64> = m
+        .names
+        .keys()
+        .filter_map(|k| k.ok())
+        .filter(|k| !wanted.contains(k))
+        .collect();
     for k in stale {
         m.names.remove(&k)?;
     }
@@ -113,7 +156,13 @@ fn remove_stale(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
         }
     }
     let servers: std::collections::HashSet<u16> = ids.servers.iter().copied().collect();
-    let empty = Server { flags: 0, _pad: [0; 3], ipv4: [0; 4], ipv6: [0; 16], name: [0; SERVER_NAME_LEN] };
+    let empty = Server {
+        flags: 0,
+        _pad: [0; 3],
+        ipv4: [0; 4],
+        ipv6: [0; 16],
+        name: [0; SERVER_NAME_LEN],
+    };
     for id in 1..MAX_SERVERS {
         if !servers.contains(&(id as u16)) && m.servers.get(&id, 0)?.flags != 0 {
             m.servers.set(id, empty, 0)?;
@@ -128,7 +177,11 @@ fn remove_stale(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
 pub fn apply_full(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize> {
     c.fits()?;
     write_objects(m, cfg, ids)?;
-    let tables: Vec<(u32, &[_])> = c.tables.iter().map(|(id, _, t)| (*id, t.entries.as_slice())).collect();
+    let tables: Vec<(u32, &[_])> = c
+        .tables
+        .iter()
+        .map(|(id, _, t)| (*id, t.entries.as_slice()))
+        .collect();
     let n = m.replace_decisions(&tables)?;
     remove_stale(m, cfg, ids)?;
     Ok(n)
@@ -137,7 +190,14 @@ pub fn apply_full(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result
 /// Files whose change means a recompute: the config and every input it names.
 fn watched(path: &Path, cfg: &Config) -> Vec<PathBuf> {
     let mut v = vec![path.to_path_buf()];
-    v.extend(cfg.geo.database.iter().chain(&cfg.geo.locations).chain(&cfg.geo.graph).cloned());
+    v.extend(
+        cfg.geo
+            .database
+            .iter()
+            .chain(&cfg.geo.locations)
+            .chain(&cfg.geo.graph)
+            .cloned(),
+    );
     for s in &cfg.sites {
         v.extend(s.bgp.iter().cloned());
     }
@@ -146,7 +206,10 @@ fn watched(path: &Path, cfg: &Config) -> Vec<PathBuf> {
 }
 
 fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
-    files.iter().map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok()).collect()
+    files
+        .iter()
+        .map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .collect()
 }
 
 /// Computes, applies, then keeps the kernel equal to the inputs: on a changed file or
@@ -182,7 +245,13 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
         serde_json::json!({"prefixes": computed.prefixes, "entries": n, "saved": saved, "compute_s": computed.seconds, "apply_s": apply_s}),
     );
     install_signals();
-    let mut state = State { files: watched(path, &cfg), cfg, data, computed, ids };
+    let mut state = State {
+        files: watched(path, &cfg),
+        cfg,
+        data,
+        computed,
+        ids,
+    };
     let mut seen = stamps(&state.files);
     while !STOP.load(Ordering::Relaxed) {
         let now = stamps(&state.files);
@@ -191,10 +260,22 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
             std::thread::sleep(poll);
             continue;
         }
-        let changed: Vec<&PathBuf> = state.files.iter().zip(now.iter().zip(&seen)).filter(|(_, (a, b))| a != b).map(|(f, _)| f).collect();
-        let only_rtt = !hupped && !changed.is_empty() && changed.iter().all(|f| state.cfg.rtt.files.contains(f));
+        let changed: Vec<&PathBuf> = state
+            .files
+            .iter()
+            .zip(now.iter().zip(&seen))
+            .filter(|(_, (a, b))| a != b)
+            .map(|(f, _)| f)
+            .collect();
+        let only_rtt = !hupped
+            && !changed.is_empty()
+            && changed.iter().all(|f| state.cfg.rtt.files.contains(f));
         let t = Instant::now();
-        let r = if only_rtt { state.rtt_changed(&mut m) } else { Err(anyhow::anyhow!("full")) };
+        let r = if only_rtt {
+            state.rtt_changed(&mut m)
+        } else {
+            Err(anyhow::anyhow!("full"))
+        };
         let r = match r {
             Ok(()) => Ok(()),
             Err(_) => recompute(path, &mut state, &mut m),
@@ -202,9 +283,17 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration) -> Result<()> {
         match r {
             Ok(()) => {
                 let ms = t.elapsed().as_secs_f64() * 1e3;
-                log("updated", format!("up to date again in {ms:.0} ms"), serde_json::json!({"ms": ms}))
+                log(
+                    "updated",
+                    format!("up to date again in {ms:.0} ms"),
+                    serde_json::json!({"ms": ms}),
+                )
             }
-            Err(e) => log("refused", format!("keeping the last good decisions: {e:#}"), serde_json::json!({"error": format!("{e:#}")})),
+            Err(e) => log(
+                "refused",
+                format!("keeping the last good decisions: {e:#}"),
+                serde_json::json!({"error": format!("{e:#}")}),
+            ),
         }
         seen = stamps(&state.files);
     }
@@ -250,7 +339,11 @@ impl State {
                     m.update_decisions(*id, &d)?;
                     log(
                         "changed",
-                        format!("{name}: {root}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len()),
+                        format!(
+                            "{name}: {root}: {} entries rewritten, {} deleted",
+                            d.put.len(),
+                            d.delete.len()
+                        ),
                         serde_json::json!({"service": name, "prefix": root.to_string(), "rewritten": d.put.len(), "deleted": d.delete.len()}),
                     );
                 }
@@ -267,25 +360,45 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
     let data = Data::load(&cfg)?;
     let ids = assign_ids(m, &cfg)?;
     let new = compute(&cfg, &data, &ids)?;
-    let same_objects = format!("{:?}{:?}", cfg.servers, cfg.services) == format!("{:?}{:?}", state.cfg.servers, state.cfg.services);
+    let same_objects = format!("{:?}{:?}", cfg.servers, cfg.services)
+        == format!("{:?}{:?}", state.cfg.servers, state.cfg.services);
     if !same_objects {
         let n = apply_full(m, &cfg, &new, &ids)?;
-        log("replaced", format!("servers or services changed: all {n} entries replaced"), serde_json::json!({"entries": n}));
+        log(
+            "replaced",
+            format!("servers or services changed: all {n} entries replaced"),
+            serde_json::json!({"entries": n}),
+        );
     } else {
-        let before: HashMap<u32, &Table> = state.computed.tables.iter().map(|(id, _, t)| (*id, t)).collect();
+        let before: HashMap<u32, &Table> = state
+            .computed
+            .tables
+            .iter()
+            .map(|(id, _, t)| (*id, t))
+            .collect();
         for (id, name, t) in &new.tables {
             let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
             if !d.is_empty() {
                 m.update_decisions(*id, &d)?;
                 log(
                     "changed",
-                    format!("{name}: {} entries rewritten, {} deleted", d.put.len(), d.delete.len()),
+                    format!(
+                        "{name}: {} entries rewritten, {} deleted",
+                        d.put.len(),
+                        d.delete.len()
+                    ),
                     serde_json::json!({"service": name, "rewritten": d.put.len(), "deleted": d.delete.len()}),
                 );
             }
         }
     }
-    *state = State { files: watched(path, &cfg), cfg, data, computed: new, ids };
+    *state = State {
+        files: watched(path, &cfg),
+        cfg,
+        data,
+        computed: new,
+        ids,
+    };
     Ok(())
 }
 

@@ -49,27 +49,59 @@ impl Ids {
 }
 
 pub fn plans(cfg: &Config, ids: &Ids) -> Result<Vec<ServicePlan>> {
-    let site_of: HashMap<&str, usize> = cfg.sites.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
-    let server_of: HashMap<&str, (usize, &config::Server)> =
-        cfg.servers.iter().enumerate().map(|(i, s)| (s.name.as_str(), (i, s))).collect();
+    let site_of: HashMap<&str, usize> = cfg
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    let server_of: HashMap<&str, (usize, &config::Server)> = cfg
+        .servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), (i, s)))
+        .collect();
     cfg.services
         .iter()
         .enumerate()
         .map(|(i, s)| {
             let at = || format!("[[service]] {:?}", s.name);
-            let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow::anyhow!("{}: {e}", at()));
-            let prio = s.priority.iter().map(|(m, p)| Ok((metric(m)?, *p))).collect::<Result<Vec<_>>>()?;
-            let weights = s.weights.iter().map(|(m, w)| Ok((metric(m)?, *w))).collect::<Result<Vec<_>>>()?;
-            let policy = Policy::new(&prio, &weights, s.rtt_tolerance, s.med).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+            let metric = |m: &String| {
+                m.parse::<Metric>()
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", at()))
+            };
+            let prio = s
+                .priority
+                .iter()
+                .map(|(m, p)| Ok((metric(m)?, *p)))
+                .collect::<Result<Vec<_>>>()?;
+            let weights = s
+                .weights
+                .iter()
+                .map(|(m, w)| Ok((metric(m)?, *w)))
+                .collect::<Result<Vec<_>>>()?;
+            let policy = Policy::new(&prio, &weights, s.rtt_tolerance, s.med)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
             let servers = s
                 .servers
                 .iter()
                 .map(|n| {
                     let (idx, srv) = server_of[n.as_str()];
-                    (ids.servers[idx], site_of[srv.site.as_str()], srv.portion, srv.agent_distance, srv.preference)
+                    (
+                        ids.servers[idx],
+                        site_of[srv.site.as_str()],
+                        srv.portion,
+                        srv.agent_distance,
+                        srv.preference,
+                    )
                 })
                 .collect();
-            Ok(ServicePlan { id: ids.services[i], name: s.name.clone(), policy, servers })
+            Ok(ServicePlan {
+                id: ids.services[i],
+                name: s.name.clone(),
+                policy,
+                servers,
+            })
         })
         .collect()
 }
@@ -114,7 +146,11 @@ impl Computed {
     pub fn summary(&self) -> Vec<TableSummary> {
         self.tables
             .iter()
-            .map(|(_, n, t)| TableSummary { service: n.clone(), entries: t.entries.len(), saved: t.saved })
+            .map(|(_, n, t)| TableSummary {
+                service: n.clone(),
+                entries: t.entries.len(),
+                saved: t.saved,
+            })
             .collect()
     }
 }
@@ -142,13 +178,19 @@ fn metrics(site: &SiteData, v: &SiteView, agent_distance: u32, preference: u32) 
 fn candidates(plan: &ServicePlan, data: &Data, views: &[SiteView], out: &mut Vec<Candidate>) {
     out.clear();
     for &(server, site, portion, agent, pref) in &plan.servers {
-        out.push(Candidate { server, portion, metrics: metrics(&data.sites[site], &views[site], agent, pref) });
+        out.push(Candidate {
+            server,
+            portion,
+            metrics: metrics(&data.sites[site], &views[site], agent, pref),
+        });
     }
 }
 
 /// Every prefix any source knows, plus the two defaults, in sweep order.
 fn all_prefixes(data: &Data) -> Vec<IpNet> {
-    let mut all: Vec<IpNet> = Vec::with_capacity(data.locations.len() + data.sites.iter().map(|s| s.routes.len()).sum::<usize>());
+    let mut all: Vec<IpNet> = Vec::with_capacity(
+        data.locations.len() + data.sites.iter().map(|s| s.routes.len()).sum::<usize>(),
+    );
     all.push("0.0.0.0/0".parse().unwrap());
     all.push("::/0".parse().unwrap());
     all.extend(data.locations.iter().map(|e| e.0));
@@ -187,8 +229,17 @@ pub fn compute(cfg: &Config, data: &Data, ids: &Ids) -> Result<Computed> {
             c.push(*p, d);
         }
     }
-    let tables = plans.iter().zip(out).map(|(p, c)| (p.id, p.name.clone(), c.finish())).collect();
-    Ok(Computed { tables, prefixes: prefixes.len(), all: prefixes, seconds: start.elapsed().as_secs_f64() })
+    let tables = plans
+        .iter()
+        .zip(out)
+        .map(|(p, c)| (p.id, p.name.clone(), c.finish()))
+        .collect();
+    Ok(Computed {
+        tables,
+        prefixes: prefixes.len(),
+        all: prefixes,
+        seconds: start.elapsed().as_secs_f64(),
+    })
 }
 
 /// Decisions for the prefixes under `root` only, after an input changed there. Each
@@ -203,7 +254,11 @@ pub fn subtree(
     limit: usize,
 ) -> Option<Vec<Vec<(IpNet, Decision)>>> {
     let start = all.binary_search_by_key(&sort_key(root), sort_key).ok()?;
-    let end = start + all[start..].iter().take_while(|p| root.contains(*p)).count();
+    let end = start
+        + all[start..]
+            .iter()
+            .take_while(|p| root.contains(*p))
+            .count();
     if end - start > limit {
         return None;
     }
@@ -225,7 +280,9 @@ pub fn subtree(
     // What covers the subtree: the nearest prefix above `root` that the computation knew.
     let parent = (0..root.prefix_len()).rev().find_map(|len| {
         let q = IpNet::new(root.addr(), len).ok()?.trunc();
-        all.binary_search_by_key(&sort_key(&q), sort_key).ok().map(|_| q)
+        all.binary_search_by_key(&sort_key(&q), sort_key)
+            .ok()
+            .map(|_| q)
     });
     let mut out = Vec::with_capacity(plans.len());
     for plan in plans {
@@ -243,7 +300,10 @@ pub fn subtree(
 
 /// The most specific prefix of a sorted source that holds `addr` (for explain).
 fn lookup<'a, V>(source: &'a [(IpNet, V)], addr: IpAddr) -> Option<&'a (IpNet, V)> {
-    source.iter().filter(|(n, _)| n.contains(&addr)).max_by_key(|(n, _)| n.prefix_len())
+    source
+        .iter()
+        .filter(|(n, _)| n.contains(&addr))
+        .max_by_key(|(n, _)| n.prefix_len())
 }
 
 #[derive(Serialize)]
@@ -282,7 +342,12 @@ impl std::fmt::Display for Explained {
             )?;
         }
         let names = &self.names;
-        write!(f, "{}", self.sort.table(&|id| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}"))))
+        write!(
+            f,
+            "{}",
+            self.sort
+                .table(&|id| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}")))
+        )
     }
 }
 
@@ -290,14 +355,19 @@ impl std::fmt::Display for Explained {
 /// why the winners won.
 pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result<Explained> {
     let plans = plans(cfg, &Ids::positional(cfg))?;
-    let wire = director_common::name::encode(service).map_err(|e| anyhow::anyhow!("bad DNS name {service:?}: {e}"))?;
+    let wire = director_common::name::encode(service)
+        .map_err(|e| anyhow::anyhow!("bad DNS name {service:?}: {e}"))?;
     let plan = plans
         .iter()
         .find(|p| director_common::name::encode(&p.name).is_ok_and(|w| w == wire))
         .with_context(|| format!("no service {service:?} in the config"))?;
     let loc = lookup(&data.locations, addr);
     // Per site: the most specific route and RTT prefixes holding the client.
-    let found: Vec<_> = data.sites.iter().map(|s| (lookup(&s.routes, addr), lookup(&s.rtt, addr))).collect();
+    let found: Vec<_> = data
+        .sites
+        .iter()
+        .map(|s| (lookup(&s.routes, addr), lookup(&s.rtt, addr)))
+        .collect();
     let views: Vec<SiteView> = data
         .sites
         .iter()
@@ -325,6 +395,16 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
             metrics: format!("{:?}", c.metrics),
         });
     }
-    let names = plan.servers.iter().map(|&(id, ..)| (id, cfg.servers[id as usize - 1].name.clone())).collect();
-    Ok(Explained { service: plan.name.clone(), client: addr, servers, sort: engine::explain(&plan.policy, &cands), names })
+    let names = plan
+        .servers
+        .iter()
+        .map(|&(id, ..)| (id, cfg.servers[id as usize - 1].name.clone()))
+        .collect();
+    Ok(Explained {
+        service: plan.name.clone(),
+        client: addr,
+        servers,
+        sort: engine::explain(&plan.policy, &cands),
+        names,
+    })
 }

@@ -59,7 +59,8 @@ impl Data {
         let mut sites = Vec::with_capacity(cfg.sites.len());
         // Sites often share a table (one RIB, a different peer each, or the same file):
         // read each (files, peer) once.
-        let mut views: HashMap<(Vec<std::path::PathBuf>, Option<String>), Vec<(IpNet, Route)>> = HashMap::new();
+        let mut views: HashMap<(Vec<std::path::PathBuf>, Option<String>), Vec<(IpNet, Route)>> =
+            HashMap::new();
         for s in &cfg.sites {
             let at = || format!("site {:?}", s.name);
             let mut routes = Vec::new();
@@ -67,7 +68,12 @@ impl Data {
             if let Some(r) = views.get(&key) {
                 routes = r.clone();
             } else if !s.bgp.is_empty() {
-                let peer = s.bgp_peer.as_deref().map(str::parse::<PeerSelector>).transpose().with_context(at)?;
+                let peer = s
+                    .bgp_peer
+                    .as_deref()
+                    .map(str::parse::<PeerSelector>)
+                    .transpose()
+                    .with_context(at)?;
                 let view = inputs::mrt::load(&s.bgp, peer.as_ref()).with_context(at)?;
                 summary.bgp_records += view.records;
                 summary.bgp_damaged_skipped += view.skipped;
@@ -78,14 +84,29 @@ impl Data {
             let igp = s
                 .igp_cost
                 .iter()
-                .map(|(k, v)| Ok((k.parse::<IpAddr>().with_context(|| format!("{}: igp_cost {k:?}", at()))?, *v)))
+                .map(|(k, v)| {
+                    Ok((
+                        k.parse::<IpAddr>()
+                            .with_context(|| format!("{}: igp_cost {k:?}", at()))?,
+                        *v,
+                    ))
+                })
                 .collect::<Result<_>>()?;
             let point = s.lat.zip(s.lon).map(|(lat, lon)| GeoPoint { lat, lon });
             let graph = match &graph {
-                Some(g) => Some(g.shortest_from(s.location.as_deref().unwrap_or(&s.name)).with_context(at)?),
+                Some(g) => Some(
+                    g.shortest_from(s.location.as_deref().unwrap_or(&s.name))
+                        .with_context(at)?,
+                ),
                 None => None,
             };
-            sites.push(SiteData { routes: sorted(routes), igp, point, graph, rtt: Vec::new() });
+            sites.push(SiteData {
+                routes: sorted(routes),
+                igp,
+                point,
+                graph,
+                rtt: Vec::new(),
+            });
         }
 
         let mut locations = Vec::new();
@@ -93,7 +114,11 @@ impl Data {
             let t = inputs::geo::load(p)?;
             summary.geo_networks = t.networks.len();
             summary.geo_without_location = t.without_location;
-            locations = t.networks.into_iter().map(|(n, g)| (n, Location::Point(g))).collect();
+            locations = t
+                .networks
+                .into_iter()
+                .map(|(n, g)| (n, Location::Point(g)))
+                .collect();
         }
         if let Some(p) = &cfg.geo.locations {
             let own = inputs::csv::load_locations(p)?;
@@ -101,7 +126,10 @@ impl Data {
             for (n, l) in &own {
                 if let (Location::Named(name), Some(g)) = (l, &graph) {
                     if g.node(name).is_none() {
-                        bail!("{}: {n}: location {name:?} is not a node of the location graph", p.display());
+                        bail!(
+                            "{}: {n}: location {name:?} is not a node of the location graph",
+                            p.display()
+                        );
                     }
                 }
             }
@@ -116,16 +144,31 @@ impl Data {
             s.rtt = r;
         }
         let graph_points = graph
-            .map(|g| g.nodes().iter().filter_map(|n| n.point.map(|p| (n.name.clone(), p))).collect())
+            .map(|g| {
+                g.nodes()
+                    .iter()
+                    .filter_map(|n| n.point.map(|p| (n.name.clone(), p)))
+                    .collect()
+            })
             .unwrap_or_default();
         summary.load_time = start.elapsed();
-        Ok(Data { sites, locations, graph_points, summary })
+        Ok(Data {
+            sites,
+            locations,
+            graph_points,
+            summary,
+        })
     }
 }
 
 /// Every RTT file, per site (config order), sorted.
 fn load_rtt(cfg: &Config) -> Result<Vec<Vec<(IpNet, f64)>>> {
-    let site_index: HashMap<&str, usize> = cfg.sites.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+    let site_index: HashMap<&str, usize> = cfg
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
     let mut rtt: Vec<Vec<(IpNet, f64)>> = vec![Vec::new(); cfg.sites.len()];
     for f in &cfg.rtt.files {
         for (net, site, ms) in inputs::csv::load_rtt(f)? {
@@ -145,10 +188,21 @@ impl Data {
         let new = load_rtt(cfg)?;
         let mut changed = Vec::new();
         for (site, fresh) in self.sites.iter_mut().zip(new) {
-            let old: HashMap<IpNet, u64> = site.rtt.iter().map(|(p, v)| (*p, v.to_bits())).collect();
+            let old: HashMap<IpNet, u64> =
+                site.rtt.iter().map(|(p, v)| (*p, v.to_bits())).collect();
             let now: HashMap<IpNet, u64> = fresh.iter().map(|(p, v)| (*p, v.to_bits())).collect();
-            changed.extend(fresh.iter().filter(|(p, v)| old.get(p) != Some(&v.to_bits())).map(|e| e.0));
-            changed.extend(site.rtt.iter().filter(|(p, _)| !now.contains_key(p)).map(|e| e.0));
+            changed.extend(
+                fresh
+                    .iter()
+                    .filter(|(p, v)| old.get(p) != Some(&v.to_bits()))
+                    .map(|e| e.0),
+            );
+            changed.extend(
+                site.rtt
+                    .iter()
+                    .filter(|(p, _)| !now.contains_key(p))
+                    .map(|e| e.0),
+            );
             site.rtt = fresh;
         }
         self.summary.rtt_measurements = self.sites.iter().map(|s| s.rtt.len()).sum();
@@ -192,8 +246,14 @@ mod tests {
 
     #[test]
     fn great_circle_frankfurt_new_york() {
-        let fra = GeoPoint { lat: 50.11, lon: 8.68 };
-        let nyc = GeoPoint { lat: 40.71, lon: -74.01 };
+        let fra = GeoPoint {
+            lat: 50.11,
+            lon: 8.68,
+        };
+        let nyc = GeoPoint {
+            lat: 40.71,
+            lon: -74.01,
+        };
         let d = great_circle_km(fra, nyc);
         assert!((6150.0..6250.0).contains(&d), "{d}");
         assert_eq!(great_circle_km(fra, fra), 0.0);

@@ -15,7 +15,11 @@ pub struct Sweep<'a, V> {
 impl<'a, V> Sweep<'a, V> {
     /// `source` must be sorted by `compile::sort_key` and hold each prefix once.
     pub fn new(source: &'a [(IpNet, V)]) -> Self {
-        Sweep { source, next: 0, stack: Vec::with_capacity(129) }
+        Sweep {
+            source,
+            next: 0,
+            stack: Vec::with_capacity(129),
+        }
     }
 
     /// The value of the most specific source prefix covering `p`. Calls must come with `p`
@@ -44,7 +48,10 @@ impl<'a, V> Sweep<'a, V> {
 pub fn lookup<'a, V>(source: &'a [(IpNet, V)], p: &IpNet) -> Option<&'a V> {
     (0..=p.prefix_len()).rev().find_map(|len| {
         let q = IpNet::new(p.addr(), len).ok()?.trunc();
-        source.binary_search_by_key(&sort_key(&q), |e| sort_key(&e.0)).ok().map(|i| &source[i].1)
+        source
+            .binary_search_by_key(&sort_key(&q), |e| sort_key(&e.0))
+            .ok()
+            .map(|i| &source[i].1)
     })
 }
 
@@ -69,13 +76,44 @@ mod tests {
     #[test]
     fn finds_the_most_specific_cover_in_one_pass() {
         let net = |s: &str| s.parse::<IpNet>().unwrap();
-        let src = sorted(vec![(net("10.0.0.0/8"), 1), (net("10.1.0.0/16"), 2), (net("0.0.0.0/0"), 0), (net("10.1.0.0/16"), 3)]);
+        let src = sorted(vec![
+            (net("10.0.0.0/8"), 1),
+            (net("10.1.0.0/16"), 2),
+            (net("0.0.0.0/0"), 0),
+            (net("10.1.0.0/16"), 3),
+        ]);
         assert_eq!(src.len(), 3);
         let mut s = Sweep::new(&src);
-        let probes = ["0.0.0.0/0", "9.0.0.0/8", "10.0.0.0/8", "10.0.0.0/24", "10.1.0.0/16", "10.1.2.0/24", "10.2.0.0/16", "11.0.0.0/8", "::/0"];
+        let probes = [
+            "0.0.0.0/0",
+            "9.0.0.0/8",
+            "10.0.0.0/8",
+            "10.0.0.0/24",
+            "10.1.0.0/16",
+            "10.1.2.0/24",
+            "10.2.0.0/16",
+            "11.0.0.0/8",
+            "::/0",
+        ];
         let got: Vec<Option<i32>> = probes.iter().map(|p| s.at(&net(p)).copied()).collect();
-        assert_eq!(got, [Some(0), Some(0), Some(1), Some(1), Some(3), Some(3), Some(1), Some(0), None]);
-        let direct: Vec<Option<i32>> = probes.iter().map(|p| lookup(&src, &net(p)).copied()).collect();
+        assert_eq!(
+            got,
+            [
+                Some(0),
+                Some(0),
+                Some(1),
+                Some(1),
+                Some(3),
+                Some(3),
+                Some(1),
+                Some(0),
+                None
+            ]
+        );
+        let direct: Vec<Option<i32>> = probes
+            .iter()
+            .map(|p| lookup(&src, &net(p)).copied())
+            .collect();
         assert_eq!(direct, got);
     }
 }

@@ -48,20 +48,33 @@ impl Maps {
     }
 
     pub fn active_table(&self) -> Result<usize> {
-        Ok((self.config.get(&0, 0).context("reading the config map")?.active_table & 1) as usize)
+        Ok((self
+            .config
+            .get(&0, 0)
+            .context("reading the config map")?
+            .active_table
+            & 1) as usize)
     }
 
     pub fn server(&self, id: u16) -> Result<Server> {
-        self.servers.get(&(id as u32), 0).with_context(|| format!("reading server {id}"))
+        self.servers
+            .get(&(id as u32), 0)
+            .with_context(|| format!("reading server {id}"))
     }
 
     pub fn service(&self, id: u32) -> Result<Service> {
-        self.services.get(&id, 0).with_context(|| format!("reading service {id}"))
+        self.services
+            .get(&id, 0)
+            .with_context(|| format!("reading service {id}"))
     }
 
     /// Sum over CPUs of a per-CPU counter.
     pub fn counter(map: &PerCpuArray<MapData, u64>, key: u32) -> Result<u64> {
-        Ok(map.get(&key, 0).with_context(|| format!("reading counter {key}"))?.iter().sum())
+        Ok(map
+            .get(&key, 0)
+            .with_context(|| format!("reading counter {key}"))?
+            .iter()
+            .sum())
     }
 
     /// Every decision of the active table: (service, family v6, prefix, prefix length, value).
@@ -93,11 +106,23 @@ impl Maps {
 }
 
 pub fn key4(service: u32, addr: std::net::Ipv4Addr, len: u8) -> Key<DecisionKeyV4> {
-    Key::new(SERVICE_BITS + len as u32, DecisionKeyV4 { service: service.to_be_bytes(), addr: addr.octets() })
+    Key::new(
+        SERVICE_BITS + len as u32,
+        DecisionKeyV4 {
+            service: service.to_be_bytes(),
+            addr: addr.octets(),
+        },
+    )
 }
 
 pub fn key6(service: u32, addr: std::net::Ipv6Addr, len: u8) -> Key<DecisionKeyV6> {
-    Key::new(SERVICE_BITS + len as u32, DecisionKeyV6 { service: service.to_be_bytes(), addr: addr.octets() })
+    Key::new(
+        SERVICE_BITS + len as u32,
+        DecisionKeyV6 {
+            service: service.to_be_bytes(),
+            addr: addr.octets(),
+        },
+    )
 }
 
 /// One service's compressed decision entries, as `compile` produced them.
@@ -106,13 +131,29 @@ pub type Entries = [(ipnet::IpNet, Decision)];
 impl Maps {
     /// Removes the decisions of table `t` whose service `which` selects.
     fn remove_decisions(&mut self, t: usize, which: impl Fn(u32) -> bool) -> Result<()> {
-        let keys: Vec<_> = self.dec4[t].keys().collect::<Result<_, _>>().context("listing IPv4 decisions")?;
-        for k in keys.into_iter().filter(|k| which(u32::from_be_bytes(k.data().service))) {
-            self.dec4[t].remove(&k).context("removing an IPv4 decision")?;
+        let keys: Vec<_> = self.dec4[t]
+            .keys()
+            .collect::<Result<_, _>>()
+            .context("listing IPv4 decisions")?;
+        for k in keys
+            .into_iter()
+            .filter(|k| which(u32::from_be_bytes(k.data().service)))
+        {
+            self.dec4[t]
+                .remove(&k)
+                .context("removing an IPv4 decision")?;
         }
-        let keys: Vec<_> = self.dec6[t].keys().collect::<Result<_, _>>().context("listing IPv6 decisions")?;
-        for k in keys.into_iter().filter(|k| which(u32::from_be_bytes(k.data().service))) {
-            self.dec6[t].remove(&k).context("removing an IPv6 decision")?;
+        let keys: Vec<_> = self.dec6[t]
+            .keys()
+            .collect::<Result<_, _>>()
+            .context("listing IPv6 decisions")?;
+        for k in keys
+            .into_iter()
+            .filter(|k| which(u32::from_be_bytes(k.data().service)))
+        {
+            self.dec6[t]
+                .remove(&k)
+                .context("removing an IPv6 decision")?;
         }
         Ok(())
     }
@@ -131,8 +172,12 @@ impl Maps {
 
     fn put(&mut self, t: usize, service: u32, net: &ipnet::IpNet, d: &Decision) -> Result<()> {
         match net {
-            ipnet::IpNet::V4(n) => self.dec4[t].insert(&key4(service, n.network(), n.prefix_len()), *d, 0),
-            ipnet::IpNet::V6(n) => self.dec6[t].insert(&key6(service, n.network(), n.prefix_len()), *d, 0),
+            ipnet::IpNet::V4(n) => {
+                self.dec4[t].insert(&key4(service, n.network(), n.prefix_len()), *d, 0)
+            }
+            ipnet::IpNet::V6(n) => {
+                self.dec6[t].insert(&key6(service, n.network(), n.prefix_len()), *d, 0)
+            }
         }
         .with_context(|| format!("writing the decision for {net}"))
     }
@@ -164,7 +209,9 @@ impl Maps {
         }
         let mut c = self.config.get(&0, 0).context("reading the config map")?;
         c.active_table = spare as u32;
-        self.config.set(0, c, 0).context("switching to the new decision table")?;
+        self.config
+            .set(0, c, 0)
+            .context("switching to the new decision table")?;
         Ok(n)
     }
 

@@ -39,7 +39,9 @@ pub fn load(pin_dir: &Path, log_level: u8) -> Result<Ebpf> {
         .load(EBPF_OBJECT)
         .context("loading the XDP object (are you root?)")?;
     let prog: &mut Xdp = program_mut(&mut ebpf)?;
-    prog.load().map_err(verifier_error).context("the kernel refused the XDP program")?;
+    prog.load()
+        .map_err(verifier_error)
+        .context("the kernel refused the XDP program")?;
     Ok(ebpf)
 }
 
@@ -54,13 +56,18 @@ fn verifier_error(e: aya::programs::ProgramError) -> anyhow::Error {
     // The verifier log is long; its last lines say what failed.
     let text = format!("{e:#?}");
     let tail: Vec<&str> = text.lines().rev().take(25).collect();
-    anyhow::anyhow!("{e}\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+    anyhow::anyhow!(
+        "{e}\n{}",
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    )
 }
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 fn is_bpffs(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else { return false };
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC }
 }
@@ -71,7 +78,16 @@ fn ensure_bpffs_dir(dir: &Path) -> Result<()> {
     if dir.starts_with(mount) && !is_bpffs(mount) {
         let (src, fstype) = (c"bpf", c"bpf");
         let target = c"/sys/fs/bpf";
-        if unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) } != 0 {
+        if unsafe {
+            libc::mount(
+                src.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        } != 0
+        {
             return Err(std::io::Error::last_os_error()).context("mounting bpffs at /sys/fs/bpf");
         }
     }
@@ -101,7 +117,8 @@ pub fn attach(pin_dir: &Path, iface: &str, mode: Mode, log_level: u8) -> Result<
     } else {
         ebpf_holder = load(pin_dir, log_level)?;
         let prog = program_mut(&mut ebpf_holder)?;
-        prog.pin(&prog_path).with_context(|| format!("pinning the program at {}", prog_path.display()))?;
+        prog.pin(&prog_path)
+            .with_context(|| format!("pinning the program at {}", prog_path.display()))?;
         prog
     };
     let flags = match mode {
@@ -143,7 +160,9 @@ pub fn detach(pin_dir: &Path, iface: &str) -> Result<bool> {
 /// Interfaces with a pinned link.
 pub fn attached(pin_dir: &Path) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(pin_dir) else { return Ok(out) };
+    let Ok(rd) = std::fs::read_dir(pin_dir) else {
+        return Ok(out);
+    };
     for entry in rd {
         let name = entry?.file_name().to_string_lossy().into_owned();
         if let Some(iface) = name.strip_prefix(LINK_PREFIX) {
@@ -159,7 +178,9 @@ pub fn program_info(pin_dir: &Path) -> Result<Option<ProgramInfo>> {
     if !path.exists() {
         return Ok(None);
     }
-    Ok(Some(ProgramInfo::from_pin(&path).context("reading the pinned program's info")?))
+    Ok(Some(
+        ProgramInfo::from_pin(&path).context("reading the pinned program's info")?,
+    ))
 }
 
 /// Where pass-through links live: beside the main pin directory, so that detaching director
@@ -188,7 +209,9 @@ pub fn attach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
         .context("the object has no program named director_pass")?
         .try_into()?;
     prog.load()?;
-    let id = prog.attach(iface, XdpMode::Driver).with_context(|| format!("attaching to {iface}"))?;
+    let id = prog
+        .attach(iface, XdpMode::Driver)
+        .with_context(|| format!("attaching to {iface}"))?;
     let link: FdLink = prog.take_link(id)?.try_into()?;
     link.pin(&link_path)?;
     Ok(())

@@ -20,7 +20,10 @@ const SITES: [&str; 5] = ["FRA", "IAD", "GRU", "SIN", "SYD"];
 fn data(rel: &str) -> Result<PathBuf> {
     let p = workspace_root().join("../shared/data").join(rel);
     if !p.is_file() {
-        bail!("{} is missing: the checkout needs shared/ beside it (shared/data/README.md)", p.display());
+        bail!(
+            "{} is missing: the checkout needs shared/ beside it (shared/data/README.md)",
+            p.display()
+        );
     }
     Ok(p)
 }
@@ -39,12 +42,23 @@ fn write_config(dir: &Path) -> Result<PathBuf> {
     let pops = load_pops(&data("sites/cloudflare-colos.csv")?)?;
     let table = data("bgp/updates.et-header.2015.gz")?;
     let mut c = String::new();
-    writeln!(c, "[geo]\ndatabase = {:?}\n", data("geo/GeoLite2-City.mmdb")?)?;
+    writeln!(
+        c,
+        "[geo]\ndatabase = {:?}\n",
+        data("geo/GeoLite2-City.mmdb")?
+    )?;
     let mut servers = Vec::new();
     for (i, code) in SITES.iter().enumerate() {
-        let p = pops.iter().find(|p| p.code == *code).with_context(|| format!("PoP {code} not in the list"))?;
+        let p = pops
+            .iter()
+            .find(|p| p.code == *code)
+            .with_context(|| format!("PoP {code} not in the list"))?;
         let name = code.to_lowercase();
-        writeln!(c, "[[site]]\nname = {name:?}\nlat = {}\nlon = {}\nbgp = [{table:?}]\n", p.point.lat, p.point.lon)?;
+        writeln!(
+            c,
+            "[[site]]\nname = {name:?}\nlat = {}\nlon = {}\nbgp = [{table:?}]\n",
+            p.point.lat, p.point.lon
+        )?;
         writeln!(c, "[[server]]\nname = \"{name}-1\"\nsite = {name:?}\nipv4 = \"198.51.100.{}\"\npreference = {}\n", 10 + i, i)?;
         servers.push(format!("\"{name}-1\""));
     }
@@ -103,29 +117,66 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let entries: usize = c.tables.iter().map(|t| t.2.entries.len()).sum();
     let saved: usize = c.tables.iter().map(|t| t.2.saved).sum();
     let peak = peak_rss_mb();
-    let pin = Pins(PathBuf::from(format!("/sys/fs/bpf/dbench-{}", std::process::id())));
+    let pin = Pins(PathBuf::from(format!(
+        "/sys/fs/bpf/dbench-{}",
+        std::process::id()
+    )));
     let _ebpf = kernel::program::load(&pin.0, 0)?;
     let mut m = kernel::Maps::open(&pin.0)?;
     let t = Instant::now();
     let written = controller::apply::apply_full(&mut m, &cfg, &c, &ids)?;
     let apply = t.elapsed().as_secs_f64();
     let mut rows = vec![
-        Row("inputs", format!("{} BGP routes per site x {}, {} GeoIP networks", d.summary.bgp_routes.first().map_or(0, |r| r.1), SITES.len(), d.summary.geo_networks)),
+        Row(
+            "inputs",
+            format!(
+                "{} BGP routes per site x {}, {} GeoIP networks",
+                d.summary.bgp_routes.first().map_or(0, |r| r.1),
+                SITES.len(),
+                d.summary.geo_networks
+            ),
+        ),
         Row("read inputs", format!("{load:.2} s")),
-        Row("compute (sort + compress)", format!("{:.2} s for {} client prefixes x {} services", c.seconds, c.prefixes, c.tables.len())),
-        Row("load + compute", format!("{:.2} s (aim <= 10 s)", load + c.seconds)),
+        Row(
+            "compute (sort + compress)",
+            format!(
+                "{:.2} s for {} client prefixes x {} services",
+                c.seconds,
+                c.prefixes,
+                c.tables.len()
+            ),
+        ),
+        Row(
+            "load + compute",
+            format!("{:.2} s (aim <= 10 s)", load + c.seconds),
+        ),
         Row("peak memory", format!("{peak:.0} MB (aim <= 2048 MB)")),
-        Row("entries written", format!("{entries} ({saved} saved by compression, {:.0} %)", 100.0 * saved as f64 / (entries + saved) as f64)),
-        Row("apply to the kernel", format!("{apply:.2} s for {written} entries (spare table filled, then flipped)")),
+        Row(
+            "entries written",
+            format!(
+                "{entries} ({saved} saved by compression, {:.0} %)",
+                100.0 * saved as f64 / (entries + saved) as f64
+            ),
+        ),
+        Row(
+            "apply to the kernel",
+            format!("{apply:.2} s for {written} entries (spare table filled, then flipped)"),
+        ),
     ];
     for (_, name, t) in &c.tables {
-        rows.push(Row("  per service", format!("{name}: {} entries", t.entries.len())));
+        rows.push(Row(
+            "  per service",
+            format!("{name}: {} entries", t.entries.len()),
+        ));
     }
     Ok(rows)
 }
 
 fn answer(lab: &Lab) -> Option<String> {
-    Reply::parse(&lab.dig(&[&format!("@{EDGE_V4}"), "video.example.com", "A"])).answers.first().map(|a| a.data.clone())
+    Reply::parse(&lab.dig(&[&format!("@{EDGE_V4}"), "video.example.com", "A"]))
+        .answers
+        .first()
+        .map(|a| a.data.clone())
 }
 
 /// `run` on the config in a lab; one RTT value changes; how long until dig sees it.
@@ -161,21 +212,37 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
     let log = run.log();
     drop(run);
     Ok(vec![
-        Row("start to first answer", format!("{first:.1} s (read, compute, apply)")),
-        Row("one RTT changed -> answer changed", format!("{:.0} ms ({before} -> {after}; aim <= 50 ms)", latency * 1000.0)),
+        Row(
+            "start to first answer",
+            format!("{first:.1} s (read, compute, apply)"),
+        ),
+        Row(
+            "one RTT changed -> answer changed",
+            format!(
+                "{:.0} ms ({before} -> {after}; aim <= 50 ms)",
+                latency * 1000.0
+            ),
+        ),
         Row("run's log", log.lines().last().unwrap_or("").to_string()),
     ])
 }
 
 fn main() -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("director-bench-controller-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("director-bench-controller-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let config = write_config(&dir)?;
     let r = compile_and_apply(&config).and_then(|rows| {
-        print_table("controller: full-scale compile (5 sites, 3 services; RouteViews, GeoLite2 City)", &rows);
+        print_table(
+            "controller: full-scale compile (5 sites, 3 services; RouteViews, GeoLite2 City)",
+            &rows,
+        );
         change_latency(&config)
     });
     let _ = std::fs::remove_dir_all(&dir);
-    print_table("controller: a change reaching the kernel (director-ctl run, dig on a veth)", &r?);
+    print_table(
+        "controller: a change reaching the kernel (director-ctl run, dig on a veth)",
+        &r?,
+    );
     Ok(())
 }

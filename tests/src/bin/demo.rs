@@ -15,7 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use director_tests::netns::{ctl_binary, workspace_root, Controller, Lab, Reply, CLIENT_V4, EDGE_V4, EDGE_V6};
+use director_tests::netns::{
+    ctl_binary, workspace_root, Controller, Lab, Reply, CLIENT_V4, EDGE_V4, EDGE_V6,
+};
 
 /// The example's servers, to name the addresses in answers.
 const SERVERS: [(&str, &str, &str); 4] = [
@@ -26,7 +28,10 @@ const SERVERS: [(&str, &str, &str); 4] = [
 ];
 
 fn server_of(addr: &str) -> &'static str {
-    SERVERS.iter().find(|s| s.1 == addr || s.2 == addr).map_or("?", |s| s.0)
+    SERVERS
+        .iter()
+        .find(|s| s.1 == addr || s.2 == addr)
+        .map_or("?", |s| s.0)
 }
 
 /// One dig from the client namespace, printed as a table row.
@@ -38,7 +43,11 @@ fn ask(lab: &Lab, who: &str, name: &str, rtype: &str, subnet: Option<&str>) {
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let r = Reply::parse(&lab.dig(&args));
-    let got: Vec<String> = r.answers.iter().map(|rr| format!("{} {}", server_of(&rr.data), rr.data)).collect();
+    let got: Vec<String> = r
+        .answers
+        .iter()
+        .map(|rr| format!("{} {}", server_of(&rr.data), rr.data))
+        .collect();
     let answer = match &r.status {
         None => "no answer (passed to the host, where nothing listens)".to_string(),
         Some(s) if got.is_empty() => s.clone(),
@@ -50,24 +59,65 @@ fn ask(lab: &Lab, who: &str, name: &str, rtype: &str, subnet: Option<&str>) {
         r.question.first().map_or(name, |q| q.0.as_str()),
         rtype,
         answer,
-        r.client_subnet.as_deref().map_or(String::new(), |s| format!("ECS {s}"))
+        r.client_subnet
+            .as_deref()
+            .map_or(String::new(), |s| format!("ECS {s}"))
     );
 }
 
 fn queries(lab: &Lab) {
-    ask(lab, &format!("client {CLIENT_V4} (Berlin)"), "www.example.com", "A", None);
-    ask(lab, "resolver for Boston", "www.example.com", "A", Some("198.51.100.0/24"));
-    ask(lab, "resolver for Tokyo", "WwW.ExAmPlE.cOm", "A", Some("203.0.113.7/32"));
-    ask(lab, "resolver for Chicago", "www.example.com", "AAAA", Some("2001:db8:b::/48"));
-    ask(lab, "resolver for Sydney", "video.example.com", "A", Some("203.0.113.200/32"));
-    ask(lab, "resolver for Singapore", "video.example.com", "AAAA", Some("2001:db8:a:1::/64"));
+    ask(
+        lab,
+        &format!("client {CLIENT_V4} (Berlin)"),
+        "www.example.com",
+        "A",
+        None,
+    );
+    ask(
+        lab,
+        "resolver for Boston",
+        "www.example.com",
+        "A",
+        Some("198.51.100.0/24"),
+    );
+    ask(
+        lab,
+        "resolver for Tokyo",
+        "WwW.ExAmPlE.cOm",
+        "A",
+        Some("203.0.113.7/32"),
+    );
+    ask(
+        lab,
+        "resolver for Chicago",
+        "www.example.com",
+        "AAAA",
+        Some("2001:db8:b::/48"),
+    );
+    ask(
+        lab,
+        "resolver for Sydney",
+        "video.example.com",
+        "A",
+        Some("203.0.113.200/32"),
+    );
+    ask(
+        lab,
+        "resolver for Singapore",
+        "video.example.com",
+        "AAAA",
+        Some("2001:db8:a:1::/64"),
+    );
 }
 
 /// Waits until `route list` shows `want` in the kernel's table (what `run` wrote).
 fn wait_for_routes(lab: &Lab, want: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !lab.ctl_ok(&["route", "list"]).contains(want) {
-        assert!(Instant::now() < deadline, "the controller did not write {want:?} within 20 s");
+        assert!(
+            Instant::now() < deadline,
+            "the controller did not write {want:?} within 20 s"
+        );
         sleep(Duration::from_millis(100));
     }
 }
@@ -75,7 +125,8 @@ fn wait_for_routes(lab: &Lab, want: &str) {
 fn copy_example(to: &Path) {
     std::fs::create_dir_all(to).expect("creating the demo's directory");
     for f in ["director.toml", "locations.csv", "rtt.csv"] {
-        std::fs::copy(workspace_root().join("examples").join(f), to.join(f)).expect("copying the example");
+        std::fs::copy(workspace_root().join("examples").join(f), to.join(f))
+            .expect("copying the example");
     }
 }
 
@@ -83,11 +134,18 @@ fn main() {
     let lab = Lab::new();
     let dir: PathBuf = std::env::temp_dir().join(format!("{}-demo", lab.id));
     copy_example(&dir);
-    println!("director demo: client namespace {} <-> edge namespace {}", lab.client_ns, lab.edge_ns);
+    println!(
+        "director demo: client namespace {} <-> edge namespace {}",
+        lab.client_ns, lab.edge_ns
+    );
     lab.attach();
-    println!("attached director to {} (edge, {EDGE_V4} / {EDGE_V6})", lab.edge_if);
+    println!(
+        "attached director to {} (edge, {EDGE_V4} / {EDGE_V6})",
+        lab.edge_if
+    );
     println!("$ director-ctl run --config examples/director.toml   (sites fra, nyc, sin)\n");
-    let controller = Controller::start_polling(&lab, &dir.join("director.toml"), &dir.join("run.log"), 200);
+    let controller =
+        Controller::start_polling(&lab, &dir.join("director.toml"), &dir.join("run.log"), 200);
     wait_for_routes(&lab, "video.example.com");
     println!("\n$ director-ctl route list");
     print!("{}", lab.ctl_ok(&["route", "list"]));
@@ -95,9 +153,18 @@ fn main() {
     println!("\nqueries (dig from the client namespace):");
     queries(&lab);
 
-    println!("\n$ director-ctl explain --service video.example.com --client 203.0.113.200 (abridged)");
+    println!(
+        "\n$ director-ctl explain --service video.example.com --client 203.0.113.200 (abridged)"
+    );
     let out = Command::new(ctl_binary())
-        .args(["explain", "--service", "video.example.com", "--client", "203.0.113.200", "--config"])
+        .args([
+            "explain",
+            "--service",
+            "video.example.com",
+            "--client",
+            "203.0.113.200",
+            "--config",
+        ])
         .arg(dir.join("director.toml"))
         .output()
         .expect("running explain");
@@ -106,21 +173,52 @@ fn main() {
     }
 
     println!("\nsin now measures 300 ms to Sydney (rtt.csv changed; run notices and rewrites):");
-    let rtt = std::fs::read_to_string(dir.join("rtt.csv")).unwrap().replace("203.0.113.128/25,sin,96", "203.0.113.128/25,sin,300");
+    let rtt = std::fs::read_to_string(dir.join("rtt.csv"))
+        .unwrap()
+        .replace("203.0.113.128/25,sin,96", "203.0.113.128/25,sin,300");
     std::fs::write(dir.join("rtt.csv"), rtt).unwrap();
-    wait_for_routes(&lab, "203.0.113.128/25                             nyc-1=1|");
-    for line in controller.log().lines().filter(|l| l.contains("203.0.113.128/25") || l.contains("up to date")) {
+    wait_for_routes(
+        &lab,
+        "203.0.113.128/25                             nyc-1=1|",
+    );
+    for line in controller
+        .log()
+        .lines()
+        .filter(|l| l.contains("203.0.113.128/25") || l.contains("up to date"))
+    {
         println!("  {line}");
     }
-    ask(&lab, "resolver for Sydney", "video.example.com", "A", Some("203.0.113.200/32"));
+    ask(
+        &lab,
+        "resolver for Sydney",
+        "video.example.com",
+        "A",
+        Some("203.0.113.200/32"),
+    );
 
     println!("\n$ director-ctl server set sin-1 --down");
     lab.ctl_ok(&["server", "set", "sin-1", "--down"]);
-    ask(&lab, "resolver for Tokyo", "www.example.com", "A", Some("203.0.113.7/32"));
-    ask(&lab, "resolver for Singapore", "video.example.com", "AAAA", Some("2001:db8:a:1::/64"));
+    ask(
+        &lab,
+        "resolver for Tokyo",
+        "www.example.com",
+        "A",
+        Some("203.0.113.7/32"),
+    );
+    ask(
+        &lab,
+        "resolver for Singapore",
+        "video.example.com",
+        "AAAA",
+        Some("2001:db8:a:1::/64"),
+    );
 
     println!("\n$ director-ctl stats");
-    for line in lab.ctl_ok(&["stats"]).lines().filter(|l| !l.trim_end().ends_with(" 0")) {
+    for line in lab
+        .ctl_ok(&["stats"])
+        .lines()
+        .filter(|l| !l.trim_end().ends_with(" 0"))
+    {
         println!("  {line}");
     }
     drop(controller);

@@ -36,7 +36,12 @@ struct Args {
 }
 
 fn args() -> Result<Args> {
-    let mut a = Args { seconds: 5, runs: 3, packets: 1_000_000, generator: None };
+    let mut a = Args {
+        seconds: 5,
+        runs: 3,
+        packets: 1_000_000,
+        generator: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -83,14 +88,26 @@ fn main() -> Result<()> {
     let (edge_ns, edge_if) = (lab.edge_ns.clone(), lab.edge_if.clone());
     let w = wire::prepare(&mut lab)?;
 
-    let t1 = testrun::run(testrun::Options { packets: a.packets, runs: a.runs, edge_ns, edge_if })?;
+    let t1 = testrun::run(testrun::Options {
+        packets: a.packets,
+        runs: a.runs,
+        edge_ns,
+        edge_if,
+    })?;
     t1.print();
 
     let mut gen = a.generator.unwrap_or(Generator::Kxdpgun);
     let mut log = String::new();
     let mut points = Vec::new();
     for server in [Server::Director, Server::Knot] {
-        points.push(w.point(server, &mut gen, a.generator.is_none(), a.seconds, a.runs, &mut log)?);
+        points.push(w.point(
+            server,
+            &mut gen,
+            a.generator.is_none(),
+            a.seconds,
+            a.runs,
+            &mut log,
+        )?);
     }
     wire::table(&points, gen, a.seconds, a.runs, &log).print();
     wire::limits(&points, gen).print();

@@ -55,7 +55,10 @@ pub fn run_bounded(mut cmd: Command, dir: &Path, tag: &str, limit: Duration) -> 
 
 /// Runs a short command and fails unless it succeeds; returns stdout.
 pub fn run_ok(cmd: &mut Command) -> Result<String> {
-    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {cmd:?}"))?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
         bail!(
             "{cmd:?} failed ({}): {}{}",
@@ -91,8 +94,12 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
 
 /// The thread ids of a process.
 pub fn threads(pid: u32) -> Vec<u32> {
-    let Ok(rd) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
-    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+    let Ok(rd) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
 }
 
 /// Total CPU time of a set of threads.
@@ -106,7 +113,8 @@ pub fn pin_to_cpu(tid: u32, cpu: usize) -> Result<()> {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of_val(&set), &set) != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("pinning thread {tid} to CPU {cpu}"));
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("pinning thread {tid} to CPU {cpu}"));
         }
     }
     Ok(())
@@ -114,9 +122,12 @@ pub fn pin_to_cpu(tid: u32, cpu: usize) -> Result<()> {
 
 /// SCHED_FIFO at `priority` (what `chrt -f -p` does).
 pub fn set_fifo(tid: u32, priority: i32) -> Result<()> {
-    let p = libc::sched_param { sched_priority: priority };
+    let p = libc::sched_param {
+        sched_priority: priority,
+    };
     if unsafe { libc::sched_setscheduler(tid as libc::pid_t, libc::SCHED_FIFO, &p) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("making thread {tid} SCHED_FIFO"));
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("making thread {tid} SCHED_FIFO"));
     }
     Ok(())
 }
@@ -125,10 +136,15 @@ pub fn set_fifo(tid: u32, priority: i32) -> Result<()> {
 /// cut to the 15 characters a thread name keeps).
 fn napi_threads(ifname: &str) -> BTreeSet<u32> {
     let prefix: String = format!("napi/{ifname}-").chars().take(15).collect();
-    let Ok(rd) = fs::read_dir("/proc") else { return BTreeSet::new() };
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix)))
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end().starts_with(&prefix))
+        })
         .collect()
 }
 
@@ -138,8 +154,10 @@ fn napi_threads(ifname: &str) -> BTreeSet<u32> {
 /// (on veth: XDP attached, or GRO on), or the kernel refuses.
 pub fn threaded_napi(ns: &str, ifname: &str) -> Result<u32> {
     let before = napi_threads(ifname);
-    run_ok(netns_exec(ns, "sh").args(["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")]))
-        .with_context(|| format!("enabling threaded NAPI on {ifname}"))?;
+    run_ok(
+        netns_exec(ns, "sh").args(["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")]),
+    )
+    .with_context(|| format!("enabling threaded NAPI on {ifname}"))?;
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         let new: Vec<u32> = napi_threads(ifname).difference(&before).copied().collect();
@@ -153,9 +171,11 @@ pub fn threaded_napi(ns: &str, ifname: &str) -> Result<u32> {
 
 /// Moves the calling thread (only) into network namespace `ns`.
 pub fn enter_netns(ns: &str) -> Result<()> {
-    let f = fs::File::open(format!("/run/netns/{ns}")).with_context(|| format!("opening namespace {ns}"))?;
+    let f = fs::File::open(format!("/run/netns/{ns}"))
+        .with_context(|| format!("opening namespace {ns}"))?;
     if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("entering namespace {ns}"));
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("entering namespace {ns}"));
     }
     Ok(())
 }
@@ -175,9 +195,13 @@ pub fn processes_in_netns(ns: &str, comm: &str) -> Result<Vec<u32>> {
     let want = format!("net:[{ino}]");
     let mut out = Vec::new();
     for e in fs::read_dir("/proc")?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let same_ns = fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l.to_string_lossy() == want);
-        let same_comm = fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm);
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let same_ns =
+            fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l.to_string_lossy() == want);
+        let same_comm =
+            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm);
         if same_ns && same_comm {
             out.push(pid);
         }
@@ -190,14 +214,24 @@ pub fn mac_of(ns: &str, ifname: &str) -> Result<String> {
     let out = run_ok(Command::new("ip").args(["-n", ns, "-o", "link", "show", "dev", ifname]))?;
     let mut words = out.split_whitespace();
     words.find(|w| *w == "link/ether");
-    words.next().map(str::to_string).with_context(|| format!("no MAC address in {out:?}"))
+    words
+        .next()
+        .map(str::to_string)
+        .with_context(|| format!("no MAC address in {out:?}"))
 }
 
 /// One counter of `ethtool -S` (veth reports XDP_TX and ndo_xdp_xmit there).
 pub fn ethtool_stat(ns: &str, ifname: &str, name: &str) -> Result<u64> {
     let out = run_ok(nsenter(ns, "ethtool").args(["-S", ifname]))?;
     out.lines()
-        .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(name)?
+                .strip_prefix(':')?
+                .trim()
+                .parse()
+                .ok()
+        })
         .with_context(|| format!("no {name} in ethtool -S {ifname}"))
 }
 
@@ -227,7 +261,11 @@ pub fn cpu_idle_ns(cpu: usize) -> Result<u64> {
         .lines()
         .find(|l| l.split_whitespace().next() == Some(&format!("cpu{cpu}")))
         .with_context(|| format!("no cpu{cpu} in /proc/stat"))?;
-    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
     ensure!(f.len() >= 5, "short cpu{cpu} line in /proc/stat: {line}");
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Ok((f[3] + f[4]) * (1_000_000_000 / tick))

@@ -19,7 +19,12 @@ impl Table {
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
-        assert_eq!(cells.len(), self.headers.len(), "a row of {:?} has the wrong number of cells", self.title);
+        assert_eq!(
+            cells.len(),
+            self.headers.len(),
+            "a row of {:?} has the wrong number of cells",
+            self.title
+        );
         self.rows.push(cells);
     }
 
@@ -45,21 +50,26 @@ impl Table {
             let parts: Vec<String> = cells
                 .iter()
                 .enumerate()
-                .map(
-                    |(c, s)| {
-                        if numeric[c] {
-                            format!("{s:>w$}", w = widths[c])
-                        } else {
-                            format!("{s:<w$}", w = widths[c])
-                        }
-                    },
-                )
+                .map(|(c, s)| {
+                    if numeric[c] {
+                        format!("{s:>w$}", w = widths[c])
+                    } else {
+                        format!("{s:<w$}", w = widths[c])
+                    }
+                })
                 .collect();
             format!("  {}", parts.join("  ")).trim_end().to_string()
         };
         println!("\n{}", self.title);
         println!("{}", line(&self.headers));
-        println!("  {}", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+        println!(
+            "  {}",
+            widths
+                .iter()
+                .map(|w| "-".repeat(*w))
+                .collect::<Vec<_>>()
+                .join("  ")
+        );
         for r in &self.rows {
             println!("{}", line(r));
         }
@@ -101,8 +111,16 @@ impl Spread {
         let mut v = values.to_vec();
         v.sort_by(|a, b| a.total_cmp(b));
         let n = v.len();
-        let median = if !n.is_multiple_of(2) { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-        Spread { median, min: v[0], max: v[n - 1] }
+        let median = if !n.is_multiple_of(2) {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
     }
 
     /// The three figures formatted with `f`, for three table cells.

@@ -77,16 +77,30 @@ impl Drop for PinDir {
 
 impl Loaded {
     fn new() -> Result<Loaded> {
-        let dir = PinDir(PathBuf::from(format!("/sys/fs/bpf/dlab-{}-bench", std::process::id())));
+        let dir = PinDir(PathBuf::from(format!(
+            "/sys/fs/bpf/dlab-{}-bench",
+            std::process::id()
+        )));
         let mut ebpf = program::load(&dir.0, 0)?;
-        let pass: &mut Xdp = ebpf.program_mut("director_pass").context("no director_pass program")?.try_into()?;
+        let pass: &mut Xdp = ebpf
+            .program_mut("director_pass")
+            .context("no director_pass program")?
+            .try_into()?;
         pass.load().context("loading director_pass")?;
         let maps = Maps::open(&dir.0)?;
-        Ok(Loaded { ebpf, maps, _dir: dir })
+        Ok(Loaded {
+            ebpf,
+            maps,
+            _dir: dir,
+        })
     }
 
     fn xdp(&self, name: &str) -> Result<&Xdp> {
-        Ok(self.ebpf.program(name).with_context(|| format!("no program {name}"))?.try_into()?)
+        Ok(self
+            .ebpf
+            .program(name)
+            .with_context(|| format!("no program {name}"))?
+            .try_into()?)
     }
 
     /// The same service as the lab's: one server, a default route for each family.
@@ -100,7 +114,10 @@ impl Loaded {
 
     fn answered(&self) -> Result<u64> {
         let s = control::stats(&self.maps)?;
-        Ok(s.counters.iter().find(|(n, _)| *n == "answered").map_or(0, |c| c.1))
+        Ok(s.counters
+            .iter()
+            .find(|(n, _)| *n == "answered")
+            .map_or(0, |c| c.1))
     }
 }
 
@@ -117,7 +134,8 @@ struct Frames {
 fn frames() -> Frames {
     let v4 = Flow::v4(Ipv4Addr::new(192, 0, 2, 2));
     let v6 = Flow::v6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2));
-    let q = |name: &str, t| packets::wire(&packets::with_edns(packets::query(0x5eed, name, t), 1232));
+    let q =
+        |name: &str, t| packets::wire(&packets::with_edns(packets::query(0x5eed, name, t), 1232));
     let ecs = packets::with_ecs(
         packets::query(0x5eed, &format!("{NAME}."), RecordType::A),
         "203.0.113.0".parse().unwrap(),
@@ -133,7 +151,11 @@ fn frames() -> Frames {
         aaaa6: packets::udp_frame(&v6, &q(&format!("{NAME}."), RecordType::AAAA)),
         ecs4: packets::udp_frame(&v4, &packets::wire(&ecs)),
         unowned4: packets::udp_frame(&v4, &q("mail.example.net.", RecordType::A)),
-        tcp4: packets::ip_frame(&v4, packets::IPPROTO_TCP, &packets::tcp_segment(&v4, &tcp_payload)),
+        tcp4: packets::ip_frame(
+            &v4,
+            packets::IPPROTO_TCP,
+            &packets::tcp_segment(&v4, &tcp_payload),
+        ),
     }
 }
 
@@ -141,14 +163,28 @@ fn frames() -> Frames {
 /// well-formed reply with an address, so that the timings are of the path we think.
 fn check(prog: &Xdp, frame: &[u8], want: u32) -> Result<()> {
     let mut out = vec![0u8; 4096];
-    let r =
-        prog.test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::new() })?;
-    ensure!(r.return_value == want, "verdict {} where {want} was expected", r.return_value);
+    let r = prog.test_run(TestRunOptions {
+        data_in: Some(frame),
+        data_out: Some(&mut out),
+        ..TestRunOptions::new()
+    })?;
+    ensure!(
+        r.return_value == want,
+        "verdict {} where {want} was expected",
+        r.return_value
+    );
     if want == XDP_TX {
         out.truncate(r.data_size_out as usize);
         packets::verify_checksums(&out).map_err(anyhow::Error::msg)?;
-        let reply = Message::from_vec(&packets::parse_udp(&out).map_err(anyhow::Error::msg)?.payload)?;
-        ensure!(!reply.answers().is_empty(), "the answer has no records: {reply:?}");
+        let reply = Message::from_vec(
+            &packets::parse_udp(&out)
+                .map_err(anyhow::Error::msg)?
+                .payload,
+        )?;
+        ensure!(
+            !reply.answers().is_empty(),
+            "the answer has no records: {reply:?}"
+        );
     }
     Ok(())
 }
@@ -189,14 +225,25 @@ impl Method {
     fn time(self, prog: &Xdp, frame: &[u8], n: u32, ifindex: u32, want: u32) -> Result<f64> {
         match self {
             Method::Repeat => {
-                let r = prog.test_run(TestRunOptions { data_in: Some(frame), repeat: n, ..TestRunOptions::new() })?;
-                ensure!(r.return_value == want, "verdict {} where {want} was expected", r.return_value);
+                let r = prog.test_run(TestRunOptions {
+                    data_in: Some(frame),
+                    repeat: n,
+                    ..TestRunOptions::new()
+                })?;
+                ensure!(
+                    r.return_value == want,
+                    "verdict {} where {want} was expected",
+                    r.return_value
+                );
                 Ok(r.duration.as_nanos() as f64)
             }
             Method::Calls => {
                 let mut total = 0u128;
                 for _ in 0..n {
-                    let r = prog.test_run(TestRunOptions { data_in: Some(frame), ..TestRunOptions::new() })?;
+                    let r = prog.test_run(TestRunOptions {
+                        data_in: Some(frame),
+                        ..TestRunOptions::new()
+                    })?;
                     if r.return_value != want {
                         bail!("verdict {} where {want} was expected", r.return_value);
                     }
@@ -221,7 +268,10 @@ impl Method {
 fn live(prog: &Xdp, frame: &[u8], frames: u32, ifindex: u32) -> Result<f64> {
     // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
     // egress_ifindex. The kernel wants data_end = frame length and no metadata.
-    let md: Vec<u8> = [0, frame.len() as u32, 0, ifindex, 0, 0].iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let md: Vec<u8> = [0, frame.len() as u32, 0, ifindex, 0, 0]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
     let r = prog
         .test_run(TestRunOptions {
             data_in: Some(frame),
@@ -266,7 +316,9 @@ impl Bench<'_> {
         let director = prog == PROGRAM;
         let before = self.l.answered()?;
         let xdp = self.l.xdp(prog)?;
-        let ns = spread(self.runs, || method.time(xdp, frame, self.n, self.ifindex, want))?;
+        let ns = spread(self.runs, || {
+            method.time(xdp, frame, self.n, self.ifindex, want)
+        })?;
         let frames = method.frames(self.n);
         let counted = (self.l.answered()? - before) as f64;
         Ok(Row {
@@ -297,7 +349,9 @@ pub fn run(opts: Options) -> Result<Table> {
     // In a thread of its own: it enters the edge namespace (live frames look the ingress
     // ifindex up in the caller's namespace) and sits on the server CPU; the rest of the
     // bench stays where it was.
-    std::thread::spawn(move || measure(&opts)).join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    std::thread::spawn(move || measure(&opts))
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 fn measure(o: &Options) -> Result<Table> {
@@ -307,24 +361,61 @@ fn measure(o: &Options) -> Result<Table> {
     let mut l = Loaded::new()?;
     l.configure()?;
     let f = frames();
-    for (frame, want) in
-        [(&f.a4, XDP_TX), (&f.aaaa6, XDP_TX), (&f.ecs4, XDP_TX), (&f.unowned4, XDP_PASS), (&f.tcp4, XDP_PASS)]
-    {
+    for (frame, want) in [
+        (&f.a4, XDP_TX),
+        (&f.aaaa6, XDP_TX),
+        (&f.ecs4, XDP_TX),
+        (&f.unowned4, XDP_PASS),
+        (&f.tcp4, XDP_PASS),
+    ] {
         check(l.xdp(PROGRAM)?, frame, want)?;
     }
-    let b = Bench { l: &l, n: o.packets, runs: o.runs, ifindex };
+    let b = Bench {
+        l: &l,
+        n: o.packets,
+        runs: o.runs,
+        ifindex,
+    };
     let mut rows = Vec::new();
     const PASS: &str = "director_pass";
 
     eprintln!("section 1: repeat");
-    let floor = b.row("empty program (director_pass)", PASS, Method::Repeat, &f.a4, XDP_PASS, None)?;
+    let floor = b.row(
+        "empty program (director_pass)",
+        PASS,
+        Method::Repeat,
+        &f.a4,
+        XDP_PASS,
+        None,
+    )?;
     let fl = Some(floor.ns.median);
     rows.push(floor);
-    rows.push(b.row("A, name not owned, IPv4", PROGRAM, Method::Repeat, &f.unowned4, XDP_PASS, fl)?);
-    rows.push(b.row("TCP to port 53, IPv4", PROGRAM, Method::Repeat, &f.tcp4, XDP_PASS, fl)?);
+    rows.push(b.row(
+        "A, name not owned, IPv4",
+        PROGRAM,
+        Method::Repeat,
+        &f.unowned4,
+        XDP_PASS,
+        fl,
+    )?);
+    rows.push(b.row(
+        "TCP to port 53, IPv4",
+        PROGRAM,
+        Method::Repeat,
+        &f.tcp4,
+        XDP_PASS,
+        fl,
+    )?);
 
     eprintln!("section 1: repeat = 1 over {} calls", o.packets);
-    let floor = b.row("empty program (director_pass)", PASS, Method::Calls, &f.a4, XDP_PASS, None)?;
+    let floor = b.row(
+        "empty program (director_pass)",
+        PASS,
+        Method::Calls,
+        &f.a4,
+        XDP_PASS,
+        None,
+    )?;
     let fl = Some(floor.ns.median);
     rows.push(floor);
     for (packet, frame) in answer_frames(&f) {
@@ -333,7 +424,10 @@ fn measure(o: &Options) -> Result<Table> {
 
     eprintln!("section 1: live frames");
     let stat = |name| sys::ethtool_stat(&o.edge_ns, &o.edge_if, name);
-    let (xmit0, err0) = (stat("tx_queue_0_xdp_xmit")?, stat("tx_queue_0_xdp_xmit_errors")?);
+    let (xmit0, err0) = (
+        stat("tx_queue_0_xdp_xmit")?,
+        stat("tx_queue_0_xdp_xmit_errors")?,
+    );
     for method in [Method::LiveOneCall, Method::LiveBatches] {
         for (packet, frame) in answer_frames(&f) {
             rows.push(b.row(packet, PROGRAM, method, frame, XDP_TX, None)?);
@@ -350,7 +444,11 @@ fn measure(o: &Options) -> Result<Table> {
 }
 
 fn answer_frames(f: &Frames) -> [(&'static str, &Vec<u8>); 3] {
-    [("A, IPv4", &f.a4), ("AAAA, IPv6", &f.aaaa6), ("A with ECS /24, IPv4", &f.ecs4)]
+    [
+        ("A, IPv4", &f.a4),
+        ("AAAA, IPv6", &f.aaaa6),
+        ("A with ECS /24, IPv4", &f.ecs4),
+    ]
 }
 
 fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Table {

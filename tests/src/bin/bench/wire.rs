@@ -113,10 +113,18 @@ fn watch_load(napi: u32, tids: Vec<u32>, seconds: u32) -> std::thread::JoinHandl
         }
         std::thread::sleep(Duration::from_millis(200));
         let length = Duration::from_millis((seconds as u64 * 1000).saturating_sub(600).max(200));
-        let (cpu0, idle0, t0) = (sys::cpu_ns(&tids), sys::cpu_idle_ns(SERVER_CPU).ok()?, Instant::now());
+        let (cpu0, idle0, t0) = (
+            sys::cpu_ns(&tids),
+            sys::cpu_idle_ns(SERVER_CPU).ok()?,
+            Instant::now(),
+        );
         std::thread::sleep(length);
         let (cpu1, idle1) = (sys::cpu_ns(&tids), sys::cpu_idle_ns(SERVER_CPU).ok()?);
-        Some(Window { server_ns: cpu1 - cpu0, idle_ns: idle1 - idle0, wall_ns: t0.elapsed().as_nanos() as u64 })
+        Some(Window {
+            server_ns: cpu1 - cpu0,
+            idle_ns: idle1 - idle0,
+            wall_ns: t0.elapsed().as_nanos() as u64,
+        })
     })
 }
 
@@ -169,11 +177,15 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
     sys::pin_to_cpu(client_napi, GEN_CPU)?;
     sys::set_fifo(client_napi, 50)?;
 
-    let (edge_mac, client_mac) = (sys::mac_of(&edge_ns, &edge_if)?, sys::mac_of(&client_ns, &client_if)?);
+    let (edge_mac, client_mac) = (
+        sys::mac_of(&edge_ns, &edge_if)?,
+        sys::mac_of(&client_ns, &client_if)?,
+    );
     // Static neighbours: no ARP exchange competes with (or is eaten by) the load.
-    for (ns, ifname, addr, mac) in
-        [(&edge_ns, &edge_if, CLIENT_V4, &client_mac), (&client_ns, &client_if, EDGE_V4, &edge_mac)]
-    {
+    for (ns, ifname, addr, mac) in [
+        (&edge_ns, &edge_if, CLIENT_V4, &client_mac),
+        (&client_ns, &client_if, EDGE_V4, &edge_mac),
+    ] {
         sys::run_ok(Command::new("ip").args([
             "-n",
             ns,
@@ -190,7 +202,10 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
     }
 
     let records = format!("www A {FRA_V4}\nwww AAAA {FRA_V6}\n");
-    lab.start_knot(&[Zone { origin: "example.com.", records: &records }]);
+    lab.start_knot(&[Zone {
+        origin: "example.com.",
+        records: &records,
+    }]);
     let knotd = match sys::processes_in_netns(&edge_ns, "knotd")?.as_slice() {
         [pid] => *pid,
         other => bail!("expected one knotd in {edge_ns}, found {other:?}"),
@@ -199,7 +214,16 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
     let dir = TempDir::new(&format!("{}-bench", lab.id))?;
     let query_file = dir.0.join("queries.txt");
     std::fs::write(&query_file, format!("{NAME} A\n"))?;
-    Ok(Wire { lab, dir, query_file, edge_mac, client_mac, edge_napi, knotd, client_pass: true.into() })
+    Ok(Wire {
+        lab,
+        dir,
+        query_file,
+        edge_mac,
+        client_mac,
+        edge_napi,
+        knotd,
+        client_pass: true.into(),
+    })
 }
 
 impl Wire<'_> {
@@ -209,8 +233,15 @@ impl Wire<'_> {
         if self.client_pass.get() == on {
             return Ok(());
         }
-        let mut cmd = sys::nsenter(&self.lab.client_ns, ctl_binary().to_str().context("ctl path")?);
-        cmd.arg("--pin-dir").arg(&self.lab.pin_dir).args(["veth-peer", "--iface", &self.lab.client_if]);
+        let mut cmd = sys::nsenter(
+            &self.lab.client_ns,
+            ctl_binary().to_str().context("ctl path")?,
+        );
+        cmd.arg("--pin-dir").arg(&self.lab.pin_dir).args([
+            "veth-peer",
+            "--iface",
+            &self.lab.client_if,
+        ]);
         if !on {
             cmd.arg("--detach");
         }
@@ -270,20 +301,54 @@ impl Wire<'_> {
         let cpu_ns = sys::cpu_ns(&tids) - cpu0;
         let napi_ns = sys::cpu_ns(&[self.edge_napi]) - napi0;
         let director_answered = self.answered() - answered0;
-        let window = watch.join().ok().flatten().context("the load never showed on the edge NAPI thread")?;
-        Ok(Sample { sent, replies, seconds: secs, cpu_ns, napi_ns, director_answered, window })
+        let window = watch
+            .join()
+            .ok()
+            .flatten()
+            .context("the load never showed on the edge NAPI thread")?;
+        Ok(Sample {
+            sent,
+            replies,
+            seconds: secs,
+            cpu_ns,
+            napi_ns,
+            director_answered,
+            window,
+        })
     }
 
     /// kxdpgun at its maximum rate from CPU 0: (queries sent, replies received, seconds).
     fn kxdpgun(&self, seconds: u32) -> Result<(u64, u64, f64)> {
         let lab = &self.lab;
         let mut cmd = sys::netns_exec(&lab.client_ns, "taskset");
-        cmd.args(["-c", &GEN_CPU.to_string(), "kxdpgun", "-t", &seconds.to_string(), "-Q", KXDPGUN_QPS, "-b", "32"])
-            .arg("-i")
-            .arg(&self.query_file)
-            .args(["-I", &lab.client_if, "-F", &GEN_CPU.to_string(), "-l", CLIENT_V4])
-            .args(["-L", &self.client_mac, "-R", &self.edge_mac, EDGE_V4]);
-        let done = sys::run_bounded(cmd, &self.dir.0, "kxdpgun", Duration::from_secs(seconds as u64 + 20));
+        cmd.args([
+            "-c",
+            &GEN_CPU.to_string(),
+            "kxdpgun",
+            "-t",
+            &seconds.to_string(),
+            "-Q",
+            KXDPGUN_QPS,
+            "-b",
+            "32",
+        ])
+        .arg("-i")
+        .arg(&self.query_file)
+        .args([
+            "-I",
+            &lab.client_if,
+            "-F",
+            &GEN_CPU.to_string(),
+            "-l",
+            CLIENT_V4,
+        ])
+        .args(["-L", &self.client_mac, "-R", &self.edge_mac, EDGE_V4]);
+        let done = sys::run_bounded(
+            cmd,
+            &self.dir.0,
+            "kxdpgun",
+            Duration::from_secs(seconds as u64 + 20),
+        );
         // kxdpgun leaves its XDP program attached when it exits.
         let off = sys::run_ok(Command::new("ip").args([
             "-n",
@@ -297,40 +362,80 @@ impl Wire<'_> {
         ]));
         let done = done?;
         off?;
-        ensure!(done.success, "kxdpgun: {}\n{}{}", done.status, done.stdout, done.stderr);
+        ensure!(
+            done.success,
+            "kxdpgun: {}\n{}{}",
+            done.status,
+            done.stdout,
+            done.stderr
+        );
         // "total queries:     1058087 (352695 pps)", "total replies:     1035239 (345079 pps) (97%)"
         let total = |what: &str| -> Result<u64> {
             done.stdout
                 .lines()
-                .find_map(|l| l.strip_prefix(what)?.split_whitespace().next()?.parse().ok())
+                .find_map(|l| {
+                    l.strip_prefix(what)?
+                        .split_whitespace()
+                        .next()?
+                        .parse()
+                        .ok()
+                })
                 .with_context(|| format!("no {what:?} line in kxdpgun's output:\n{}", done.stdout))
         };
-        Ok((total("total queries:")?, total("total replies:")?, seconds as f64))
+        Ok((
+            total("total queries:")?,
+            total("total replies:")?,
+            seconds as f64,
+        ))
     }
 
     /// dnsperf (the fallback): (queries sent, queries completed, run time).
     fn dnsperf(&self, seconds: u32) -> Result<(u64, u64, f64)> {
         let mut cmd = sys::netns_exec(&self.lab.client_ns, "taskset");
-        cmd.args(["-c", &GEN_CPU.to_string(), "dnsperf", "-s", EDGE_V4, "-d"]).arg(&self.query_file).args([
-            "-l",
-            &seconds.to_string(),
-            "-c",
-            "8",
-            "-T",
-            "1",
-            "-q",
-            "100",
-        ]);
-        let done = sys::run_bounded(cmd, &self.dir.0, "dnsperf", Duration::from_secs(seconds as u64 + 20))?;
-        ensure!(done.success, "dnsperf: {}\n{}{}", done.status, done.stdout, done.stderr);
+        cmd.args(["-c", &GEN_CPU.to_string(), "dnsperf", "-s", EDGE_V4, "-d"])
+            .arg(&self.query_file)
+            .args([
+                "-l",
+                &seconds.to_string(),
+                "-c",
+                "8",
+                "-T",
+                "1",
+                "-q",
+                "100",
+            ]);
+        let done = sys::run_bounded(
+            cmd,
+            &self.dir.0,
+            "dnsperf",
+            Duration::from_secs(seconds as u64 + 20),
+        )?;
+        ensure!(
+            done.success,
+            "dnsperf: {}\n{}{}",
+            done.status,
+            done.stdout,
+            done.stderr
+        );
         // "  Queries sent:         1503912", "  Queries completed:    1503812 (99.99%)", "  Run time (s):         5.000116"
         let field = |what: &str| -> Result<f64> {
             done.stdout
                 .lines()
-                .find_map(|l| l.trim().strip_prefix(what)?.split_whitespace().next()?.parse().ok())
+                .find_map(|l| {
+                    l.trim()
+                        .strip_prefix(what)?
+                        .split_whitespace()
+                        .next()?
+                        .parse()
+                        .ok()
+                })
                 .with_context(|| format!("no {what:?} line in dnsperf's output:\n{}", done.stdout))
         };
-        Ok((field("Queries sent:")? as u64, field("Queries completed:")? as u64, field("Run time (s):")?))
+        Ok((
+            field("Queries sent:")? as u64,
+            field("Queries completed:")? as u64,
+            field("Run time (s):")?,
+        ))
     }
 
     /// `runs` samples of one server; the generator is tried and, in auto mode, kxdpgun's
@@ -354,15 +459,26 @@ impl Wire<'_> {
         while samples.len() < runs {
             // Only kxdpgun's own XDP program may be on the client end while it runs.
             self.client_pass(*gen == Generator::Dnsperf)?;
-            eprintln!("section 2: {} run {} of {runs} ({gen:?}, {seconds} s)", server.name(), samples.len() + 1);
+            eprintln!(
+                "section 2: {} run {} of {runs} ({gen:?}, {seconds} s)",
+                server.name(),
+                samples.len() + 1
+            );
             match self.sample(server, *gen, seconds) {
                 Ok(s) if s.replies > 0 => samples.push(s),
                 r => {
                     let why = r.map_or_else(|e| format!("{e:#}"), |_| "no replies".into());
-                    if !(auto && *gen == Generator::Kxdpgun && samples.is_empty() && server == Server::Director) {
+                    if !(auto
+                        && *gen == Generator::Kxdpgun
+                        && samples.is_empty()
+                        && server == Server::Director)
+                    {
                         bail!("{:?} against {}: {why}", gen, server.name());
                     }
-                    let _ = writeln!(log, "kxdpgun could not be used ({why}); fell back to dnsperf.");
+                    let _ = writeln!(
+                        log,
+                        "kxdpgun could not be used ({why}); fell back to dnsperf."
+                    );
                     *gen = Generator::Dnsperf;
                 }
             }
@@ -386,7 +502,9 @@ impl Wire<'_> {
 pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &str) -> Table {
     let how = match gen {
         Generator::Kxdpgun => format!("kxdpgun -Q {KXDPGUN_QPS} -b 32 (AF_XDP, as fast as it can)"),
-        Generator::Dnsperf => "dnsperf -c 8 -T 1 -q 100 (FALLBACK: kxdpgun could not be used)".into(),
+        Generator::Dnsperf => {
+            "dnsperf -c 8 -T 1 -q 100 (FALLBACK: kxdpgun could not be used)".into()
+        }
     };
     let mut t = Table::new(
         format!(
@@ -449,28 +567,52 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
 
 /// Section 3: which of the figures above measure the generator rather than the server.
 pub fn limits(points: &[Point], gen: Generator) -> Table {
-    let mut t = Table::new("3. What limits these numbers", &["figure", "limited by", "why"]);
+    let mut t = Table::new(
+        "3. What limits these numbers",
+        &["figure", "limited by", "why"],
+    );
     for p in points {
         let (server, other) = (100.0 * p.busy.median, 100.0 * p.other.median);
         let lost = 100.0 - p.replied.median;
         let cpu = format!("CPU 1: {server:.0}% server, {other:.0}% other processes; {lost:.0}% of queries unanswered");
         let (by, why) = if server + other >= 85.0 && other >= 15.0 {
-            ("server CPU, shared", format!("{cpu}: other processes took part of the server's CPU"))
+            (
+                "server CPU, shared",
+                format!("{cpu}: other processes took part of the server's CPU"),
+            )
         } else if server + other >= 85.0 {
             ("server", format!("{cpu}: the server side is saturated"))
         } else if lost >= 5.0 {
-            ("server", format!("{cpu}: a queue overflowed before the CPU was full"))
+            (
+                "server",
+                format!("{cpu}: a queue overflowed before the CPU was full"),
+            )
         } else {
-            ("generator", format!("{cpu}: room left while the generator sent {} q/s", thousands(p.sent.median as u64)))
+            (
+                "generator",
+                format!(
+                    "{cpu}: room left while the generator sent {} q/s",
+                    thousands(p.sent.median as u64)
+                ),
+            )
         };
-        t.row(vec![format!("{} answers/s", p.server.name()), by.into(), why]);
+        t.row(vec![
+            format!("{} answers/s", p.server.name()),
+            by.into(),
+            why,
+        ]);
         t.row(vec![
             format!("{} CPU us/answer", p.server.name()),
             "server".into(),
-            "its own CPU time per answer: ranks servers even when the generator is the bottleneck".into(),
+            "its own CPU time per answer: ranks servers even when the generator is the bottleneck"
+                .into(),
         ]);
     }
-    t.row(vec!["section 1".into(), "program".into(), "no network: the program (and test harness) alone".into()]);
+    t.row(vec![
+        "section 1".into(),
+        "program".into(),
+        "no network: the program (and test harness) alone".into(),
+    ]);
     match gen {
         Generator::Kxdpgun => t.note(
             "benchmarking.md: with 2 cores kxdpgun runs out of CPU first (about 0.9-1.2 M q/s alone on a core); \
