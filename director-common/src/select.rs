@@ -4,11 +4,18 @@
 
 use crate::maps::{Decision, MAX_CANDIDATES};
 
-/// How a service picks among its equally good servers.
+/// How a service picks among its equally good servers. Its names (`name`, `FromStr`, serde)
+/// are the ones the CLI, the config and `--json` output use.
 #[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "user",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum Mode {
     /// Weighted random (DistributedDirector's "portion").
+    #[default]
     Random = 0,
     /// Hash of the client address: a client keeps its server.
     Client = 1,
@@ -17,6 +24,8 @@ pub enum Mode {
 }
 
 impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Random, Mode::Client, Mode::Name];
+
     pub fn from_u8(v: u8) -> Mode {
         match v {
             1 => Mode::Client,
@@ -24,12 +33,35 @@ impl Mode {
             _ => Mode::Random,
         }
     }
-    pub fn name(self) -> &'static str {
+
+    pub const fn name(self) -> &'static str {
         match self {
             Mode::Random => "random",
             Mode::Client => "client",
             Mode::Name => "name",
         }
+    }
+}
+
+#[cfg(feature = "user")]
+impl core::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mode, String> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+                format!("select {s:?} is not one of {}", names.join(", "))
+            })
+    }
+}
+
+#[cfg(feature = "user")]
+impl core::fmt::Display for Mode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

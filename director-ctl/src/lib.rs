@@ -1,18 +1,17 @@
 //! director-ctl: attaches the XDP program and manages what it answers.
 //!
-//! `input` turns operator text (prefixes, server lists, names) into checked values;
-//! `control` applies whole operations (validate everything, then write); `kernel` is the
-//! only code that talks to the kernel.
+//! Layers, each depending only on those after it (see ARCHITECTURE.md):
+//! [`cli`] (arguments, operator text, printing) → [`ops`] (whole operator operations) and
+//! [`controller`] (config, inputs, engine, compile) → [`kernel`] (the only code that talks
+//! to the kernel). [`api`] holds the `--json` documents and [`checked`] the values every
+//! layer checks the same way.
 
-pub mod control;
-pub mod input;
+pub mod api;
+pub mod checked;
+pub mod cli;
+pub mod controller;
 pub mod kernel;
+pub mod ops;
 
 /// The XDP object, built by build.rs from director-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("DIRECTOR_EBPF_OBJ"));
-pub mod compile;
-pub mod config;
-pub mod controller;
-pub mod engine;
-pub mod inputs;
-pub mod model;

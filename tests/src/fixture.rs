@@ -14,8 +14,8 @@ use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use director_common::counters::Reason;
 use director_common::maps::PROGRAM;
-use director_ctl::control;
 use director_ctl::kernel::{program, Maps};
+use director_ctl::{checked, cli, ops};
 
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
@@ -72,7 +72,7 @@ impl Fixture {
         &self.dir.0
     }
 
-    /// The pinned maps, for `director_ctl::control` operations.
+    /// The pinned maps, for `director_ctl::ops` operations.
     pub fn maps(&mut self) -> &mut Maps {
         &mut self.maps
     }
@@ -113,15 +113,19 @@ impl Fixture {
     }
 
     /// Every verdict counter by its `stats` name, as the CLI reports them.
-    pub fn counters(&self) -> BTreeMap<&'static str, u64> {
-        control::stats(&self.maps)
+    pub fn counters(&self) -> BTreeMap<String, u64> {
+        ops::stats(&self.maps)
             .expect("reading the counters")
             .counters
-            .into_iter()
-            .collect()
     }
 
     pub fn counter(&self, reason: Reason) -> u64 {
         self.counters()[reason.name()]
     }
+}
+
+/// `route set` as the CLI takes it: the prefix and the servers as operator text.
+pub fn route_set(m: &mut Maps, service: &str, prefix: &str, servers: &str) -> Result<()> {
+    let servers = cli::text::server_list(servers)?;
+    ops::route_set(m, service, checked::prefix(prefix)?, &servers)
 }

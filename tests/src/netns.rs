@@ -497,9 +497,8 @@ impl Drop for Lab {
     }
 }
 
-/// director's counters, parsed from `stats --json`:
-/// `{"counters": [["answered", 3], ...], "services": [["www.example.com", 3], ...]}`.
-/// (The test crate has no JSON dependency; these pairs are all it needs.)
+/// director's counters from `stats --json` (parsed into `director_ctl::api::Stats`), with
+/// the look-ups the tests make.
 #[derive(Debug, Clone)]
 pub struct Stats {
     pub counters: Vec<(String, u64)>,
@@ -508,25 +507,11 @@ pub struct Stats {
 
 impl Stats {
     pub fn parse(json: &str) -> Stats {
-        // Names hold no whitespace, so dropping it leaves `["name",N]` pairs to scan for.
-        let compact: String = json.chars().filter(|c| !c.is_whitespace()).collect();
-        let section = |key: &str| -> Vec<(String, u64)> {
-            let start = compact
-                .find(&format!("\"{key}\":["))
-                .unwrap_or_else(|| panic!("no {key:?} in stats --json output: {json}"));
-            let mut rest = &compact[start + key.len() + 4..];
-            let mut out = Vec::new();
-            while let Some(pair) = rest.strip_prefix("[\"") {
-                let (name, tail) = pair.split_once("\",").expect("a [name, count] pair");
-                let (num, tail) = tail.split_once(']').expect("a closing bracket");
-                out.push((name.to_string(), num.parse().expect("a count")));
-                rest = tail.strip_prefix(',').unwrap_or(tail);
-            }
-            out
-        };
+        let s: director_ctl::api::Stats = serde_json::from_str(json)
+            .unwrap_or_else(|e| panic!("stats --json is not a Stats document ({e}): {json}"));
         Stats {
-            counters: section("counters"),
-            services: section("services"),
+            counters: s.counters.into_iter().collect(),
+            services: s.services.into_iter().collect(),
         }
     }
 

@@ -25,12 +25,14 @@ use std::{
     time::{Duration, Instant},
 };
 
+use director_ctl::api;
 use director_tests::netns::{
     ctl_binary, describe, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
 };
 use director_tests::packets::{query, wire};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
+use serde::de::DeserializeOwned;
 
 const WWW: &str = "www.example.com";
 
@@ -76,203 +78,6 @@ fn replace_file(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp-write");
     fs::write(&tmp, text).unwrap_or_else(|e| panic!("writing {}: {e}", tmp.display()));
     fs::rename(&tmp, path).unwrap_or_else(|e| panic!("renaming onto {}: {e}", path.display()));
-}
-
-// ---------------------------------------------------------------------------------------
-// A small JSON reader (the test crate has no JSON dependency)
-
-#[derive(Debug, Clone, PartialEq)]
-enum Json {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<Json>),
-    Obj(Vec<(String, Json)>),
-}
-
-impl Json {
-    fn parse(text: &str) -> Json {
-        let b = text.as_bytes();
-        let mut at = 0;
-        let v = Json::value(b, &mut at)
-            .unwrap_or_else(|e| panic!("bad JSON at byte {at}: {e}\n{text}"));
-        Json::ws(b, &mut at);
-        assert_eq!(at, b.len(), "trailing bytes after JSON:\n{text}");
-        v
-    }
-
-    fn ws(b: &[u8], at: &mut usize) {
-        while *at < b.len() && b[*at].is_ascii_whitespace() {
-            *at += 1;
-        }
-    }
-
-    fn value(b: &[u8], at: &mut usize) -> Result<Json, String> {
-        Json::ws(b, at);
-        let c = *b.get(*at).ok_or("unexpected end")?;
-        match c {
-            b'{' => {
-                *at += 1;
-                let mut fields = Vec::new();
-                Json::ws(b, at);
-                if b.get(*at) == Some(&b'}') {
-                    *at += 1;
-                    return Ok(Json::Obj(fields));
-                }
-                loop {
-                    Json::ws(b, at);
-                    let Json::Str(k) = Json::value(b, at)? else {
-                        return Err("object key is not a string".into());
-                    };
-                    Json::ws(b, at);
-                    if b.get(*at) != Some(&b':') {
-                        return Err("expected ':'".into());
-                    }
-                    *at += 1;
-                    fields.push((k, Json::value(b, at)?));
-                    Json::ws(b, at);
-                    match b.get(*at) {
-                        Some(b',') => *at += 1,
-                        Some(b'}') => {
-                            *at += 1;
-                            return Ok(Json::Obj(fields));
-                        }
-                        _ => return Err("expected ',' or '}'".into()),
-                    }
-                }
-            }
-            b'[' => {
-                *at += 1;
-                let mut items = Vec::new();
-                Json::ws(b, at);
-                if b.get(*at) == Some(&b']') {
-                    *at += 1;
-                    return Ok(Json::Arr(items));
-                }
-                loop {
-                    items.push(Json::value(b, at)?);
-                    Json::ws(b, at);
-                    match b.get(*at) {
-                        Some(b',') => *at += 1,
-                        Some(b']') => {
-                            *at += 1;
-                            return Ok(Json::Arr(items));
-                        }
-                        _ => return Err("expected ',' or ']'".into()),
-                    }
-                }
-            }
-            b'"' => {
-                *at += 1;
-                let mut s = String::new();
-                loop {
-                    let c = *b.get(*at).ok_or("unterminated string")?;
-                    *at += 1;
-                    match c {
-                        b'"' => return Ok(Json::Str(s)),
-                        b'\\' => {
-                            let e = *b.get(*at).ok_or("unterminated escape")?;
-                            *at += 1;
-                            match e {
-                                b'n' => s.push('\n'),
-                                b't' => s.push('\t'),
-                                b'r' => s.push('\r'),
-                                b'b' => s.push('\u{8}'),
-                                b'f' => s.push('\u{c}'),
-                                b'u' => {
-                                    let hex = std::str::from_utf8(
-                                        b.get(*at..*at + 4).ok_or("short \\u")?,
-                                    )
-                                    .map_err(|e| e.to_string())?;
-                                    let code =
-                                        u32::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
-                                    s.push(char::from_u32(code).unwrap_or('\u{fffd}'));
-                                    *at += 4;
-                                }
-                                other => s.push(other as char),
-                            }
-                        }
-                        _ => {
-                            // Copy a whole UTF-8 sequence.
-                            let start = *at - 1;
-                            let mut end = *at;
-                            while end < b.len() && (b[end] & 0xc0) == 0x80 {
-                                end += 1;
-                            }
-                            s.push_str(
-                                std::str::from_utf8(&b[start..end]).map_err(|e| e.to_string())?,
-                            );
-                            *at = end;
-                        }
-                    }
-                }
-            }
-            b't' if b[*at..].starts_with(b"true") => {
-                *at += 4;
-                Ok(Json::Bool(true))
-            }
-            b'f' if b[*at..].starts_with(b"false") => {
-                *at += 5;
-                Ok(Json::Bool(false))
-            }
-            b'n' if b[*at..].starts_with(b"null") => {
-                *at += 4;
-                Ok(Json::Null)
-            }
-            _ => {
-                let start = *at;
-                while *at < b.len()
-                    && matches!(b[*at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-                {
-                    *at += 1;
-                }
-                let t = std::str::from_utf8(&b[start..*at]).map_err(|e| e.to_string())?;
-                t.parse::<f64>()
-                    .map(Json::Num)
-                    .map_err(|_| format!("bad value {:?}", t))
-            }
-        }
-    }
-
-    fn get(&self, key: &str) -> &Json {
-        match self {
-            Json::Obj(f) => f
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v)
-                .unwrap_or_else(|| panic!("no key {key:?} in {self:?}")),
-            _ => panic!("not an object (looking for {key:?}): {self:?}"),
-        }
-    }
-
-    fn arr(&self) -> &[Json] {
-        match self {
-            Json::Arr(a) => a,
-            _ => panic!("not an array: {self:?}"),
-        }
-    }
-
-    fn num(&self) -> f64 {
-        match self {
-            Json::Num(n) => *n,
-            _ => panic!("not a number: {self:?}"),
-        }
-    }
-
-    fn str(&self) -> &str {
-        match self {
-            Json::Str(s) => s,
-            _ => panic!("not a string: {self:?}"),
-        }
-    }
-
-    fn opt_str(&self) -> Option<&str> {
-        match self {
-            Json::Null => None,
-            _ => Some(self.str()),
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -512,19 +317,23 @@ fn ctl(args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("running director-ctl {args:?}: {e}"))
 }
 
-fn ctl_json(args: &[&str]) -> Json {
+/// A command's `--json` document, parsed into the type director-ctl prints it from.
+fn ctl_json<T: DeserializeOwned>(args: &[&str]) -> T {
     let out = ctl(args);
     assert!(
         out.status.success(),
         "director-ctl {args:?} failed: {}",
         describe(&out)
     );
-    Json::parse(&String::from_utf8_lossy(&out.stdout))
+    let text = String::from_utf8_lossy(&out.stdout);
+    let doc: T = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("director-ctl {args:?} printed no such document ({e}): {text}"));
+    doc
 }
 
 fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
     let cfg = config.display().to_string();
-    let j = ctl_json(&[
+    let j: api::Explain = ctl_json(&[
         "explain",
         "--config",
         &cfg,
@@ -534,30 +343,32 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
         c.addr,
         "--json",
     ]);
+    assert_eq!(j.version, api::VERSION);
     let client: IpAddr = c.addr.parse().unwrap();
-    let servers = j.get("servers").arr();
+    assert_eq!(j.client, client);
+    let servers = &j.servers;
     assert_eq!(
         servers.len(),
         sites.len(),
         "{}: one row per server: {j:?}",
         c.addr
     );
-    // "193.0.0.0/21 (52.38,4.90)": the same location for every server.
+    // The same location for every server.
     let loc = servers[0]
-        .get("location_prefix")
-        .opt_str()
-        .unwrap_or_else(|| panic!("{}: GeoLite2 has no location for it: {j:?}", c.addr))
-        .to_string();
-    let (prefix, point) = loc
-        .split_once(" (")
-        .unwrap_or_else(|| panic!("location {loc:?}"));
-    let (lat, lon) = point
-        .trim_end_matches(')')
-        .split_once(',')
-        .unwrap_or_else(|| panic!("location {loc:?}"));
-    let location = (lat.parse::<f64>().unwrap(), lon.parse::<f64>().unwrap());
+        .location
+        .clone()
+        .unwrap_or_else(|| panic!("{}: GeoLite2 has no location for it: {j:?}", c.addr));
     assert!(
-        contains(prefix, client),
+        servers.iter().all(|s| s.location.as_ref() == Some(&loc)),
+        "{j:?}"
+    );
+    let prefix = loc.prefix;
+    let location = match (loc.lat, loc.lon) {
+        (Some(lat), Some(lon)) => (lat, lon),
+        _ => panic!("{}: located by a node, not a point: {loc:?}", c.addr),
+    };
+    assert!(
+        prefix.contains(&client),
         "{}: location prefix {prefix} does not contain the client",
         c.addr
     );
@@ -569,14 +380,13 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
     );
     let bgp_prefix = servers
         .iter()
-        .find(|s| s.get("site").str() == BGP_SITE)
-        .and_then(|s| s.get("bgp_prefix").opt_str().map(str::to_string));
+        .find(|s| s.site == BGP_SITE)
+        .and_then(|s| s.bgp_prefix.map(|p| p.to_string()));
     let distances: Vec<f64> = sites.iter().map(|s| km(s.at, location)).collect();
     let mut order: Vec<usize> = (0..sites.len()).collect();
     order.sort_by(|a, b| distances[*a].total_cmp(&distances[*b]));
     let nearest = order[0];
-    // The location is printed to 0.01 degree (about 1 km): the test's choice must not
-    // depend on that rounding.
+    // The test's choice must not depend on small differences in how distance is computed.
     assert!(
         distances[order[1]] - distances[nearest] > 50.0,
         "{}: the two nearest sites are too close to tell apart: {distances:?}",
@@ -584,13 +394,11 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
     );
     // explain's geo metric for each server agrees with the test's own distance.
     for (row, (s, d)) in servers.iter().zip(sites.iter().zip(&distances)) {
-        assert_eq!(row.get("server").str(), s.server);
-        let m = row.get("metrics").str();
-        let geo: f64 = m
-            .split_once("geo: Some(")
-            .and_then(|(_, r)| r.split_once(')'))
-            .and_then(|(g, _)| g.parse().ok())
-            .unwrap_or_else(|| panic!("{}: no geo metric in {m:?}", c.addr));
+        assert_eq!(row.server, s.server);
+        let geo = row
+            .metrics
+            .geo
+            .unwrap_or_else(|| panic!("{}: no geo metric in {row:?}", c.addr));
         assert!(
             (geo - d).abs() < 3.0,
             "{}: explain's geo for {} is {geo} km, the test computes {d:.1} km",
@@ -598,19 +406,9 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
             s.server
         );
     }
-    let tiers = j.get("sort").get("tiers").arr();
+    let tiers = &j.sort.tiers;
     assert!(!tiers.is_empty(), "{}: no tiers in {j:?}", c.addr);
-    let winner = tiers[0]
-        .get("chosen")
-        .arr()
-        .iter()
-        .map(|ch| {
-            servers[ch.get("index").num() as usize]
-                .get("server")
-                .str()
-                .to_string()
-        })
-        .collect();
+    let winner = tiers[0].chosen.iter().map(|ch| ch.server.clone()).collect();
     Expect {
         client,
         location_prefix: prefix.to_string(),
@@ -657,14 +455,13 @@ fn check_and_explain_on_real_data() {
     let cfg = config.display().to_string();
 
     let t = Instant::now();
-    let j = ctl_json(&["check", "--config", &cfg, "--json"]);
+    let j: api::Check = ctl_json(&["check", "--config", &cfg, "--json"]);
     let check_s = t.elapsed().as_secs_f64();
-    let prefixes = j.get("prefixes").num() as u64;
-    let entries = j.get("entries").num() as u64;
-    let saved = j.get("saved").num() as u64;
+    assert_eq!(j.version, api::VERSION);
+    let (prefixes, entries, saved) = (j.prefixes, j.entries, j.saved);
     eprintln!("check: {prefixes} prefixes, {entries} entries, {saved} saved, in {check_s:.1} s");
-    assert_eq!(j.get("sites").num() as usize, sites.len());
-    assert_eq!(j.get("servers").num() as usize, sites.len());
+    assert_eq!(j.sites, sites.len());
+    assert_eq!(j.servers, sites.len());
     assert!(
         prefixes > 3_000_000,
         "only {prefixes} client prefixes from GeoLite2 City + the RIB: {j:?}"
@@ -674,28 +471,27 @@ fn check_and_explain_on_real_data() {
         "{entries} entries for {prefixes} prefixes: nothing compressed"
     );
     assert!(saved > 0, "nothing saved by compression");
-    let tables = j.get("tables").arr();
+    let tables = &j.tables;
     assert_eq!(tables.len(), 1);
-    assert_eq!(tables[0].get("service").str(), WWW);
-    assert_eq!(tables[0].get("entries").num() as u64, entries);
+    assert_eq!(tables[0].service, WWW);
+    assert_eq!(tables[0].entries, entries);
     assert_eq!(
         entries + saved,
         prefixes,
         "every prefix is either an entry or saved"
     );
-    let inputs = j.get("inputs");
+    let inputs = &j.inputs;
     assert!(
-        inputs.get("geo_networks").num() > 3_000_000.0,
+        inputs.geo_networks > 3_000_000,
         "GeoLite2 City has 3.48 M networks: {inputs:?}"
     );
-    let bgp = inputs.get("bgp_routes").arr();
+    let bgp = &inputs.bgp_routes;
     for s in &sites {
         let n = bgp
             .iter()
-            .find(|e| e.arr()[0].str() == s.name)
+            .find(|e| e.site == s.name)
             .unwrap_or_else(|| panic!("no bgp_routes entry for site {}: {bgp:?}", s.name))
-            .arr()[1]
-            .num() as u64;
+            .routes;
         if s.name == BGP_SITE {
             assert!(
                 n > 0,
@@ -712,7 +508,7 @@ fn check_and_explain_on_real_data() {
             assert_eq!(n, 0, "site {} has no bgp files but {n} routes", s.name);
         }
     }
-    assert_eq!(inputs.get("bgp_damaged_skipped").num(), 0.0);
+    assert_eq!(inputs.bgp_damaged_skipped, 0);
 
     let t = Instant::now();
     for c in &CLIENTS {
@@ -763,11 +559,11 @@ fn run_on_real_data_answers_the_nearest_site() {
     run.wait_for("entries written", 1, Duration::from_secs(150));
     let up = t0.elapsed().as_secs_f64();
     eprintln!("run: {}", run.log().trim_end());
-    let status = Json::parse(&lab.ctl_ok(&["status", "--json"]));
-    let v4 = status.get("routes_v4").num();
-    let v6 = status.get("routes_v6").num();
+    let status: api::Status = serde_json::from_str(&lab.ctl_ok(&["status", "--json"]))
+        .expect("status --json is a Status document");
+    let (v4, v6) = (status.routes_v4, status.routes_v6);
     assert!(
-        v4 > 1_000_000.0 && v6 > 100_000.0,
+        v4 > 1_000_000 && v6 > 100_000,
         "the kernel holds {v4} IPv4 and {v6} IPv6 decisions: {status:?}"
     );
 
@@ -1291,21 +1087,21 @@ fn check_reports_damaged_and_refuses_wrong_input_files() {
     let damaged = data("bgp/damaged.updates.20000325.0345.gz");
     let config = dir.path("damaged.toml");
     fs::write(&config, small_config(Some(&damaged), None)).unwrap();
-    let j = ctl_json(&["check", "--config", &config.display().to_string(), "--json"]);
-    let inputs = j.get("inputs");
-    let skipped = inputs.get("bgp_damaged_skipped").num();
-    let routes = inputs.get("bgp_routes").arr()[0].arr()[1].num();
+    let j: api::Check = ctl_json(&["check", "--config", &config.display().to_string(), "--json"]);
+    let inputs = &j.inputs;
+    let skipped = inputs.bgp_damaged_skipped;
+    let routes = inputs.bgp_routes[0].routes;
     eprintln!(
         "damaged MRT: {skipped} damaged stretches skipped, {routes} routes, {} records",
-        inputs.get("bgp_records").num()
+        inputs.bgp_records
     );
     assert!(
-        skipped > 0.0,
+        skipped > 0,
         "no damage reported for {}: {inputs:?}",
         damaged.display()
     );
     assert!(
-        routes > 0.0,
+        routes > 0,
         "nothing read from {}: {inputs:?}",
         damaged.display()
     );

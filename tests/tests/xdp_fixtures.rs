@@ -11,8 +11,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use director_common::counters::Reason;
 use director_common::select::Mode;
-use director_ctl::control;
-use director_tests::fixture::{Fixture, XDP_DROP, XDP_PASS, XDP_TX};
+use director_ctl::ops;
+use director_tests::fixture::{route_set, Fixture, XDP_DROP, XDP_PASS, XDP_TX};
 use director_tests::packets::*;
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
@@ -73,11 +73,11 @@ const NYC: Server = Server {
 fn setup(answers: u8, routes: &[(&str, &str)]) -> Fixture {
     let mut fx = Fixture::new().expect("loading director for BPF_PROG_TEST_RUN (run as root)");
     let m = fx.maps();
-    control::server_add(m, FRA.name, Some(FRA.v4), Some(FRA.v6)).unwrap();
-    control::server_add(m, NYC.name, Some(NYC.v4), Some(NYC.v6)).unwrap();
-    control::service_add(m, NAME, TTL, answers, Mode::Random).unwrap();
+    ops::server_add(m, FRA.name, Some(FRA.v4), Some(FRA.v6)).unwrap();
+    ops::server_add(m, NYC.name, Some(NYC.v4), Some(NYC.v6)).unwrap();
+    ops::service_add(m, NAME, TTL, answers, Mode::Random).unwrap();
     for (prefix, servers) in routes {
-        control::route_set(m, NAME, prefix, servers).unwrap();
+        route_set(m, NAME, prefix, servers).unwrap();
     }
     fx
 }
@@ -473,14 +473,11 @@ fn check_dns_hickory(
 // Running frames.
 
 /// The counters that moved between two snapshots, by name.
-fn moved(
-    before: &BTreeMap<&'static str, u64>,
-    after: &BTreeMap<&'static str, u64>,
-) -> Vec<(&'static str, u64)> {
+fn moved(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> Vec<(String, u64)> {
     after
         .iter()
         .filter(|(k, v)| before[*k] != **v)
-        .map(|(k, v)| (*k, v - before[k]))
+        .map(|(k, v)| (k.clone(), v - before[k]))
         .collect()
 }
 
@@ -497,7 +494,7 @@ fn expect_answer(fx: &Fixture, frame: &[u8]) -> Answer {
     );
     assert_eq!(
         moved,
-        vec![(Reason::Answered.name(), 1)],
+        vec![(Reason::Answered.name().to_string(), 1)],
         "the answered counter"
     );
     check_answer(frame, &out)
@@ -524,7 +521,7 @@ fn expect_pass(fx: &Fixture, frame: &[u8], reason: Reason) {
     );
     assert_eq!(
         moved,
-        vec![(reason.name(), 1)],
+        vec![(reason.name().to_string(), 1)],
         "counters moved for frame {}",
         hex(frame)
     );
@@ -610,9 +607,9 @@ fn checksums_hold_for_every_name_and_ecs_length_parity() {
     ];
     let mut fx = setup_fra();
     for name in names {
-        control::service_add(fx.maps(), name, TTL, 2, Mode::Random).unwrap();
-        control::route_set(fx.maps(), name, "0.0.0.0/0", "fra-1,nyc-1").unwrap();
-        control::route_set(fx.maps(), name, "::/0", "fra-1,nyc-1").unwrap();
+        ops::service_add(fx.maps(), name, TTL, 2, Mode::Random).unwrap();
+        route_set(fx.maps(), name, "0.0.0.0/0", "fra-1,nyc-1").unwrap();
+        route_set(fx.maps(), name, "::/0", "fra-1,nyc-1").unwrap();
     }
     let ecs = [
         ("0.0.0.0", 0),
@@ -896,7 +893,7 @@ fn two_answers_from_two_servers() {
 fn a_server_set_down_is_never_answered() {
     for answers in [1, 2] {
         let mut fx = setup(answers, &both());
-        control::server_set(fx.maps(), FRA.name, false).unwrap();
+        ops::server_set(fx.maps(), FRA.name, false).unwrap();
         for i in 0..64 {
             let rtype = if i % 2 == 0 {
                 RecordType::A
@@ -911,7 +908,7 @@ fn a_server_set_down_is_never_answered() {
             );
         }
         // Back up, it is answered again: with random selection both show up in 64 tries.
-        control::server_set(fx.maps(), FRA.name, true).unwrap();
+        ops::server_set(fx.maps(), FRA.name, true).unwrap();
         let mut seen = BTreeSet::new();
         for i in 0..64 {
             seen.extend(
@@ -938,7 +935,7 @@ fn fallback_servers_answer_only_when_the_primaries_cannot() {
             "the fallback answered while the primary was up"
         );
     }
-    control::server_set(one.maps(), FRA.name, false).unwrap();
+    ops::server_set(one.maps(), FRA.name, false).unwrap();
     let a = expect_answer(&one, &frame_of(&v6(), &query(ID, QNAME, RecordType::AAAA)));
     assert_eq!(a.addrs, vec![NYC.addr(RecordType::AAAA)]);
 
@@ -973,7 +970,7 @@ fn weights_share_answers() {
 #[test]
 fn client_selection_keeps_a_client_on_one_server() {
     let mut fx = setup(1, &both());
-    control::service_add(fx.maps(), NAME, TTL, 1, Mode::Client).unwrap();
+    ops::service_add(fx.maps(), NAME, TTL, 1, Mode::Client).unwrap();
     let mut chosen = BTreeSet::new();
     for subnet in 0..64u8 {
         let ecs = IpAddr::V4(Ipv4Addr::new(203, 0, subnet, 0));
@@ -999,8 +996,8 @@ fn client_selection_keeps_a_client_on_one_server() {
 #[test]
 fn all_servers_down_passes_unchanged() {
     let mut fx = setup(2, &both());
-    control::server_set(fx.maps(), FRA.name, false).unwrap();
-    control::server_set(fx.maps(), NYC.name, false).unwrap();
+    ops::server_set(fx.maps(), FRA.name, false).unwrap();
+    ops::server_set(fx.maps(), NYC.name, false).unwrap();
     for flow in all_flows() {
         expect_pass(&fx, &frame_of(&flow, &a_query()), Reason::NoServer);
         expect_pass(
@@ -1015,9 +1012,9 @@ fn all_servers_down_passes_unchanged() {
 fn aaaa_without_a_server_with_ipv6_passes() {
     let mut fx = Fixture::new().unwrap();
     let m = fx.maps();
-    control::server_add(m, FRA.name, Some(FRA.v4), None).unwrap();
-    control::service_add(m, NAME, TTL, 1, Mode::Random).unwrap();
-    control::route_set(m, NAME, "0.0.0.0/0", FRA.name).unwrap();
+    ops::server_add(m, FRA.name, Some(FRA.v4), None).unwrap();
+    ops::service_add(m, NAME, TTL, 1, Mode::Random).unwrap();
+    route_set(m, NAME, "0.0.0.0/0", FRA.name).unwrap();
     expect_pass(
         &fx,
         &frame_of(&v4(), &query(ID, QNAME, RecordType::AAAA)),
@@ -1044,11 +1041,11 @@ fn answers_that_do_not_fit_the_clients_size_pass() {
     for i in 1..=8u16 {
         let name = format!("s{i}");
         let v6 = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, i);
-        control::server_add(m, &name, None, Some(v6)).unwrap();
+        ops::server_add(m, &name, None, Some(v6)).unwrap();
         list.push(name);
     }
-    control::service_add(m, &long, TTL, 8, Mode::Random).unwrap();
-    control::route_set(m, &long, "::/0", &list.join(",")).unwrap();
+    ops::service_add(m, &long, TTL, 8, Mode::Random).unwrap();
+    route_set(m, &long, "::/0", &list.join(",")).unwrap();
     let q = query(ID, &format!("{long}."), RecordType::AAAA);
     assert_eq!(question_end(&wire(&q)), Some(12 + 255 + 4));
 
@@ -1652,9 +1649,9 @@ fn mutation_fuzz() {
         ("2001:db8:1::/48", FRA.name),
     ];
     let mut fx = setup(2, &routes);
-    control::service_add(fx.maps(), EVEN_NAME, TTL, 2, Mode::Random).unwrap();
+    ops::service_add(fx.maps(), EVEN_NAME, TTL, 2, Mode::Random).unwrap();
     for (prefix, servers) in routes {
-        control::route_set(fx.maps(), EVEN_NAME, prefix, servers).unwrap();
+        route_set(fx.maps(), EVEN_NAME, prefix, servers).unwrap();
     }
     let mut cookie = with_ecs(query(7, QNAME, RecordType::A), ip("203.0.113.0"), 24, 0);
     cookie

@@ -8,12 +8,12 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use ipnet::IpNet;
-use serde::Serialize;
 
-use super::sweep::sorted;
-use crate::config::Config;
-use crate::inputs::{self, mrt::PeerSelector};
-use crate::model::{GeoPoint, Location, Route};
+use super::config::Config;
+use super::inputs::{self, mrt::PeerSelector};
+use super::model::{GeoPoint, Location, Route};
+use super::sweep::{sort_key, sorted};
+use crate::api;
 
 pub struct SiteData {
     /// The site's best route per prefix, sorted.
@@ -32,26 +32,15 @@ pub struct Data {
     pub locations: Vec<(IpNet, Location)>,
     /// Graph nodes with coordinates: a client located by a point is placed at the nearest.
     pub graph_points: Vec<(String, GeoPoint)>,
-    pub summary: Summary,
-}
-
-#[derive(Debug, Default, Serialize, Clone)]
-pub struct Summary {
-    pub bgp_routes: Vec<(String, usize)>,
-    pub bgp_records: usize,
-    pub bgp_damaged_skipped: usize,
-    pub geo_networks: usize,
-    pub geo_without_location: usize,
-    pub own_locations: usize,
-    pub rtt_measurements: usize,
-    #[serde(skip)]
+    /// What was read, as `check` reports it.
+    pub summary: api::Inputs,
     pub load_time: Duration,
 }
 
 impl Data {
     pub fn load(cfg: &Config) -> Result<Data> {
         let start = Instant::now();
-        let mut summary = Summary::default();
+        let mut summary = api::Inputs::default();
         let graph = match &cfg.geo.graph {
             Some(p) => Some(inputs::graph::load(p)?),
             None => None,
@@ -80,7 +69,10 @@ impl Data {
                 views.insert(key, view.routes.clone());
                 routes = view.routes;
             }
-            summary.bgp_routes.push((s.name.clone(), routes.len()));
+            summary.bgp_routes.push(api::SiteRoutes {
+                site: s.name.clone(),
+                routes: routes.len(),
+            });
             let igp = s
                 .igp_cost
                 .iter()
@@ -151,12 +143,12 @@ impl Data {
                     .collect()
             })
             .unwrap_or_default();
-        summary.load_time = start.elapsed();
         Ok(Data {
             sites,
             locations,
             graph_points,
             summary,
+            load_time: start.elapsed(),
         })
     }
 }
@@ -206,19 +198,10 @@ impl Data {
             site.rtt = fresh;
         }
         self.summary.rtt_measurements = self.sites.iter().map(|s| s.rtt.len()).sum();
-        changed.sort_unstable_by_key(crate::compile::sort_key);
+        changed.sort_unstable_by_key(sort_key);
         changed.dedup();
         Ok(changed)
     }
-}
-
-/// Great-circle distance in km (haversine, mean Earth radius).
-pub fn great_circle_km(a: GeoPoint, b: GeoPoint) -> f64 {
-    let (la1, la2) = (a.lat.to_radians(), b.lat.to_radians());
-    let dlat = la2 - la1;
-    let dlon = (b.lon - a.lon).to_radians();
-    let h = (dlat / 2.0).sin().powi(2) + la1.cos() * la2.cos() * (dlon / 2.0).sin().powi(2);
-    2.0 * 6371.0 * h.sqrt().min(1.0).asin()
 }
 
 impl Data {
@@ -231,31 +214,11 @@ impl Data {
                 let nearest = self
                     .graph_points
                     .iter()
-                    .min_by(|a, b| great_circle_km(a.1, *p).total_cmp(&great_circle_km(b.1, *p)))?;
+                    .min_by(|a, b| a.1.km_to(*p).total_cmp(&b.1.km_to(*p)))?;
                 g.get(&nearest.0).copied()
             }
-            (None, Location::Point(p)) => site.point.map(|s| great_circle_km(s, *p)),
+            (None, Location::Point(p)) => site.point.map(|s| s.km_to(*p)),
             (None, Location::Named(_)) => None,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn great_circle_frankfurt_new_york() {
-        let fra = GeoPoint {
-            lat: 50.11,
-            lon: 8.68,
-        };
-        let nyc = GeoPoint {
-            lat: 40.71,
-            lon: -74.01,
-        };
-        let d = great_circle_km(fra, nyc);
-        assert!((6150.0..6250.0).contains(&d), "{d}");
-        assert_eq!(great_circle_km(fra, fra), 0.0);
     }
 }

@@ -4,7 +4,14 @@
 
 use ipnet::IpNet;
 
-use crate::compile::sort_key;
+/// The order prefixes are visited in: every prefix before the prefixes it covers, siblings
+/// in address order, IPv4 first. Sources, compressed tables and the sweep all use it.
+pub fn sort_key(p: &IpNet) -> (u8, u128, u8) {
+    match p {
+        IpNet::V4(n) => (4, u128::from(u32::from(n.network())), n.prefix_len()),
+        IpNet::V6(n) => (6, u128::from(n.network()), n.prefix_len()),
+    }
+}
 
 pub struct Sweep<'a, V> {
     source: &'a [(IpNet, V)],
@@ -13,7 +20,7 @@ pub struct Sweep<'a, V> {
 }
 
 impl<'a, V> Sweep<'a, V> {
-    /// `source` must be sorted by `compile::sort_key` and hold each prefix once.
+    /// `source` must be sorted by [`sort_key`] and hold each prefix once.
     pub fn new(source: &'a [(IpNet, V)]) -> Self {
         Sweep {
             source,
@@ -43,16 +50,27 @@ impl<'a, V> Sweep<'a, V> {
     }
 }
 
-/// The value of the most specific prefix of a sorted source covering `p`, by binary search
-/// at each shorter length: for a few prefixes (a sweep is linear for all of them).
-pub fn lookup<'a, V>(source: &'a [(IpNet, V)], p: &IpNet) -> Option<&'a V> {
+/// The entry of the most specific prefix of a sorted source covering `p` (a host prefix
+/// for an address), by binary search at each shorter length: for a few lookups (a sweep is
+/// linear for all of them).
+pub fn covering<'a, V>(source: &'a [(IpNet, V)], p: &IpNet) -> Option<&'a (IpNet, V)> {
     (0..=p.prefix_len()).rev().find_map(|len| {
         let q = IpNet::new(p.addr(), len).ok()?.trunc();
-        source
+        let i = source
             .binary_search_by_key(&sort_key(&q), |e| sort_key(&e.0))
-            .ok()
-            .map(|i| &source[i].1)
+            .ok()?;
+        Some(&source[i])
     })
+}
+
+/// The value of [`covering`].
+pub fn lookup<'a, V>(source: &'a [(IpNet, V)], p: &IpNet) -> Option<&'a V> {
+    covering(source, p).map(|e| &e.1)
+}
+
+/// The host prefix of an address (/32 or /128).
+pub fn host(addr: std::net::IpAddr) -> IpNet {
+    IpNet::from(addr)
 }
 
 /// Sorts a source the way [`Sweep`] needs, keeping the last value given for a prefix.

@@ -1,36 +1,115 @@
-//! The pinned maps, opened by name from the pin directory, with typed access.
+//! The pinned maps, opened by name from the pin directory, behind typed methods: the rest of
+//! director-ctl never sees a map, a key layout or a flag bit. Each method writes in the order
+//! that keeps the XDP program consistent (a service before its name, a name removed before
+//! its service), because the program reads these maps while they are written.
 
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
-use anyhow::{Context, Result};
-use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, PerCpuArray};
-use director_common::maps::*;
+use anyhow::{anyhow, bail, Context, Result};
+use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, MapError, PerCpuArray};
+use director_common::{
+    counters::{self, Reason},
+    maps::{
+        Config, Decision, DecisionKeyV4, DecisionKeyV6, NameEntry, Server, Service, KIND_DNS,
+        MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_NAMES, MAP_SERVERS, MAP_SERVICES,
+        MAP_SERVICE_STATS, MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN,
+        SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
+    },
+    name,
+    select::Mode,
+};
+use ipnet::IpNet;
 
-pub type Dec4 = LpmTrie<MapData, DecisionKeyV4, Decision>;
-pub type Dec6 = LpmTrie<MapData, DecisionKeyV6, Decision>;
+type Dec4 = LpmTrie<MapData, DecisionKeyV4, Decision>;
+type Dec6 = LpmTrie<MapData, DecisionKeyV6, Decision>;
 
-pub struct Maps {
-    pub names: HashMap<MapData, u64, NameEntry>,
-    pub services: Array<MapData, Service>,
-    pub servers: Array<MapData, Server>,
-    pub dec4: [Dec4; 2],
-    pub dec6: [Dec6; 2],
-    pub config: Array<MapData, Config>,
-    pub counters: PerCpuArray<MapData, u64>,
-    pub service_stats: PerCpuArray<MapData, u64>,
+/// A server as the kernel's table holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerEntry {
+    pub id: u16,
+    pub name: String,
+    pub ipv4: Option<Ipv4Addr>,
+    pub ipv6: Option<Ipv6Addr>,
+    pub up: bool,
 }
 
-fn open<T: TryFrom<Map, Error = aya::maps::MapError>>(dir: &Path, name: &str) -> Result<T> {
+/// A DNS service as the kernel's tables hold it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceEntry {
+    pub id: u32,
+    /// The DNS name as text, without the trailing dot.
+    pub name: String,
+    pub ttl: u32,
+    pub answers: u8,
+    pub select: Mode,
+}
+
+/// One service's decision entries: (client prefix, ranked servers).
+pub type Entries = [(IpNet, Decision)];
+
+/// A change to the decision tables, applied by [`Maps::apply_decisions`], the one way
+/// decisions reach the kernel.
+pub enum DecisionChange<'a> {
+    /// Every decision at once, atomically for queries: `(service id, its entries)`.
+    Replace(&'a [(u32, &'a Entries)]),
+    /// Some entries of one service, in the table queries read now.
+    Update {
+        service: u32,
+        put: &'a Entries,
+        delete: &'a [IpNet],
+    },
+}
+
+pub struct Maps {
+    names: HashMap<MapData, u64, NameEntry>,
+    services: Array<MapData, Service>,
+    servers: Array<MapData, Server>,
+    dec4: [Dec4; 2],
+    dec6: [Dec6; 2],
+    config: Array<MapData, Config>,
+    counters: PerCpuArray<MapData, u64>,
+    service_stats: PerCpuArray<MapData, u64>,
+}
+
+fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
     let path = dir.join(name);
     if !path.exists() {
-        anyhow::bail!(
-            "nothing is attached: no map {name} pinned in {} (run `director-ctl attach --iface IF` first)",
+        bail!(
+            "nothing is attached: no map {name} pinned in {} (run `director-ctl attach --iface \
+             IF` first)",
             dir.display()
         );
     }
     let data = MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
     let map = Map::from_map_data(data).with_context(|| format!("reading {}", path.display()))?;
     T::try_from(map).with_context(|| format!("{} has an unexpected type", path.display()))
+}
+
+fn empty_server() -> Server {
+    Server {
+        flags: 0,
+        _pad: [0; 3],
+        ipv4: [0; 4],
+        ipv6: [0; 16],
+        name: [0; SERVER_NAME_LEN],
+    }
+}
+
+fn server_entry(id: u16, s: &Server) -> ServerEntry {
+    let end = s.name.iter().position(|&b| b == 0).unwrap_or(s.name.len());
+    ServerEntry {
+        id,
+        name: String::from_utf8_lossy(&s.name[..end]).into_owned(),
+        ipv4: (s.flags & SERVER_V4 != 0).then(|| Ipv4Addr::from(s.ipv4)),
+        ipv6: (s.flags & SERVER_V6 != 0).then(|| Ipv6Addr::from(s.ipv6)),
+        up: s.flags & SERVER_UP != 0,
+    }
+}
+
+fn wire_name(text: &str) -> Result<Vec<u8>> {
+    name::encode(text).map_err(|e| anyhow!("bad DNS name {text:?}: {e}"))
 }
 
 impl Maps {
@@ -47,88 +126,270 @@ impl Maps {
         })
     }
 
-    pub fn active_table(&self) -> Result<usize> {
-        Ok((self
-            .config
-            .get(&0, 0)
-            .context("reading the config map")?
-            .active_table
-            & 1) as usize)
+    // --- servers -------------------------------------------------------------------------
+
+    /// Every server in the table, by id.
+    pub fn servers(&self) -> Result<Vec<ServerEntry>> {
+        let mut out = Vec::new();
+        for (i, s) in self.servers.iter().enumerate() {
+            let s = s.context("reading the server table")?;
+            if i > 0 && s.flags & SERVER_EXISTS != 0 {
+                out.push(server_entry(i as u16, &s));
+            }
+        }
+        Ok(out)
     }
 
-    pub fn server(&self, id: u16) -> Result<Server> {
+    /// The lowest server id no server has.
+    pub fn free_server_id(&self) -> Result<u16> {
+        for (i, s) in self.servers.iter().enumerate().skip(1) {
+            if s.context("reading the server table")?.flags & SERVER_EXISTS == 0 {
+                return Ok(i as u16);
+            }
+        }
+        bail!("the server table is full")
+    }
+
+    /// Writes a server at its id (a new one, or new addresses or state for an existing one).
+    pub fn put_server(&mut self, e: &ServerEntry) -> Result<()> {
+        if e.name.len() >= SERVER_NAME_LEN {
+            bail!(
+                "server name {:?} is over {} bytes",
+                e.name,
+                SERVER_NAME_LEN - 1
+            );
+        }
+        let mut s = empty_server();
+        s.flags = SERVER_EXISTS;
+        s.name[..e.name.len()].copy_from_slice(e.name.as_bytes());
+        if e.up {
+            s.flags |= SERVER_UP;
+        }
+        if let Some(a) = e.ipv4 {
+            s.flags |= SERVER_V4;
+            s.ipv4 = a.octets();
+        }
+        if let Some(a) = e.ipv6 {
+            s.flags |= SERVER_V6;
+            s.ipv6 = a.octets();
+        }
         self.servers
-            .get(&(id as u32), 0)
-            .with_context(|| format!("reading server {id}"))
+            .set(u32::from(e.id), s, 0)
+            .context("writing the server table")
     }
 
-    pub fn service(&self, id: u32) -> Result<Service> {
-        self.services
-            .get(&id, 0)
-            .with_context(|| format!("reading service {id}"))
-    }
-
-    /// Sum over CPUs of a per-CPU counter.
-    pub fn counter(map: &PerCpuArray<MapData, u64>, key: u32) -> Result<u64> {
-        Ok(map
+    pub fn set_server_up(&mut self, id: u16, up: bool) -> Result<()> {
+        let key = u32::from(id);
+        let mut s = self
+            .servers
             .get(&key, 0)
-            .with_context(|| format!("reading counter {key}"))?
-            .iter()
-            .sum())
+            .with_context(|| format!("reading server {id}"))?;
+        if up {
+            s.flags |= SERVER_UP;
+        } else {
+            s.flags &= !SERVER_UP;
+        }
+        self.servers
+            .set(key, s, 0)
+            .context("writing the server table")
     }
 
-    /// Every decision of the active table: (service, family v6, prefix, prefix length, value).
-    pub fn decisions(&self) -> Result<Vec<(u32, std::net::IpAddr, u8, Decision)>> {
+    pub fn remove_server(&mut self, id: u16) -> Result<()> {
+        self.servers
+            .set(u32::from(id), empty_server(), 0)
+            .context("writing the server table")
+    }
+
+    // --- services ------------------------------------------------------------------------
+
+    /// Every DNS service, by name.
+    pub fn services(&self) -> Result<Vec<ServiceEntry>> {
+        let mut out = Vec::new();
+        for kv in self.names.iter() {
+            let (_, e) = kv.context("reading the name table")?;
+            let s = self
+                .services
+                .get(&e.service, 0)
+                .with_context(|| format!("reading service {}", e.service))?;
+            out.push(ServiceEntry {
+                id: e.service,
+                name: name::decode(&e.name[..e.len as usize])
+                    .trim_end_matches('.')
+                    .to_string(),
+                ttl: s.ttl,
+                answers: s.answers,
+                select: Mode::from_u8(s.select),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The id of the service that owns the DNS name `text`, if one does.
+    pub fn find_service(&self, text: &str) -> Result<Option<u32>> {
+        let wire = wire_name(text)?;
+        match self.names.get(&name::hash(&wire), 0) {
+            Ok(e) if e.name[..e.len as usize] == wire[..] => Ok(Some(e.service)),
+            Ok(e) => bail!(
+                "{text:?} has the same hash as the service {}; rename one of them",
+                name::decode(&e.name[..e.len as usize])
+            ),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(e).context("reading the name table"),
+        }
+    }
+
+    /// The lowest service id no service has.
+    pub fn free_service_id(&self) -> Result<u32> {
+        for (i, s) in self.services.iter().enumerate().skip(1) {
+            if s.context("reading the service table")?.flags & SERVICE_ACTIVE == 0 {
+                return Ok(i as u32);
+            }
+        }
+        bail!("the service table is full")
+    }
+
+    /// Writes a service and its name. The service first: the kernel must never find a name
+    /// whose service is not there.
+    pub fn put_service(&mut self, e: &ServiceEntry) -> Result<()> {
+        let wire = wire_name(&e.name)?;
+        let svc = Service {
+            ttl: e.ttl,
+            flags: SERVICE_ACTIVE,
+            kind: KIND_DNS,
+            answers: e.answers,
+            select: e.select as u8,
+        };
+        self.services
+            .set(e.id, svc, 0)
+            .context("writing the service table")?;
+        let mut entry = NameEntry {
+            service: e.id,
+            len: wire.len() as u32,
+            name: [0; NAME_BUF],
+        };
+        entry.name[..wire.len()].copy_from_slice(&wire);
+        self.names
+            .insert(name::hash(&wire), entry, 0)
+            .context("writing the name table")
+    }
+
+    /// Removes a service: its name first (queries for it then pass), then its decisions,
+    /// then the service.
+    pub fn remove_service(&mut self, id: u32, text: &str) -> Result<()> {
+        let wire = wire_name(text)?;
+        self.names
+            .remove(&name::hash(&wire))
+            .context("writing the name table")?;
+        for t in 0..2 {
+            self.remove_decisions(t, |s| s == id)?;
+        }
+        self.services
+            .set(id, Service::default(), 0)
+            .context("writing the service table")
+    }
+
+    /// Removes every service and server whose id is not kept: names first (queries for them
+    /// then pass), then services, then servers. The caller makes sure no decision in use
+    /// still refers to them.
+    pub fn retain(&mut self, services: &HashSet<u32>, servers: &HashSet<u16>) -> Result<()> {
+        let mut stale = Vec::new();
+        for kv in self.names.iter() {
+            let (k, e) = kv.context("reading the name table")?;
+            if !services.contains(&e.service) {
+                stale.push(k);
+            }
+        }
+        for k in stale {
+            self.names.remove(&k).context("writing the name table")?;
+        }
+        for id in 1..MAX_SERVICES {
+            if !services.contains(&id) && self.services.get(&id, 0)?.flags != 0 {
+                self.services
+                    .set(id, Service::default(), 0)
+                    .context("writing the service table")?;
+            }
+        }
+        for id in 1..MAX_SERVERS {
+            if !servers.contains(&(id as u16)) && self.servers.get(&id, 0)?.flags != 0 {
+                self.servers
+                    .set(id, empty_server(), 0)
+                    .context("writing the server table")?;
+            }
+        }
+        Ok(())
+    }
+
+    // --- decisions -----------------------------------------------------------------------
+
+    /// Which decision table (0 = A, 1 = B) queries read.
+    pub fn active_table(&self) -> Result<usize> {
+        let c = self.config.get(&0, 0).context("reading the config map")?;
+        Ok((c.active_table & 1) as usize)
+    }
+
+    /// Every decision of the table queries read: (service id, client prefix, value).
+    pub fn decisions(&self) -> Result<Vec<(u32, IpNet, Decision)>> {
         let t = self.active_table()?;
         let mut out = Vec::new();
         for kv in self.dec4[t].iter() {
             let (k, v) = kv.context("reading the IPv4 decision table")?;
+            let len = (k.prefix_len() - SERVICE_BITS) as u8;
             let d = k.data();
-            out.push((
-                u32::from_be_bytes(d.service),
-                std::net::Ipv4Addr::from(d.addr).into(),
-                (k.prefix_len() - SERVICE_BITS) as u8,
-                v,
-            ));
+            let net = IpNet::new(Ipv4Addr::from(d.addr).into(), len)?;
+            out.push((u32::from_be_bytes(d.service), net, v));
         }
         for kv in self.dec6[t].iter() {
             let (k, v) = kv.context("reading the IPv6 decision table")?;
+            let len = (k.prefix_len() - SERVICE_BITS) as u8;
             let d = k.data();
-            out.push((
-                u32::from_be_bytes(d.service),
-                std::net::Ipv6Addr::from(d.addr).into(),
-                (k.prefix_len() - SERVICE_BITS) as u8,
-                v,
-            ));
+            let net = IpNet::new(Ipv6Addr::from(d.addr).into(), len)?;
+            out.push((u32::from_be_bytes(d.service), net, v));
         }
         Ok(out)
     }
-}
 
-pub fn key4(service: u32, addr: std::net::Ipv4Addr, len: u8) -> Key<DecisionKeyV4> {
-    Key::new(
-        SERVICE_BITS + len as u32,
-        DecisionKeyV4 {
-            service: service.to_be_bytes(),
-            addr: addr.octets(),
-        },
-    )
-}
+    /// Writes decisions. `Replace` fills the table queries do not read, then flips
+    /// `DIR_CONFIG` so that the next query reads the new one: a query sees the old table or
+    /// the new one, never a mix (the old one is cleared before its next use). `Update`
+    /// rewrites entries in place, each atomically, puts before deletions so that no covered
+    /// address loses its answer on the way. Returns the number of entries written.
+    pub fn apply_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
+        match change {
+            DecisionChange::Replace(tables) => {
+                let spare = 1 - self.active_table()?;
+                self.remove_decisions(spare, |_| true)?;
+                let mut n = 0;
+                for (service, entries) in tables {
+                    for (net, d) in entries.iter() {
+                        self.put(spare, *service, net, d)?;
+                        n += 1;
+                    }
+                }
+                let mut c = self.config.get(&0, 0).context("reading the config map")?;
+                c.active_table = spare as u32;
+                self.config
+                    .set(0, c, 0)
+                    .context("switching to the new decision table")?;
+                Ok(n)
+            }
+            DecisionChange::Update {
+                service,
+                put,
+                delete,
+            } => {
+                let t = self.active_table()?;
+                for (net, d) in put {
+                    self.put(t, service, net, d)?;
+                }
+                for net in delete {
+                    self.delete(t, service, net)?;
+                }
+                Ok(put.len())
+            }
+        }
+    }
 
-pub fn key6(service: u32, addr: std::net::Ipv6Addr, len: u8) -> Key<DecisionKeyV6> {
-    Key::new(
-        SERVICE_BITS + len as u32,
-        DecisionKeyV6 {
-            service: service.to_be_bytes(),
-            addr: addr.octets(),
-        },
-    )
-}
-
-/// One service's compressed decision entries, as `compile` produced them.
-pub type Entries = [(ipnet::IpNet, Decision)];
-
-impl Maps {
     /// Removes the decisions of table `t` whose service `which` selects.
     fn remove_decisions(&mut self, t: usize, which: impl Fn(u32) -> bool) -> Result<()> {
         let keys: Vec<_> = self.dec4[t]
@@ -158,74 +419,90 @@ impl Maps {
         Ok(())
     }
 
-    fn clear_table(&mut self, t: usize) -> Result<()> {
-        self.remove_decisions(t, |_| true)
-    }
-
-    /// Removes a service's decisions from both tables.
-    pub fn remove_service_decisions(&mut self, service: u32) -> Result<()> {
-        for t in 0..2 {
-            self.remove_decisions(t, |s| s == service)?;
-        }
-        Ok(())
-    }
-
-    fn put(&mut self, t: usize, service: u32, net: &ipnet::IpNet, d: &Decision) -> Result<()> {
-        match net {
-            ipnet::IpNet::V4(n) => {
-                self.dec4[t].insert(&key4(service, n.network(), n.prefix_len()), *d, 0)
-            }
-            ipnet::IpNet::V6(n) => {
-                self.dec6[t].insert(&key6(service, n.network(), n.prefix_len()), *d, 0)
-            }
+    fn put(&mut self, t: usize, service: u32, net: &IpNet, d: &Decision) -> Result<()> {
+        match key(service, net) {
+            DecisionKey::V4(k) => self.dec4[t].insert(&k, *d, 0),
+            DecisionKey::V6(k) => self.dec6[t].insert(&k, *d, 0),
         }
         .with_context(|| format!("writing the decision for {net}"))
     }
 
-    fn delete(&mut self, t: usize, service: u32, net: &ipnet::IpNet) -> Result<()> {
-        let r = match net {
-            ipnet::IpNet::V4(n) => self.dec4[t].remove(&key4(service, n.network(), n.prefix_len())),
-            ipnet::IpNet::V6(n) => self.dec6[t].remove(&key6(service, n.network(), n.prefix_len())),
+    fn delete(&mut self, t: usize, service: u32, net: &IpNet) -> Result<()> {
+        let r = match key(service, net) {
+            DecisionKey::V4(k) => self.dec4[t].remove(&k),
+            DecisionKey::V6(k) => self.dec6[t].remove(&k),
         };
         match r {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            // A missing entry is already what a delete wants (LPM tries report it as a
+            // syscall error).
+            Ok(()) | Err(MapError::KeyNotFound) | Err(MapError::SyscallError(_)) => Ok(()),
             Err(e) => Err(e).with_context(|| format!("deleting the decision for {net}")),
         }
     }
 
-    /// Replaces every decision at once: fills the table queries do not read, then flips
-    /// `DIR_CONFIG` so that the next query reads the new one. A query sees the old table or
-    /// the new one, never a mix. The old table is left as it was (it is cleared before its
-    /// next use).
-    pub fn replace_decisions(&mut self, tables: &[(u32, &Entries)]) -> Result<usize> {
-        let spare = 1 - self.active_table()?;
-        self.clear_table(spare)?;
-        let mut n = 0;
-        for (service, entries) in tables {
-            for (net, d) in entries.iter() {
-                self.put(spare, *service, net, d)?;
-                n += 1;
-            }
+    /// Whether `service` has an entry for exactly `net` (not just one covering it).
+    pub fn has_decision(&self, service: u32, net: &IpNet) -> Result<bool> {
+        let t = self.active_table()?;
+        let found = match key(service, net) {
+            DecisionKey::V4(k) => self.dec4[t].get(&k, 0),
+            DecisionKey::V6(k) => self.dec6[t].get(&k, 0),
+        };
+        match found {
+            // The trie answers with the longest match; each value records its own length.
+            Ok(d) => Ok(d.prefix_len == net.prefix_len()),
+            Err(MapError::KeyNotFound) | Err(MapError::SyscallError(_)) => Ok(false),
+            Err(e) => Err(e).context("reading the decision table"),
         }
-        let mut c = self.config.get(&0, 0).context("reading the config map")?;
-        c.active_table = spare as u32;
-        self.config
-            .set(0, c, 0)
-            .context("switching to the new decision table")?;
-        Ok(n)
     }
 
-    /// Rewrites only what changed, in the table queries read. Each entry changes
-    /// atomically; entries are written before deletions so no covered address loses its
-    /// answer on the way.
-    pub fn update_decisions(&mut self, service: u32, diff: &crate::compile::Diff) -> Result<()> {
-        let t = self.active_table()?;
-        for (net, d) in &diff.put {
-            self.put(t, service, net, d)?;
-        }
-        for net in &diff.delete {
-            self.delete(t, service, net)?;
-        }
-        Ok(())
+    // --- counters ------------------------------------------------------------------------
+
+    /// Every verdict counter, summed over CPUs, in `counters::ALL` order.
+    pub fn counters(&self) -> Result<Vec<(Reason, u64)>> {
+        counters::ALL
+            .iter()
+            .map(|&r| Ok((r, per_cpu_sum(&self.counters, r as u32)?)))
+            .collect()
+    }
+
+    /// Answers sent for a service, summed over CPUs.
+    pub fn service_answers(&self, id: u32) -> Result<u64> {
+        per_cpu_sum(&self.service_stats, id)
+    }
+}
+
+fn per_cpu_sum(map: &PerCpuArray<MapData, u64>, key: u32) -> Result<u64> {
+    Ok(map
+        .get(&key, 0)
+        .with_context(|| format!("reading counter {key}"))?
+        .iter()
+        .sum())
+}
+
+enum DecisionKey {
+    V4(Key<DecisionKeyV4>),
+    V6(Key<DecisionKeyV6>),
+}
+
+/// The trie key of a service's decision for `net`: the service id, always matched in full,
+/// then the client prefix.
+fn key(service: u32, net: &IpNet) -> DecisionKey {
+    let bits = SERVICE_BITS + u32::from(net.prefix_len());
+    let service = service.to_be_bytes();
+    match net {
+        IpNet::V4(n) => DecisionKey::V4(Key::new(
+            bits,
+            DecisionKeyV4 {
+                service,
+                addr: n.network().octets(),
+            },
+        )),
+        IpNet::V6(n) => DecisionKey::V6(Key::new(
+            bits,
+            DecisionKeyV6 {
+                service,
+                addr: n.network().octets(),
+            },
+        )),
     }
 }

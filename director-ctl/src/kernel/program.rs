@@ -21,7 +21,8 @@ use crate::EBPF_OBJECT;
 const PROG_PIN: &str = "program";
 const LINK_PREFIX: &str = "link_";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// How the program is attached to an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Driver (native) XDP.
     Native,
@@ -29,15 +30,21 @@ pub enum Mode {
     Skb,
 }
 
+/// The XDP object with its maps pinned (or reused) under `dir` and the aya-log level
+/// compiled into this load: the one place the object is opened.
+fn open_object(dir: &Path, log_level: u8) -> Result<Ebpf> {
+    EbpfLoader::new()
+        .default_map_pin_directory(dir)
+        .override_global(aya_log::LEVEL, &log_level, true)
+        .load(EBPF_OBJECT)
+        .context("loading the XDP object (are you root?)")
+}
+
 /// Loads the object with its maps pinned (or reused) under `pin_dir`. `log_level` is the
 /// aya-log level compiled into this load (0 = off: the verifier removes the log calls).
 pub fn load(pin_dir: &Path, log_level: u8) -> Result<Ebpf> {
     ensure_bpffs_dir(pin_dir)?;
-    let mut ebpf = EbpfLoader::new()
-        .default_map_pin_directory(pin_dir)
-        .override_global(aya_log::LEVEL, &log_level, true)
-        .load(EBPF_OBJECT)
-        .context("loading the XDP object (are you root?)")?;
+    let mut ebpf = open_object(pin_dir, log_level)?;
     let prog: &mut Xdp = program_mut(&mut ebpf)?;
     prog.load()
         .map_err(verifier_error)
@@ -199,11 +206,7 @@ pub fn attach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
     if link_path.exists() {
         return Ok(());
     }
-    let mut ebpf = EbpfLoader::new()
-        .default_map_pin_directory(&dir)
-        .override_global(aya_log::LEVEL, &0u8, true)
-        .load(EBPF_OBJECT)
-        .context("loading the XDP object")?;
+    let mut ebpf = open_object(&dir, 0)?;
     let prog: &mut Xdp = ebpf
         .program_mut("director_pass")
         .context("the object has no program named director_pass")?

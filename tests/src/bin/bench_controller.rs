@@ -12,7 +12,10 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use director_ctl::{config::Config, controller, inputs::sites::load_pops, kernel};
+use director_ctl::{
+    controller::{self, config::Config, inputs::sites::load_pops},
+    kernel,
+};
 use director_tests::netns::{workspace_root, Controller, Lab, Reply, EDGE_V4};
 
 const SITES: [&str; 5] = ["FRA", "IAD", "GRU", "SIN", "SYD"];
@@ -112,8 +115,8 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let cfg = Config::load(config)?;
     let d = controller::data::Data::load(&cfg)?;
     let load = t.elapsed().as_secs_f64();
-    let ids = controller::compute::Ids::positional(&cfg);
-    let c = controller::compute::compute(&cfg, &d, &ids)?;
+    let ids = controller::decide::Ids::positional(&cfg);
+    let c = controller::decide::compute(&cfg, &d, &ids)?;
     let entries: usize = c.tables.iter().map(|t| t.2.entries.len()).sum();
     let saved: usize = c.tables.iter().map(|t| t.2.saved).sum();
     let peak = peak_rss_mb();
@@ -131,7 +134,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
             "inputs",
             format!(
                 "{} BGP routes per site x {}, {} GeoIP networks",
-                d.summary.bgp_routes.first().map_or(0, |r| r.1),
+                d.summary.bgp_routes.first().map_or(0, |r| r.routes),
                 SITES.len(),
                 d.summary.geo_networks
             ),

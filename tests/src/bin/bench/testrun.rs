@@ -20,10 +20,12 @@ use std::path::PathBuf;
 use anyhow::{bail, ensure, Context, Result};
 use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp};
 use aya::Ebpf;
+use director_common::counters::Reason;
 use director_common::maps::PROGRAM;
 use director_common::select::Mode;
-use director_ctl::control;
 use director_ctl::kernel::{program, Maps};
+use director_ctl::ops;
+use director_tests::fixture::route_set;
 use director_tests::packets::{self, Flow};
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
@@ -106,18 +108,18 @@ impl Loaded {
     /// The same service as the lab's: one server, a default route for each family.
     fn configure(&mut self) -> Result<()> {
         let m = &mut self.maps;
-        control::server_add(m, "fra-1", Some(FRA_V4.parse()?), Some(FRA_V6.parse()?))?;
-        control::service_add(m, NAME, 60, 1, Mode::Random)?;
-        control::route_set(m, NAME, "0.0.0.0/0", "fra-1")?;
-        control::route_set(m, NAME, "::/0", "fra-1")
+        ops::server_add(m, "fra-1", Some(FRA_V4.parse()?), Some(FRA_V6.parse()?))?;
+        ops::service_add(m, NAME, 60, 1, Mode::Random)?;
+        route_set(m, NAME, "0.0.0.0/0", "fra-1")?;
+        route_set(m, NAME, "::/0", "fra-1")
     }
 
     fn answered(&self) -> Result<u64> {
-        let s = control::stats(&self.maps)?;
+        let s = ops::stats(&self.maps)?;
         Ok(s.counters
-            .iter()
-            .find(|(n, _)| *n == "answered")
-            .map_or(0, |c| c.1))
+            .get(Reason::Answered.name())
+            .copied()
+            .unwrap_or(0))
     }
 }
 

@@ -2,12 +2,13 @@
 //! decision computed for its most specific prefix, and the difference between two such
 //! tables (what to rewrite when an input changes).
 //!
-//! Pure: no aya. `kernel::maps` writes what this produces.
+//! Pure: no aya. `kernel::Maps::apply_decisions` writes what this produces.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 
 use director_common::maps::Decision;
+
+use super::sweep::sort_key;
 use ipnet::IpNet;
 
 /// What an entry answers, without the prefix length it is stored under (entries for
@@ -18,19 +19,10 @@ fn same_ranking(a: &Decision, b: &Decision) -> bool {
     a == *b
 }
 
-/// Sort key putting every prefix before the prefixes it covers, and siblings in address
-/// order: IPv4 first, then by network address, then shorter first.
-fn order(p: &IpNet) -> (u8, u128, u8) {
-    match p {
-        IpNet::V4(n) => (4, u32::from(n.network()) as u128, n.prefix_len()),
-        IpNet::V6(n) => (6, u128::from(n.network()), n.prefix_len()),
-    }
-}
-
 /// One service's table.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Table {
-    /// Entries to write, in `order`; each value's `prefix_len` is its prefix's length.
+    /// Entries to write, in [`sort_key`] order; each value's `prefix_len` is its prefix's length.
     pub entries: Vec<(IpNet, Decision)>,
     /// Input prefixes left out because the entry covering them already gives their decision.
     pub saved: usize,
@@ -39,7 +31,7 @@ pub struct Table {
 /// Compresses one service's decisions (prefix -> decision for that prefix). Prefixes must be
 /// normalised (host bits zero). The decision's `prefix_len` is set to the prefix's length.
 pub fn compress(mut decisions: Vec<(IpNet, Decision)>) -> Table {
-    decisions.sort_unstable_by_key(|(p, _)| order(p));
+    decisions.sort_unstable_by_key(|(p, _)| sort_key(p));
     decisions.dedup_by_key(|(p, _)| *p);
     let mut c = Compressor::default();
     for (p, d) in decisions {
@@ -48,7 +40,7 @@ pub fn compress(mut decisions: Vec<(IpNet, Decision)>) -> Table {
     c.finish()
 }
 
-/// [`compress`] for decisions that arrive already in [`order`] (the controller computes
+/// [`compress`] for decisions that arrive already in [`sort_key`] order (the controller computes
 /// them in that order), without holding the uncompressed table.
 #[derive(Default)]
 pub struct Compressor {
@@ -89,21 +81,6 @@ impl Compressor {
     }
 }
 
-/// The order [`Compressor::push`] needs: every prefix before those it covers.
-pub fn sort_key(p: &IpNet) -> (u8, u128, u8) {
-    order(p)
-}
-
-/// Decision for an address in a compressed table by longest-prefix match (the kernel's
-/// lookup, for tests and `explain`).
-pub fn lookup(table: &[(IpNet, Decision)], addr: IpAddr) -> Option<&Decision> {
-    table
-        .iter()
-        .filter(|(p, _)| p.contains(&addr))
-        .max_by_key(|(p, _)| p.prefix_len())
-        .map(|(_, d)| d)
-}
-
 /// What changes between two tables of one service.
 #[derive(Debug, Default, PartialEq)]
 pub struct Diff {
@@ -121,7 +98,7 @@ impl Diff {
 
 /// Where the entries under `root` sit in a table (they are contiguous in its order).
 pub fn subtree_range(entries: &[(IpNet, Decision)], root: &IpNet) -> std::ops::Range<usize> {
-    let start = entries.partition_point(|(p, _)| order(p) < order(root));
+    let start = entries.partition_point(|(p, _)| sort_key(p) < sort_key(root));
     let end = start
         + entries[start..]
             .iter()
@@ -151,6 +128,7 @@ pub fn diff(old: &[(IpNet, Decision)], new: &[(IpNet, Decision)]) -> Diff {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::sweep::lookup;
     use proptest::prelude::*;
 
     fn dec(server: u16) -> Decision {
@@ -219,7 +197,7 @@ mod tests {
             let mut input: Vec<(IpNet, Decision)> = input.into_iter().map(|(p, s)| (p, dec(s))).collect();
             input.push((net("0.0.0.0/0"), dec(9)));
             let mut full = input.clone();
-            full.sort_unstable_by_key(|(p, _)| order(p));
+            full.sort_unstable_by_key(|(p, _)| sort_key(p));
             full.dedup_by_key(|(p, _)| *p);
             for (p, d) in full.iter_mut() {
                 d.prefix_len = p.prefix_len();
@@ -227,9 +205,10 @@ mod tests {
             let t = compress(input);
             prop_assert_eq!(t.entries.len() + t.saved, full.len());
             for x in probes {
-                let addr = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000u32 | x));
-                let want = lookup(&full, addr).unwrap();
-                let got = lookup(&t.entries, addr).unwrap();
+                let addr = std::net::Ipv4Addr::from(0x0a00_0000u32 | x);
+                let host = crate::controller::sweep::host(addr.into());
+                let want = lookup(&full, &host).unwrap();
+                let got = lookup(&t.entries, &host).unwrap();
                 prop_assert!(same_ranking(want, got));
             }
         }

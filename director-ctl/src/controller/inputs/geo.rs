@@ -26,7 +26,7 @@ use maxminddb::{Reader, WithinOptions};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 
-use crate::model::{GeoPoint, IpNet};
+use crate::controller::model::{GeoPoint, IpNet};
 
 /// What a GeoIP database gave.
 #[derive(Clone, Debug, Default)]
@@ -291,7 +291,7 @@ impl<'de> Deserialize<'de> for Number {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inputs::test_data;
+    use crate::controller::inputs::test_data;
     use std::collections::BTreeMap;
     use std::net::Ipv6Addr;
 
@@ -409,7 +409,7 @@ mod tests {
             t.networks.len(),
             t.without_location,
             t0.elapsed(),
-            crate::inputs::peak_rss()
+            crate::controller::inputs::peak_rss()
         );
         let v4 = t.networks.iter().filter(|n| n.0.addr().is_ipv4()).count();
         let v6 = t.networks.len() - v4;

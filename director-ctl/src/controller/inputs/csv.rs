@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::model::{GeoPoint, IpNet, Location};
+use crate::controller::model::{GeoPoint, IpNet, Location};
 
 /// `prefix,site,rtt_ms` lines.
 pub fn load_rtt(path: &Path) -> Result<Vec<(IpNet, String, f64)>> {

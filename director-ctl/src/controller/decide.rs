@@ -5,19 +5,19 @@
 //! operator's locations, and of the RTT data, plus 0.0.0.0/0 and ::/0 (so every client has
 //! a decision). Each source is matched to a prefix by longest-prefix match.
 
-use std::{collections::HashMap, net::IpAddr, time::Instant};
+use std::{collections::HashMap, time::Instant};
 
-use anyhow::{Context, Result};
-use director_common::maps::Decision;
+use anyhow::{anyhow, bail, Result};
+use director_common::maps::{Decision, MAX_DECISIONS};
 use ipnet::IpNet;
-use serde::Serialize;
 
+use super::compile::{Compressor, Table};
+use super::config::{self, Config};
 use super::data::{Data, SiteData};
-use super::sweep::{self, Sweep};
-use crate::compile::{sort_key, Compressor, Table};
-use crate::config::{self, Config};
-use crate::engine::{self, Candidate, Metric, Metrics, Policy, Ranking};
-use crate::model::{Location, Route};
+use super::engine::{self, Candidate, Metric, Metrics, Policy, Ranking};
+use super::model::Route;
+use super::sweep::{self, sort_key, Sweep};
+use crate::api;
 
 /// One service's sort settings and servers, resolved against the config.
 pub struct ServicePlan {
@@ -25,8 +25,19 @@ pub struct ServicePlan {
     pub id: u32,
     pub name: String,
     pub policy: Policy,
-    /// (server id, site index, portion, agent_distance, preference)
-    pub servers: Vec<(u16, usize, u16, u32, u32)>,
+    pub servers: Vec<PlannedServer>,
+}
+
+/// A server of a service, with what the sort needs of its config.
+#[derive(Clone, Copy, Debug)]
+pub struct PlannedServer {
+    /// Kernel id.
+    pub id: u16,
+    /// Index of its site in the config (and in `Data::sites`).
+    pub site: usize,
+    pub portion: u16,
+    pub agent_distance: u32,
+    pub preference: u32,
 }
 
 /// Kernel ids of the config's servers and services, by position in the config. `run` keeps
@@ -66,10 +77,7 @@ pub fn plans(cfg: &Config, ids: &Ids) -> Result<Vec<ServicePlan>> {
         .enumerate()
         .map(|(i, s)| {
             let at = || format!("[[service]] {:?}", s.name);
-            let metric = |m: &String| {
-                m.parse::<Metric>()
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", at()))
-            };
+            let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow!("{}: {e}", at()));
             let prio = s
                 .priority
                 .iter()
@@ -81,19 +89,19 @@ pub fn plans(cfg: &Config, ids: &Ids) -> Result<Vec<ServicePlan>> {
                 .map(|(m, w)| Ok((metric(m)?, *w)))
                 .collect::<Result<Vec<_>>>()?;
             let policy = Policy::new(&prio, &weights, s.rtt_tolerance, s.med)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+                .map_err(|e| anyhow!("{}: {e}", at()))?;
             let servers = s
                 .servers
                 .iter()
                 .map(|n| {
                     let (idx, srv) = server_of[n.as_str()];
-                    (
-                        ids.servers[idx],
-                        site_of[srv.site.as_str()],
-                        srv.portion,
-                        srv.agent_distance,
-                        srv.preference,
-                    )
+                    PlannedServer {
+                        id: ids.servers[idx],
+                        site: site_of[srv.site.as_str()],
+                        portion: srv.portion,
+                        agent_distance: srv.agent_distance,
+                        preference: srv.preference,
+                    }
                 })
                 .collect();
             Ok(ServicePlan {
@@ -116,13 +124,6 @@ pub struct Computed {
     pub seconds: f64,
 }
 
-#[derive(Serialize)]
-pub struct TableSummary {
-    pub service: String,
-    pub entries: usize,
-    pub saved: usize,
-}
-
 impl Computed {
     /// Refuses a result the kernel's tables cannot hold (checked before anything is written).
     pub fn fits(&self) -> Result<()> {
@@ -136,17 +137,20 @@ impl Computed {
                 }
             }
         }
-        let max = director_common::maps::MAX_DECISIONS as usize;
+        let max = MAX_DECISIONS as usize;
         if v4 > max || v6 > max {
-            anyhow::bail!("{v4} IPv4 and {v6} IPv6 decision entries: the kernel's tables hold {max} per family");
+            bail!(
+                "{v4} IPv4 and {v6} IPv6 decision entries: the kernel's tables hold {max} per \
+                 family"
+            );
         }
         Ok(())
     }
 
-    pub fn summary(&self) -> Vec<TableSummary> {
+    pub fn summary(&self) -> Vec<api::TableSummary> {
         self.tables
             .iter()
-            .map(|(_, n, t)| TableSummary {
+            .map(|(_, n, t)| api::TableSummary {
                 service: n.clone(),
                 entries: t.entries.len(),
                 saved: t.saved,
@@ -157,10 +161,10 @@ impl Computed {
 
 /// A site's view of one client prefix.
 #[derive(Clone, Copy, Default)]
-struct SiteView<'a> {
-    route: Option<&'a Route>,
-    rtt: Option<f64>,
-    geo: Option<f64>,
+pub(super) struct SiteView<'a> {
+    pub(super) route: Option<&'a Route>,
+    pub(super) rtt: Option<f64>,
+    pub(super) geo: Option<f64>,
 }
 
 fn metrics(site: &SiteData, v: &SiteView, agent_distance: u32, preference: u32) -> Metrics {
@@ -169,19 +173,25 @@ fn metrics(site: &SiteData, v: &SiteView, agent_distance: u32, preference: u32) 
         int: v.route.and_then(|r| site.igp.get(&r.next_hop).copied()),
         ser: Some(agent_distance),
         rtt: v.rtt,
-        med: v.route.map(engine::med_key),
+        med: v.route.map(|r| engine::med_key(r.neighbor_as, r.med)),
         geo: v.geo,
         admin: Some(preference),
     }
 }
 
-fn candidates(plan: &ServicePlan, data: &Data, views: &[SiteView], out: &mut Vec<Candidate>) {
+pub(super) fn candidates(
+    plan: &ServicePlan,
+    data: &Data,
+    views: &[SiteView],
+    out: &mut Vec<Candidate>,
+) {
     out.clear();
-    for &(server, site, portion, agent, pref) in &plan.servers {
+    for s in &plan.servers {
+        let site = &data.sites[s.site];
         out.push(Candidate {
-            server,
-            portion,
-            metrics: metrics(&data.sites[site], &views[site], agent, pref),
+            server: s.id,
+            portion: s.portion,
+            metrics: metrics(site, &views[s.site], s.agent_distance, s.preference),
         });
     }
 }
@@ -296,115 +306,4 @@ pub fn subtree(
         out.push(c.finish().entries);
     }
     Some(out)
-}
-
-/// The most specific prefix of a sorted source that holds `addr` (for explain).
-fn lookup<'a, V>(source: &'a [(IpNet, V)], addr: IpAddr) -> Option<&'a (IpNet, V)> {
-    source
-        .iter()
-        .filter(|(n, _)| n.contains(&addr))
-        .max_by_key(|(n, _)| n.prefix_len())
-}
-
-#[derive(Serialize)]
-pub struct Explained {
-    pub service: String,
-    pub client: IpAddr,
-    /// Per server: its site and the data behind its metrics.
-    pub servers: Vec<ServerData>,
-    pub sort: engine::Explanation,
-    #[serde(skip)]
-    names: HashMap<u16, String>,
-}
-
-#[derive(Serialize)]
-pub struct ServerData {
-    pub server: String,
-    pub site: String,
-    pub bgp_prefix: Option<String>,
-    pub location_prefix: Option<String>,
-    pub rtt_prefix: Option<String>,
-    pub metrics: String,
-}
-
-impl std::fmt::Display for Explained {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "{} for {}", self.service, self.client)?;
-        for s in &self.servers {
-            writeln!(
-                f,
-                "  {:<12} site {:<8} bgp {:<20} location {:<20} rtt {:<20}",
-                s.server,
-                s.site,
-                s.bgp_prefix.as_deref().unwrap_or("-"),
-                s.location_prefix.as_deref().unwrap_or("-"),
-                s.rtt_prefix.as_deref().unwrap_or("-")
-            )?;
-        }
-        let names = &self.names;
-        write!(
-            f,
-            "{}",
-            self.sort
-                .table(&|id| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}")))
-        )
-    }
-}
-
-/// Every metric of every server of `service` for the client `addr`, the sort's levels, and
-/// why the winners won.
-pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result<Explained> {
-    let plans = plans(cfg, &Ids::positional(cfg))?;
-    let wire = director_common::name::encode(service)
-        .map_err(|e| anyhow::anyhow!("bad DNS name {service:?}: {e}"))?;
-    let plan = plans
-        .iter()
-        .find(|p| director_common::name::encode(&p.name).is_ok_and(|w| w == wire))
-        .with_context(|| format!("no service {service:?} in the config"))?;
-    let loc = lookup(&data.locations, addr);
-    // Per site: the most specific route and RTT prefixes holding the client.
-    let found: Vec<_> = data
-        .sites
-        .iter()
-        .map(|s| (lookup(&s.routes, addr), lookup(&s.rtt, addr)))
-        .collect();
-    let views: Vec<SiteView> = data
-        .sites
-        .iter()
-        .zip(&found)
-        .map(|(site, (route, rtt))| SiteView {
-            route: route.map(|r| &r.1),
-            rtt: rtt.map(|r| r.1),
-            geo: loc.and_then(|l| data.geo_km(site, &l.1)),
-        })
-        .collect();
-    let mut cands = Vec::new();
-    candidates(plan, data, &views, &mut cands);
-    let mut servers = Vec::new();
-    for (&(server, site, ..), c) in plan.servers.iter().zip(&cands) {
-        let (route, rtt) = found[site];
-        servers.push(ServerData {
-            server: cfg.servers[server as usize - 1].name.clone(),
-            site: cfg.sites[site].name.clone(),
-            bgp_prefix: route.map(|r| r.0.to_string()),
-            location_prefix: loc.map(|l| match &l.1 {
-                Location::Point(p) => format!("{} ({:.2},{:.2})", l.0, p.lat, p.lon),
-                Location::Named(n) => format!("{} ({n})", l.0),
-            }),
-            rtt_prefix: rtt.map(|r| format!("{} ({} ms)", r.0, r.1)),
-            metrics: format!("{:?}", c.metrics),
-        });
-    }
-    let names = plan
-        .servers
-        .iter()
-        .map(|&(id, ..)| (id, cfg.servers[id as usize - 1].name.clone()))
-        .collect();
-    Ok(Explained {
-        service: plan.name.clone(),
-        client: addr,
-        servers,
-        sort: engine::explain(&plan.policy, &cands),
-        names,
-    })
 }

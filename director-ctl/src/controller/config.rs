@@ -13,10 +13,10 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use director_common::maps::{MAX_CANDIDATES, MAX_SERVERS, MAX_SERVICES};
+use director_common::select::Mode;
 use serde::Deserialize;
 
-/// Metric names a service may give a priority or a weight (DistributedDirector's).
-pub const METRICS: [&str; 8] = ["ext", "int", "ser", "rtt", "med", "geo", "admin", "random"];
+use super::engine::Metric;
 
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
@@ -29,7 +29,7 @@ pub struct Geo {
     pub graph: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Site {
     pub name: String,
@@ -47,7 +47,7 @@ pub struct Site {
     pub igp_cost: BTreeMap<String, u32>,
 }
 
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Server {
     pub name: String,
@@ -78,7 +78,7 @@ fn ten() -> f64 {
     10.0
 }
 
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Service {
     pub name: String,
@@ -97,7 +97,7 @@ pub struct Service {
     #[serde(default)]
     pub med: bool,
     /// How the kernel picks among the final equals: random (by portion), client, name.
-    pub select: Option<String>,
+    pub select: Option<Mode>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -203,7 +203,7 @@ impl Config {
         let mut servers = HashSet::new();
         for (i, s) in self.servers.iter().enumerate() {
             let at = || format!("[[server]] #{} ({:?})", i + 1, s.name);
-            crate::input::server_name(&s.name).with_context(at)?;
+            crate::checked::server_name(&s.name).with_context(at)?;
             if !servers.insert(s.name.as_str()) {
                 bail!("{}: a server of that name is already defined", at());
             }
@@ -252,12 +252,8 @@ impl Config {
                 }
             }
             for m in s.priority.keys().chain(s.weights.keys()) {
-                if !METRICS.contains(&m.as_str()) {
-                    bail!(
-                        "{}: unknown metric {m:?} (known: {})",
-                        at(),
-                        METRICS.join(", ")
-                    );
+                if let Err(e) = m.parse::<Metric>() {
+                    bail!("{}: {e}", at());
                 }
             }
             for (m, w) in &s.weights {
@@ -271,11 +267,6 @@ impl Config {
                     at(),
                     s.rtt_tolerance
                 );
-            }
-            if let Some(sel) = &s.select {
-                if !["random", "client", "name"].contains(&sel.as_str()) {
-                    bail!("{}: select {sel:?} is not random, client or name", at());
-                }
             }
         }
         Ok(())

@@ -25,9 +25,40 @@ pub struct GeoPoint {
     pub lon: f64,
 }
 
+impl GeoPoint {
+    /// Great-circle distance in km (haversine, mean Earth radius).
+    pub fn km_to(self, b: GeoPoint) -> f64 {
+        let (la1, la2) = (self.lat.to_radians(), b.lat.to_radians());
+        let dlat = la2 - la1;
+        let dlon = (b.lon - self.lon).to_radians();
+        let h = (dlat / 2.0).sin().powi(2) + la1.cos() * la2.cos() * (dlon / 2.0).sin().powi(2);
+        2.0 * 6371.0 * h.sqrt().min(1.0).asin()
+    }
+}
+
 /// Where a client network is: a point, or a node of the operator's location graph.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Location {
     Point(GeoPoint),
     Named(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn great_circle_frankfurt_new_york() {
+        let fra = GeoPoint {
+            lat: 50.11,
+            lon: 8.68,
+        };
+        let nyc = GeoPoint {
+            lat: 40.71,
+            lon: -74.01,
+        };
+        let d = fra.km_to(nyc);
+        assert!((6150.0..6250.0).contains(&d), "{d}");
+        assert_eq!(fra.km_to(fra), 0.0);
+    }
 }

@@ -1,0 +1,84 @@
+//! Checked values that every layer shares: a server name that fits the kernel's table and a
+//! client prefix without host bits. The CLI and the config check operator text with these;
+//! ops, the controller and the kernel take the values they return. Every error names the
+//! offending text and what is wrong.
+
+use std::net::IpAddr;
+
+use anyhow::{bail, Result};
+use director_common::maps::SERVER_NAME_LEN;
+use ipnet::IpNet;
+
+/// A server name: 1 to 31 bytes of letters, digits, `-`, `_` and `.`.
+pub fn server_name(text: &str) -> Result<&str> {
+    if text.is_empty() || text.len() >= SERVER_NAME_LEN {
+        bail!(
+            "server name {text:?} must be 1 to {} bytes",
+            SERVER_NAME_LEN - 1
+        );
+    }
+    if !text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        bail!("server name {text:?} may only hold letters, digits, '-', '_' and '.'");
+    }
+    Ok(text)
+}
+
+/// A network `ADDRESS/LENGTH` whose host bits are zero (a route for `192.0.2.1/24` is
+/// refused rather than silently widened).
+pub fn prefix(text: &str) -> Result<IpNet> {
+    let Some((a, l)) = text.split_once('/') else {
+        bail!(
+            "malformed prefix {text:?}: expected ADDRESS/LENGTH, e.g. 192.0.2.0/24 or \
+             2001:db8::/32"
+        );
+    };
+    let Ok(addr) = a.parse::<IpAddr>() else {
+        bail!("malformed prefix {text:?}: {a:?} is not an IPv4 or IPv6 address");
+    };
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let net = match l.parse::<u8>() {
+        Ok(len) if len <= max => IpNet::new(addr, len)?,
+        _ => bail!("malformed prefix {text:?}: length {l:?} is not a number from 0 to {max}"),
+    };
+    if net.network() != addr {
+        bail!(
+            "malformed prefix {text:?}: host bits are set (the network is {})",
+            net.trunc()
+        );
+    }
+    Ok(net)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(prefix("192.0.2.0/24").unwrap().to_string(), "192.0.2.0/24");
+        assert_eq!(prefix("2001:db8::/32").unwrap().prefix_len(), 32);
+        assert_eq!(prefix("0.0.0.0/0").unwrap().prefix_len(), 0);
+        assert!(prefix("192.0.2.1/24")
+            .unwrap_err()
+            .to_string()
+            .contains("192.0.2.0/24"));
+        assert!(prefix("192.0.2.0/33").is_err());
+        assert!(prefix("192.0.2.0").is_err());
+        assert!(prefix("example/8").is_err());
+        assert!(prefix("2001:db8::/129").is_err());
+    }
+
+    #[test]
+    fn server_names() {
+        assert!(server_name("fra-1.example_a").is_ok());
+        assert!(server_name("").is_err());
+        assert!(server_name(&"a".repeat(32)).is_err());
+        assert!(server_name("a b")
+            .unwrap_err()
+            .to_string()
+            .contains("letters, digits"));
+    }
+}

@@ -1,0 +1,364 @@
+//! The command line: arguments ([`Cli`]), operator text ([`text`]) and what each command
+//! prints ([`print`]: plain text; `--json` prints the [`crate::api`] documents). Commands
+//! call `ops` for operator operations and `controller` for `run`, `check` and `explain`.
+
+pub mod print;
+pub mod text;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+use director_common::{maps::PIN_DIR, select::Mode};
+
+use crate::checked;
+use crate::controller;
+use crate::kernel::{self, program, Maps};
+use crate::ops;
+
+/// director: answers DNS for the names it owns from an XDP program, with the best server
+/// for each client prefix.
+#[derive(Parser)]
+#[command(name = "director-ctl", version)]
+pub struct Cli {
+    /// bpffs directory where the program, its links and its maps are pinned.
+    #[arg(long, global = true, env = "DIRECTOR_PIN_DIR", default_value = PIN_DIR)]
+    pin_dir: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Load (first time), pin and attach the XDP program to an interface.
+    Attach {
+        #[arg(long)]
+        iface: String,
+        #[arg(long, value_enum, default_value = "native")]
+        mode: AttachMode,
+        /// Kernel-side log level compiled in at load (see `director-ctl log`).
+        #[arg(long, value_enum, default_value = "off")]
+        log_level: LogLevel,
+    },
+    /// Detach from an interface; the last detach unpins the program and its maps.
+    Detach {
+        #[arg(long)]
+        iface: String,
+    },
+    /// Interfaces, program and map fill.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Servers that answers point to.
+    #[command(subcommand)]
+    Server(ServerCmd),
+    /// DNS names director answers for.
+    #[command(subcommand)]
+    Service(ServiceCmd),
+    /// Which servers each client prefix gets, per service.
+    #[command(subcommand)]
+    Route(RouteCmd),
+    /// Answered and passed packets, by reason and by service.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Attach (or with --detach remove) a pass-through XDP program on the client end of a
+    /// veth pair, so the frames director sends back with XDP_TX are delivered at once.
+    VethPeer {
+        #[arg(long)]
+        iface: String,
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Compute decisions from a config (BGP, GeoIP, RTT, preferences), write them to the
+    /// kernel, and keep them equal to the inputs: a changed file or SIGHUP recomputes and
+    /// rewrites what changed.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+        /// Attach to this interface first if director is not attached to it.
+        #[arg(long)]
+        iface: Option<String>,
+        #[arg(long, value_enum, default_value = "native")]
+        mode: AttachMode,
+        /// How often to look at the input files, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        poll_ms: u64,
+        /// Log events as JSON objects (one per line, on stderr).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a config and everything it reads; print what it would write. Touches nothing.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every server's metrics for a client, the sort's levels, and why the winners won.
+    Explain {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        service: String,
+        #[arg(long)]
+        client: IpAddr,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the XDP program's log (needs `attach --log-level debug|info`) until Ctrl-C.
+    Log,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum AttachMode {
+    /// Driver (native) XDP.
+    Native,
+    /// Generic XDP in the stack (any interface, slower).
+    Skb,
+}
+
+impl From<AttachMode> for program::Mode {
+    fn from(m: AttachMode) -> program::Mode {
+        match m {
+            AttachMode::Native => program::Mode::Native,
+            AttachMode::Skb => program::Mode::Skb,
+        }
+    }
+}
+
+/// aya-log's levels, in its numbering (0 = off).
+#[derive(Clone, Copy, ValueEnum)]
+enum LogLevel {
+    Off,
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+#[derive(Subcommand)]
+enum ServerCmd {
+    /// Add a server (or change an existing one's addresses).
+    Add {
+        name: String,
+        #[arg(long)]
+        ipv4: Option<Ipv4Addr>,
+        #[arg(long)]
+        ipv6: Option<Ipv6Addr>,
+    },
+    /// Delete a server no route uses.
+    Del { name: String },
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mark a server up or down; the kernel never answers with a down server.
+    Set {
+        name: String,
+        #[arg(long, conflicts_with = "down", required_unless_present = "down")]
+        up: bool,
+        #[arg(long)]
+        down: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ServiceCmd {
+    /// Own a DNS name (or change an owned name's settings).
+    Add {
+        dnsname: String,
+        #[arg(long, default_value_t = 30)]
+        ttl: u32,
+        /// Addresses per answer.
+        #[arg(long, default_value_t = 1)]
+        answers: u8,
+        /// How to pick among equally good servers: random, client or name.
+        #[arg(long, default_value = "random")]
+        select: Mode,
+    },
+    Del {
+        dnsname: String,
+    },
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RouteCmd {
+    /// Give clients in PREFIX these servers: SERVER[=WEIGHT],... share answers by weight;
+    /// servers after a '|' are fallbacks, in order (e.g. "fra-1=2,ams-1|nyc-1").
+    Set {
+        dnsname: String,
+        prefix: String,
+        servers: String,
+    },
+    Del {
+        dnsname: String,
+        prefix: String,
+    },
+    List {
+        dnsname: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// Prints `doc` as JSON, or as the operator's text.
+fn show<T: serde::Serialize>(json: bool, doc: &T, text: impl FnOnce(&T) -> String) -> Result<()> {
+    if json {
+        print_json(doc)
+    } else {
+        print!("{}", text(doc));
+        Ok(())
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let dir = cli.pin_dir;
+    match cli.cmd {
+        Cmd::Attach {
+            iface,
+            mode,
+            log_level,
+        } => {
+            program::attach(&dir, &iface, mode.into(), log_level as u8)?;
+            println!(
+                "attached to {iface} ({mode:?}); maps pinned in {}",
+                dir.display()
+            );
+        }
+        Cmd::Detach { iface } => {
+            let last = program::detach(&dir, &iface)?;
+            let unpinned = if last {
+                "; program and maps unpinned"
+            } else {
+                ""
+            };
+            println!("detached from {iface}{unpinned}");
+        }
+        Cmd::Status { json } => show(json, &ops::status(&dir)?, print::status)?,
+        Cmd::Server(c) => {
+            let mut m = Maps::open(&dir)?;
+            match c {
+                ServerCmd::Add { name, ipv4, ipv6 } => {
+                    ops::server_add(&mut m, &name, ipv4, ipv6)?;
+                }
+                ServerCmd::Del { name } => ops::server_del(&mut m, &name)?,
+                ServerCmd::Set { name, up, .. } => ops::server_set(&mut m, &name, up)?,
+                ServerCmd::List { json } => show(json, &ops::servers(&m)?, print::servers)?,
+            }
+        }
+        Cmd::Service(c) => {
+            let mut m = Maps::open(&dir)?;
+            match c {
+                ServiceCmd::Add {
+                    dnsname,
+                    ttl,
+                    answers,
+                    select,
+                } => {
+                    ops::service_add(&mut m, &dnsname, ttl, answers, select)?;
+                }
+                ServiceCmd::Del { dnsname } => ops::service_del(&mut m, &dnsname)?,
+                ServiceCmd::List { json } => show(json, &ops::services(&m)?, print::services)?,
+            }
+        }
+        Cmd::Route(c) => {
+            let mut m = Maps::open(&dir)?;
+            match c {
+                RouteCmd::Set {
+                    dnsname,
+                    prefix,
+                    servers,
+                } => {
+                    // Both arguments are checked before the service is looked up.
+                    let prefix = checked::prefix(&prefix)?;
+                    let servers = text::server_list(&servers)?;
+                    ops::route_set(&mut m, &dnsname, prefix, &servers)?;
+                }
+                RouteCmd::Del { dnsname, prefix } => {
+                    ops::route_del(&mut m, &dnsname, checked::prefix(&prefix)?)?;
+                }
+                RouteCmd::List { dnsname, json } => {
+                    show(json, &ops::routes(&m, dnsname.as_deref())?, print::routes)?;
+                }
+            }
+        }
+        Cmd::Stats { json } => show(json, &ops::stats(&Maps::open(&dir)?)?, print::stats)?,
+        Cmd::VethPeer { iface, detach } => {
+            if detach {
+                program::detach_pass(&dir, &iface)?;
+            } else {
+                program::attach_pass(&dir, &iface)?;
+            }
+        }
+        Cmd::Log => kernel::log::follow(&dir)?,
+        Cmd::Run {
+            config,
+            iface,
+            mode,
+            poll_ms,
+            json,
+        } => {
+            if let Some(iface) = iface {
+                if !program::attached(&dir)?.contains(&iface) {
+                    program::attach(&dir, &iface, mode.into(), 0)?;
+                }
+            }
+            let log = if json {
+                controller::run::Log::Json
+            } else {
+                controller::run::Log::Text
+            };
+            controller::run::run(&config, &dir, Duration::from_millis(poll_ms), log)?;
+        }
+        Cmd::Check { config, json } => {
+            let report = controller::check(&config)?;
+            show(json, &report, |r| print::check(&config, r))?;
+        }
+        Cmd::Explain {
+            config,
+            service,
+            client,
+            json,
+        } => {
+            show(
+                json,
+                &controller::explain(&config, &service, client)?,
+                print::explain,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The `director-ctl` binary: parse, run, and on failure print one line and exit non-zero.
+pub fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // One line naming the problem, like every other refusal.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!("director-ctl: {}", first.trim_start_matches("error: "));
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(cli) {
+        eprintln!("director-ctl: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,294 @@
+//! `run`: computes, applies, then keeps the kernel equal to the inputs. On a changed file
+//! or SIGHUP it recomputes and rewrites only the decisions that changed; when only RTT
+//! files changed, only the prefixes under the changed measurements are recomputed. A bad
+//! config or input is logged and the kernel keeps the last good decisions. Stops on SIGINT
+//! or SIGTERM.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{anyhow, Context, Result};
+use ipnet::IpNet;
+
+use super::apply::{apply_full, assign_ids};
+use super::compile::{diff, subtree_range, Diff, Table};
+use super::config::Config;
+use super::data::Data;
+use super::decide::{compute, plans, subtree, Computed, Ids};
+use crate::api::{self, Event};
+use crate::kernel::{DecisionChange, Maps};
+
+/// How `run` logs its events (on stderr).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Log {
+    /// One line of text per event.
+    Text,
+    /// One [`api::RunEvent`] JSON object per line.
+    Json,
+}
+
+impl Log {
+    fn event(self, event: Event, message: String) {
+        match self {
+            Log::Text => eprintln!("director-ctl run: {message}"),
+            Log::Json => {
+                let e = api::RunEvent {
+                    version: api::VERSION,
+                    event,
+                    message,
+                };
+                match serde_json::to_string(&e) {
+                    Ok(line) => eprintln!("{line}"),
+                    Err(err) => eprintln!("director-ctl run: {} ({err})", e.message),
+                }
+            }
+        }
+    }
+}
+
+/// Writes one service's changed entries and logs them.
+fn write_diff(
+    m: &mut Maps,
+    log: Log,
+    service: u32,
+    name: &str,
+    under: Option<IpNet>,
+    d: &Diff,
+) -> Result<()> {
+    if d.is_empty() {
+        return Ok(());
+    }
+    m.apply_decisions(DecisionChange::Update {
+        service,
+        put: &d.put,
+        delete: &d.delete,
+    })?;
+    let (rewritten, deleted) = (d.put.len(), d.delete.len());
+    let at = under.map_or(String::new(), |p| format!(" {p}:"));
+    log.event(
+        Event::Changed {
+            service: name.to_string(),
+            prefix: under,
+            rewritten,
+            deleted,
+        },
+        format!("{name}:{at} {rewritten} entries rewritten, {deleted} deleted"),
+    );
+    Ok(())
+}
+
+/// Files whose change means a recompute: the config and every input it names.
+fn watched(path: &Path, cfg: &Config) -> Vec<PathBuf> {
+    let mut v = vec![path.to_path_buf()];
+    v.extend(
+        cfg.geo
+            .database
+            .iter()
+            .chain(&cfg.geo.locations)
+            .chain(&cfg.geo.graph)
+            .cloned(),
+    );
+    for s in &cfg.sites {
+        v.extend(s.bgp.iter().cloned());
+    }
+    v.extend(cfg.rtt.files.iter().cloned());
+    v
+}
+
+fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
+    files
+        .iter()
+        .map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .collect()
+}
+
+/// Computes, applies, then keeps the kernel equal to the inputs: on a changed file or
+/// SIGHUP it recomputes and rewrites only the decisions that changed. When only RTT files
+/// changed, only the prefixes under the changed measurements are recomputed. A bad config
+/// or input is logged and the kernel keeps the last good decisions. Stops on SIGINT/SIGTERM.
+/// `run --json`: log lines are JSON objects with an `event` key.
+pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> {
+    let cfg = Config::load(path)?;
+    let data = Data::load(&cfg)?;
+    let mut m = Maps::open(pin_dir)?;
+    let ids = assign_ids(&m, &cfg)?;
+    let computed = compute(&cfg, &data, &ids)?;
+    let t = Instant::now();
+    let entries = apply_full(&mut m, &cfg, &computed, &ids)?;
+    let saved = computed.tables.iter().map(|t| t.2.saved).sum::<usize>();
+    let (prefixes, compute_s, apply_s) = (
+        computed.prefixes,
+        computed.seconds,
+        t.elapsed().as_secs_f64(),
+    );
+    log.event(
+        Event::Applied {
+            prefixes,
+            entries,
+            saved,
+            compute_s,
+            apply_s,
+        },
+        format!(
+            "{prefixes} prefixes, {entries} entries written ({saved} saved) in {compute_s:.1} s \
+             compute + {apply_s:.1} s apply"
+        ),
+    );
+    install_signals();
+    let mut state = State {
+        files: watched(path, &cfg),
+        cfg,
+        data,
+        computed,
+        ids,
+        log,
+    };
+    let mut seen = stamps(&state.files);
+    while !STOP.load(Ordering::Relaxed) {
+        let now = stamps(&state.files);
+        let hupped = HUP.swap(false, Ordering::Relaxed);
+        if now == seen && !hupped {
+            std::thread::sleep(poll);
+            continue;
+        }
+        let changed: Vec<&PathBuf> = state
+            .files
+            .iter()
+            .zip(now.iter().zip(&seen))
+            .filter(|(_, (a, b))| a != b)
+            .map(|(f, _)| f)
+            .collect();
+        let only_rtt = !hupped
+            && !changed.is_empty()
+            && changed.iter().all(|f| state.cfg.rtt.files.contains(f));
+        let t = Instant::now();
+        let r = if only_rtt {
+            state.rtt_changed(&mut m)
+        } else {
+            Err(anyhow!("full"))
+        };
+        let r = match r {
+            Ok(()) => Ok(()),
+            Err(_) => recompute(path, &mut state, &mut m),
+        };
+        match r {
+            Ok(()) => {
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                log.event(
+                    Event::Updated { ms },
+                    format!("up to date again in {ms:.0} ms"),
+                );
+            }
+            Err(e) => log.event(
+                Event::Refused {
+                    error: format!("{e:#}"),
+                },
+                format!("keeping the last good decisions: {e:#}"),
+            ),
+        }
+        seen = stamps(&state.files);
+    }
+    Ok(())
+}
+
+/// What `run` keeps between changes.
+struct State {
+    cfg: Config,
+    data: Data,
+    computed: Computed,
+    ids: Ids,
+    files: Vec<PathBuf>,
+    log: Log,
+}
+
+/// Subtrees larger than this are recomputed in full instead (a sweep is faster then).
+const SUBTREE_LIMIT: usize = 20_000;
+
+impl State {
+    /// Only RTT files changed: recompute the prefixes under the changed measurements.
+    /// An error means "do a full recompute" (a new prefix, a large subtree, a bad file).
+    fn rtt_changed(&mut self, m: &mut Maps) -> Result<()> {
+        let changed = self.data.reload_rtt(&self.cfg)?;
+        let plans = plans(&self.cfg, &self.ids)?;
+        // Only the outermost changed prefixes: their subtrees hold the rest.
+        let mut roots: Vec<IpNet> = Vec::new();
+        for p in changed {
+            if !roots.last().is_some_and(|r| r.contains(&p)) {
+                roots.push(p);
+            }
+        }
+        let mut updates = Vec::new();
+        for root in &roots {
+            let fresh = subtree(&plans, &self.data, &self.computed.all, root, SUBTREE_LIMIT)
+                .context("a changed RTT prefix needs a full recompute")?;
+            updates.push((*root, fresh));
+        }
+        for (root, fresh) in updates {
+            for ((id, name, table), new) in self.computed.tables.iter_mut().zip(fresh) {
+                let range = subtree_range(&table.entries, &root);
+                let d = diff(&table.entries[range.clone()], &new);
+                write_diff(m, self.log, *id, name, Some(root), &d)?;
+                table.entries.splice(range, new);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads everything again and writes what changed.
+fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
+    let cfg = Config::load(path)?;
+    let data = Data::load(&cfg)?;
+    let ids = assign_ids(m, &cfg)?;
+    let new = compute(&cfg, &data, &ids)?;
+    if cfg.servers != state.cfg.servers || cfg.services != state.cfg.services {
+        let entries = apply_full(m, &cfg, &new, &ids)?;
+        state.log.event(
+            Event::Replaced { entries },
+            format!("servers or services changed: all {entries} entries replaced"),
+        );
+    } else {
+        let before: HashMap<u32, &Table> = state
+            .computed
+            .tables
+            .iter()
+            .map(|(id, _, t)| (*id, t))
+            .collect();
+        for (id, name, t) in &new.tables {
+            let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
+            write_diff(m, state.log, *id, name, None, &d)?;
+        }
+    }
+    let log = state.log;
+    *state = State {
+        files: watched(path, &cfg),
+        cfg,
+        data,
+        computed: new,
+        ids,
+        log,
+    };
+    Ok(())
+}
+
+static HUP: AtomicBool = AtomicBool::new(false);
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only stores to atomics: async-signal-safe.
+    if sig == libc::SIGHUP {
+        HUP.store(true, Ordering::Relaxed);
+    } else {
+        STOP.store(true, Ordering::Relaxed);
+    }
+}
+
+fn install_signals() {
+    for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}

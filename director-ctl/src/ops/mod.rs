@@ -1,0 +1,296 @@
+//! Whole operator operations on the pinned maps, as the CLI offers them. Each checks
+//! everything it was given before its first write, so a refused command leaves the kernel
+//! as it was, and orders its writes so the kernel never sees a half-made object (the
+//! `kernel` methods keep a service before its name, a route to servers that exist).
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use director_common::{
+    maps::{Decision, MAX_CANDIDATES},
+    select::Mode,
+};
+use ipnet::IpNet;
+
+use crate::api;
+use crate::checked;
+use crate::kernel::{program, DecisionChange, Maps, ServerEntry, ServiceEntry};
+
+/// A route's servers: the first `primary` are equally good and share answers by weight;
+/// the rest are the next best, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerList {
+    pub servers: Vec<(String, u16)>,
+    pub primary: usize,
+}
+
+fn api_server(s: ServerEntry) -> api::Server {
+    api::Server {
+        id: s.id,
+        name: s.name,
+        ipv4: s.ipv4,
+        ipv6: s.ipv6,
+        up: s.up,
+    }
+}
+
+pub fn servers(m: &Maps) -> Result<api::ServerList> {
+    let servers = m.servers()?.into_iter().map(api_server).collect();
+    Ok(api::ServerList {
+        version: api::VERSION,
+        servers,
+    })
+}
+
+fn find_server(m: &Maps, name: &str) -> Result<Option<ServerEntry>> {
+    Ok(m.servers()?.into_iter().find(|s| s.name == name))
+}
+
+fn require_server(m: &Maps, name: &str) -> Result<ServerEntry> {
+    find_server(m, name)?
+        .with_context(|| format!("unknown server {name:?} (see `director-ctl server list`)"))
+}
+
+/// Adds a server, or changes the addresses of an existing one (its up/down state is kept).
+/// Returns its id.
+pub fn server_add(
+    m: &mut Maps,
+    name: &str,
+    ipv4: Option<Ipv4Addr>,
+    ipv6: Option<Ipv6Addr>,
+) -> Result<u16> {
+    let name = checked::server_name(name)?;
+    if ipv4.is_none() && ipv6.is_none() {
+        bail!("server {name:?} needs an address: give --ipv4 and/or --ipv6");
+    }
+    let (id, up) = match find_server(m, name)? {
+        Some(s) => (s.id, s.up),
+        None => (m.free_server_id()?, true),
+    };
+    m.put_server(&ServerEntry {
+        id,
+        name: name.to_string(),
+        ipv4,
+        ipv6,
+        up,
+    })?;
+    Ok(id)
+}
+
+pub fn server_set(m: &mut Maps, name: &str, up: bool) -> Result<()> {
+    let s = require_server(m, name)?;
+    m.set_server_up(s.id, up)
+}
+
+/// Deletes a server that no route uses.
+pub fn server_del(m: &mut Maps, name: &str) -> Result<()> {
+    let s = require_server(m, name)?;
+    let users: Vec<api::Route> = routes(m, None)?
+        .routes
+        .into_iter()
+        .filter(|r| {
+            r.primary
+                .iter()
+                .chain(&r.fallback)
+                .any(|x| x.server == name)
+        })
+        .collect();
+    if let Some(r) = users.first() {
+        bail!(
+            "server {name:?} is used by {} route(s), e.g. {} {}; delete or change them first",
+            users.len(),
+            r.service,
+            r.prefix
+        );
+    }
+    m.remove_server(s.id)
+}
+
+fn require_service(m: &Maps, dnsname: &str) -> Result<u32> {
+    m.find_service(dnsname)?
+        .with_context(|| format!("unknown service {dnsname:?} (see `director-ctl service list`)"))
+}
+
+/// Adds a DNS service, or changes the settings of an existing one. Returns its id.
+pub fn service_add(
+    m: &mut Maps,
+    dnsname: &str,
+    ttl: u32,
+    answers: u8,
+    select: Mode,
+) -> Result<u32> {
+    if !(1..=MAX_CANDIDATES as u8).contains(&answers) {
+        bail!("--answers {answers} is not from 1 to {MAX_CANDIDATES}");
+    }
+    if ttl > i32::MAX as u32 {
+        bail!("--ttl {ttl} is over 2147483647 (RFC 2181 §8)");
+    }
+    let id = match m.find_service(dnsname)? {
+        Some(id) => id,
+        None => m.free_service_id()?,
+    };
+    let name = dnsname.trim_end_matches('.').to_string();
+    m.put_service(&ServiceEntry {
+        id,
+        name,
+        ttl,
+        answers,
+        select,
+    })?;
+    Ok(id)
+}
+
+/// Deletes a service and its routes.
+pub fn service_del(m: &mut Maps, dnsname: &str) -> Result<()> {
+    let id = require_service(m, dnsname)?;
+    m.remove_service(id, dnsname)
+}
+
+pub fn services(m: &Maps) -> Result<api::ServiceList> {
+    let services = m
+        .services()?
+        .into_iter()
+        .map(|s| api::Service {
+            id: s.id,
+            name: s.name,
+            ttl: s.ttl,
+            answers: s.answers,
+            select: s.select,
+        })
+        .collect();
+    Ok(api::ServiceList {
+        version: api::VERSION,
+        services,
+    })
+}
+
+/// Gives clients in `prefix` these servers for the service `dnsname`.
+pub fn route_set(m: &mut Maps, dnsname: &str, prefix: IpNet, list: &ServerList) -> Result<()> {
+    let service = require_service(m, dnsname)?;
+    if list.servers.is_empty() || list.servers.len() > MAX_CANDIDATES {
+        bail!("a route takes 1 to {MAX_CANDIDATES} servers");
+    }
+    let mut d = Decision {
+        prefix_len: prefix.prefix_len(),
+        count: list.servers.len() as u8,
+        primary: list.primary.min(list.servers.len()) as u8,
+        ..Default::default()
+    };
+    for (i, (name, weight)) in list.servers.iter().enumerate() {
+        d.servers[i] = require_server(m, name)?.id;
+        d.weights[i] = *weight;
+    }
+    let put = [(prefix, d)];
+    m.apply_decisions(DecisionChange::Update {
+        service,
+        put: &put,
+        delete: &[],
+    })?;
+    Ok(())
+}
+
+pub fn route_del(m: &mut Maps, dnsname: &str, prefix: IpNet) -> Result<()> {
+    let service = require_service(m, dnsname)?;
+    if !m.has_decision(service, &prefix)? {
+        bail!("no route for {dnsname} {prefix}");
+    }
+    m.apply_decisions(DecisionChange::Update {
+        service,
+        put: &[],
+        delete: &[prefix],
+    })?;
+    Ok(())
+}
+
+/// The routes of every service, or of `only`, by service then prefix.
+pub fn routes(m: &Maps, only: Option<&str>) -> Result<api::RouteList> {
+    let only_id = only.map(|n| require_service(m, n)).transpose()?;
+    let services: HashMap<u32, String> =
+        m.services()?.into_iter().map(|s| (s.id, s.name)).collect();
+    let servers: HashMap<u16, String> = m.servers()?.into_iter().map(|s| (s.id, s.name)).collect();
+    let mut out = Vec::new();
+    for (svc, prefix, d) in m.decisions()? {
+        if only_id.is_some_and(|id| id != svc) {
+            continue;
+        }
+        let count = usize::from(d.count).min(MAX_CANDIDATES);
+        let ranked: Vec<api::RouteServer> = (0..count)
+            .map(|i| {
+                let id = d.servers[i];
+                api::RouteServer {
+                    server: servers
+                        .get(&id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("#{id}")),
+                    weight: d.weights[i],
+                }
+            })
+            .collect();
+        let (primary, fallback) = ranked.split_at(usize::from(d.primary).min(count));
+        out.push(api::Route {
+            service: services
+                .get(&svc)
+                .cloned()
+                .unwrap_or_else(|| format!("#{svc}")),
+            prefix,
+            primary: primary.to_vec(),
+            fallback: fallback.to_vec(),
+        });
+    }
+    // By text, as operators read them.
+    out.sort_by_cached_key(|r| (r.service.clone(), r.prefix.to_string()));
+    Ok(api::RouteList {
+        version: api::VERSION,
+        routes: out,
+    })
+}
+
+pub fn stats(m: &Maps) -> Result<api::Stats> {
+    let counters = m
+        .counters()?
+        .into_iter()
+        .map(|(r, n)| (r.name().to_string(), n))
+        .collect();
+    let mut services = std::collections::BTreeMap::new();
+    for s in m.services()? {
+        services.insert(s.name, m.service_answers(s.id)?);
+    }
+    Ok(api::Stats {
+        version: api::VERSION,
+        counters,
+        services,
+    })
+}
+
+pub fn status(dir: &Path) -> Result<api::Status> {
+    let info = program::program_info(dir)?;
+    let mut st = api::Status {
+        version: api::VERSION,
+        pin_dir: dir.to_path_buf(),
+        interfaces: program::attached(dir)?,
+        program_id: info.as_ref().map(|i| i.id()),
+        verified_instructions: info.as_ref().and_then(|i| i.verified_instruction_count()),
+        servers: 0,
+        services: 0,
+        routes_v4: 0,
+        routes_v6: 0,
+        active_table: None,
+    };
+    if let Ok(m) = Maps::open(dir) {
+        st.servers = m.servers()?.len();
+        st.services = m.services()?.len();
+        let routes = m.decisions()?;
+        st.routes_v4 = routes
+            .iter()
+            .filter(|r| matches!(r.1, IpNet::V4(_)))
+            .count();
+        st.routes_v6 = routes.len() - st.routes_v4;
+        st.active_table = Some(match m.active_table()? {
+            0 => api::DecisionTable::A,
+            _ => api::DecisionTable::B,
+        });
+    }
+    Ok(st)
+}
