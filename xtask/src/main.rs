@@ -1,4 +1,4 @@
-//! Developer commands: `cargo xtask build-ebpf | setup | test | demo | bench`.
+//! Developer commands: `cargo xtask build-ebpf | setup | lint | test | demo | bench`.
 
 mod bench;
 mod demo;
@@ -19,7 +19,9 @@ enum Cmd {
     BuildEbpf,
     /// Everything a fresh machine needs: Debian packages and the eBPF toolchain.
     Setup,
-    /// Set up, then run every test (unit, BPF_PROG_TEST_RUN fixtures, network namespaces).
+    /// rustfmt and clippy (warnings denied) on both workspaces, as CI runs them.
+    Lint,
+    /// Set up, lint, then run every test (unit, BPF_PROG_TEST_RUN fixtures, namespaces).
     Test,
     /// Set up, then show director answering real dig queries in its own namespaces.
     Demo,
@@ -36,7 +38,10 @@ fn main() {
     let r: Result<()> = match cli.cmd {
         Cmd::BuildEbpf => setup::build_ebpf().map(|p| println!("XDP object: {}", p.display())),
         Cmd::Setup => setup::all(),
-        Cmd::Test => setup::all().and_then(|_| setup::run_tests()),
+        Cmd::Lint => setup::all().and_then(|_| setup::lint()),
+        Cmd::Test => setup::all()
+            .and_then(|_| setup::lint())
+            .and_then(|_| setup::run_tests()),
         Cmd::Demo => setup::all().and_then(|_| demo::run_demo()),
         Cmd::Bench { seconds } => setup::all().and_then(|_| bench::run_bench(seconds)),
     };

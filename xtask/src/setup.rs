@@ -74,25 +74,35 @@ pub fn packages() -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
-fn toolchain() -> Result<()> {
+/// Adds the rustup components a toolchain lacks.
+fn components(toolchain: &str, wanted: &[&str]) -> Result<()> {
     let installed = output(Command::new("rustup").args([
         "component",
         "list",
         "--toolchain",
-        "nightly",
+        toolchain,
         "--installed",
     ]))
-    .context("the nightly toolchain is needed for the XDP program")?;
-    if !installed.lines().any(|l| l.starts_with("rust-src")) {
-        println!("xtask: adding rust-src to the nightly toolchain");
-        run(Command::new("rustup").args([
-            "component",
-            "add",
-            "rust-src",
-            "--toolchain",
-            "nightly",
-        ]))?;
+    .with_context(|| format!("the {toolchain} toolchain is needed"))?;
+    for c in wanted {
+        if !installed.lines().any(|l| l.starts_with(c)) {
+            println!("xtask: adding {c} to the {toolchain} toolchain");
+            run(Command::new("rustup").args(["component", "add", c, "--toolchain", toolchain]))?;
+        }
     }
+    Ok(())
+}
+
+fn toolchain() -> Result<()> {
+    // rust-src builds core for the BPF target; clippy and rustfmt are what `lint` runs.
+    components("nightly", &["rust-src", "clippy", "rustfmt"])?;
+    let stable = output(Command::new("rustup").args(["show", "active-toolchain"]))?;
+    let stable = stable
+        .split_whitespace()
+        .next()
+        .unwrap_or("stable")
+        .to_string();
+    components(&stable, &["clippy", "rustfmt"])?;
     if Command::new("bpf-linker")
         .arg("--version")
         .output()
@@ -146,31 +156,56 @@ fn toolchain() -> Result<()> {
         .env("LLVM_PREFIX", &prefix))
 }
 
-/// Builds the XDP object the way director-ctl's build script does, and returns its path.
+/// Builds the XDP object as director-ctl's build script does (the same function), and
+/// returns its path.
 pub fn build_ebpf() -> Result<PathBuf> {
     toolchain()?;
-    let target = root().join("target/ebpf");
-    run(Command::new("rustup")
-        .args(["run", "nightly", "cargo", "build", "--release", "--locked"])
-        .args([
-            "-Z",
-            "build-std=core",
-            "--target",
-            "bpfel-unknown-none",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(root().join("director-ebpf"))
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("CARGO")
-        .env_remove("RUSTC"))?;
-    Ok(target.join("bpfel-unknown-none/release/director"))
+    ebpf_build::build(&root(), &root().join("target/ebpf")).map_err(anyhow::Error::msg)
 }
 
 pub fn all() -> Result<()> {
     packages()?;
     build_ebpf()?;
     Ok(())
+}
+
+/// Formatting and lints, as CI checks them: rustfmt on both workspaces, clippy on the
+/// workspace (every target) and on the XDP program for the BPF target, warnings denied.
+pub fn lint() -> Result<()> {
+    let cargo =
+        |dir: PathBuf, args: &[&str]| run(Command::new("cargo").current_dir(dir).args(args));
+    cargo(root(), &["fmt", "--all", "--check"])?;
+    cargo(
+        root(),
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    // director-ebpf is its own workspace on nightly; its toolchain file picks nightly.
+    run(Command::new("rustup")
+        .current_dir(root().join("director-ebpf"))
+        .args(["run", "nightly", "cargo", "fmt", "--check"])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO"))?;
+    run(Command::new("rustup")
+        .current_dir(root().join("director-ebpf"))
+        .args(["run", "nightly", "cargo", "clippy", "--release", "--locked"])
+        .args(["-Z", "build-std=core", "--target", "bpfel-unknown-none"])
+        .args([
+            "--target-dir",
+            "../target/ebpf-clippy",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC"))
 }
 
 pub fn run_tests() -> Result<()> {

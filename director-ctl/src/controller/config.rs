@@ -307,6 +307,31 @@ priority = { geo = 1, admin = 2 }
         format!("{:#}", Config::parse(text).unwrap_err())
     }
 
+    /// The shipped examples stay valid, and every file they name is where they say.
+    #[test]
+    fn example_configs_load_and_name_existing_files() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        for name in ["director.toml", "real-data.toml"] {
+            let c = Config::load(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            let files = c
+                .geo
+                .database
+                .iter()
+                .chain(&c.geo.locations)
+                .chain(&c.geo.graph);
+            let files = files
+                .chain(c.sites.iter().flat_map(|s| &s.bgp))
+                .chain(&c.rtt.files);
+            for f in files {
+                assert!(
+                    f.is_file(),
+                    "{name} names {}, which is not a file",
+                    f.display()
+                );
+            }
+        }
+    }
+
     #[test]
     fn bad_configs_are_refused_with_the_entry_and_reason() {
         assert!(refused(&GOOD.replace("site = \"fra\"", "site = \"ams\""))
