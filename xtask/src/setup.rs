@@ -123,7 +123,7 @@ fn toolchain() -> Result<()> {
         output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim(),
     );
     let lib = std::fs::read_dir(sysroot.join("lib"))?
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .map(|e| e.path())
         .find(|p| {
             p.file_name().is_some_and(|n| {

@@ -3,6 +3,7 @@
 use std::{
     collections::HashMap,
     net::IpAddr,
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -14,6 +15,9 @@ use super::inputs::{self, mrt::PeerSelector};
 use super::model::{GeoPoint, Location, Route};
 use super::sweep::{sort_key, sorted};
 use crate::api;
+
+/// A site's best route per prefix, sorted.
+type Routes = Vec<(IpNet, Route)>;
 
 pub struct SiteData {
     /// The site's best route per prefix, sorted.
@@ -48,8 +52,7 @@ impl Data {
         let mut sites = Vec::with_capacity(cfg.sites.len());
         // Sites often share a table (one RIB, a different peer each, or the same file):
         // read each (files, peer) once.
-        let mut views: HashMap<(Vec<std::path::PathBuf>, Option<String>), Vec<(IpNet, Route)>> =
-            HashMap::new();
+        let mut views: HashMap<(Vec<PathBuf>, Option<String>), Routes> = HashMap::new();
         for s in &cfg.sites {
             let at = || format!("site {:?}", s.name);
             let mut routes = Vec::new();

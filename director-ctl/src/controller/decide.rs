@@ -167,7 +167,7 @@ pub(super) struct SiteView<'a> {
     pub(super) geo: Option<f64>,
 }
 
-fn metrics(site: &SiteData, v: &SiteView, agent_distance: u32, preference: u32) -> Metrics {
+fn metrics(site: &SiteData, v: &SiteView<'_>, agent_distance: u32, preference: u32) -> Metrics {
     Metrics {
         ext: v.route.map(|r| r.path_len),
         int: v.route.and_then(|r| site.igp.get(&r.next_hop).copied()),
@@ -182,7 +182,7 @@ fn metrics(site: &SiteData, v: &SiteView, agent_distance: u32, preference: u32) 
 pub(super) fn candidates(
     plan: &ServicePlan,
     data: &Data,
-    views: &[SiteView],
+    views: &[SiteView<'_>],
     out: &mut Vec<Candidate>,
 ) {
     out.clear();
@@ -217,8 +217,9 @@ pub fn compute(cfg: &Config, data: &Data, ids: &Ids) -> Result<Computed> {
     let start = Instant::now();
     let plans = plans(cfg, ids)?;
     let prefixes = all_prefixes(data);
-    let mut routes: Vec<Sweep<Route>> = data.sites.iter().map(|s| Sweep::new(&s.routes)).collect();
-    let mut rtts: Vec<Sweep<f64>> = data.sites.iter().map(|s| Sweep::new(&s.rtt)).collect();
+    let mut routes: Vec<Sweep<'_, Route>> =
+        data.sites.iter().map(|s| Sweep::new(&s.routes)).collect();
+    let mut rtts: Vec<Sweep<'_, f64>> = data.sites.iter().map(|s| Sweep::new(&s.rtt)).collect();
     let mut locs = Sweep::new(&data.locations);
     let mut out: Vec<Compressor> = plans.iter().map(|_| Compressor::default()).collect();
     let mut views = vec![SiteView::default(); data.sites.len()];

@@ -32,7 +32,7 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         .iter()
         .map(|s| (covering(&s.routes, &client), covering(&s.rtt, &client)))
         .collect();
-    let views: Vec<SiteView> = data
+    let views: Vec<SiteView<'_>> = data
         .sites
         .iter()
         .zip(&found)

@@ -435,7 +435,7 @@ impl Maps {
         match r {
             // A missing entry is already what a delete wants (LPM tries report it as a
             // syscall error).
-            Ok(()) | Err(MapError::KeyNotFound) | Err(MapError::SyscallError(_)) => Ok(()),
+            Ok(()) | Err(MapError::KeyNotFound | MapError::SyscallError(_)) => Ok(()),
             Err(e) => Err(e).with_context(|| format!("deleting the decision for {net}")),
         }
     }
@@ -450,7 +450,7 @@ impl Maps {
         match found {
             // The trie answers with the longest match; each value records its own length.
             Ok(d) => Ok(d.prefix_len == net.prefix_len()),
-            Err(MapError::KeyNotFound) | Err(MapError::SyscallError(_)) => Ok(false),
+            Err(MapError::KeyNotFound | MapError::SyscallError(_)) => Ok(false),
             Err(e) => Err(e).context("reading the decision table"),
         }
     }

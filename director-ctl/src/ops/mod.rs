@@ -270,8 +270,10 @@ pub fn status(dir: &Path) -> Result<api::Status> {
         version: api::VERSION,
         pin_dir: dir.to_path_buf(),
         interfaces: program::attached(dir)?,
-        program_id: info.as_ref().map(|i| i.id()),
-        verified_instructions: info.as_ref().and_then(|i| i.verified_instruction_count()),
+        program_id: info.as_ref().map(aya::programs::ProgramInfo::id),
+        verified_instructions: info
+            .as_ref()
+            .and_then(aya::programs::ProgramInfo::verified_instruction_count),
         servers: 0,
         services: 0,
         routes_v4: 0,

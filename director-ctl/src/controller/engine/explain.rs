@@ -181,7 +181,7 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
                 index: i,
                 server: cands[i].server,
                 portion: cands[i].portion,
-            })
+            });
         });
         for (l, t) in left.iter_mut().zip(&s.set) {
             *l &= !t;

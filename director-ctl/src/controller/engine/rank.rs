@@ -397,7 +397,7 @@ impl Ranking {
     }
     /// The tiers as vectors (for tests and display; allocates).
     pub fn to_vecs(&self) -> Vec<Vec<usize>> {
-        self.tiers().map(|t| t.to_vec()).collect()
+        self.tiers().map(<[usize]>::to_vec).collect()
     }
 }
 

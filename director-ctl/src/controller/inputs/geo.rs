@@ -180,7 +180,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a string key")
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
@@ -199,7 +199,7 @@ impl<'de> Deserialize<'de> for Record {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Record;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a record")
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Record, A::Error> {
@@ -257,7 +257,7 @@ impl<'de> Deserialize<'de> for Number {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Number;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a number (double, float, integer or numeric string)")
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Number, E> {

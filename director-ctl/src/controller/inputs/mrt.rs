@@ -549,7 +549,7 @@ fn route_attrs(attributes: &Attributes, peer_as: u32) -> Attrs {
             AttributeValue::As4Path(p) => as4_path = Some(p),
             AttributeValue::NextHop(a) => next_hop = Some(*a),
             AttributeValue::MpReachNlri(n) => {
-                mp_next_hop = n.next_hop.as_ref().map(NextHopAddress::global_addr)
+                mp_next_hop = n.next_hop.as_ref().map(NextHopAddress::global_addr);
             }
             AttributeValue::MultiExitDiscriminator(m) => med = Some(*m),
             AttributeValue::LocalPreference(l) => local_pref = Some(*l),
@@ -645,7 +645,9 @@ mod tests {
     /// builds, and the per-peer checks read a file several times.
     fn plain(name: &str) -> PathBuf {
         static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Shared by test runs (not per process), so that they do not pile up in the temp dir.
         let dir = std::env::temp_dir().join("director-inputs-mrt-plain");
         std::fs::create_dir_all(&dir).unwrap();
@@ -1064,7 +1066,7 @@ mod tests {
         .to_vec()
     }
 
-    fn update(a: &Ann) -> Vec<u8> {
+    fn update(a: &Ann<'_>) -> Vec<u8> {
         let peer_ip: IpAddr = a.peer.0.parse().unwrap();
         let np = |p: &&str| NetworkPrefix::new(p.parse().unwrap(), None);
         let (v4, v6): (Vec<&&str>, Vec<&&str>) = a.prefixes.iter().partition(|p| !p.contains(':'));
@@ -1155,7 +1157,7 @@ mod tests {
         let bytes: Vec<u8> = records.concat();
         if gzip {
             let mut w = flate2::write::GzEncoder::new(
-                std::fs::File::create(&p).unwrap(),
+                File::create(&p).unwrap(),
                 flate2::Compression::fast(),
             );
             w.write_all(&bytes).unwrap();
