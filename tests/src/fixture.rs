@@ -6,7 +6,7 @@
 //! processes, and each starts with empty tables and zeroed counters.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{bail, Context, Result};
@@ -17,6 +17,8 @@ use director_common::maps::PROGRAM;
 use director_ctl::control;
 use director_ctl::kernel::{program, Maps};
 
+use crate::pins::PinDir;
+
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
 pub const XDP_TX: u32 = 3;
@@ -24,52 +26,29 @@ pub const XDP_TX: u32 = 3;
 /// Room for any frame a test sends and its answer (BPF_PROG_TEST_RUN takes at most a page).
 const OUT_BUF: usize = 4096;
 
+/// Fixture pin directories are `director-fx-<pid>-<n>`, apart from a lab's (`dlab-...`).
+const PIN_KIND: &str = "director-fx";
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-
-/// A bpffs directory of this process's own; everything pinned in it is removed on drop.
-struct PinDir(PathBuf);
-
-impl PinDir {
-    fn unique() -> PinDir {
-        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-        PinDir(PathBuf::from(format!(
-            "/sys/fs/bpf/director-fx-{}-{n}",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for PinDir {
-    fn drop(&mut self) {
-        // Pins are files; the directory can only go once they are gone. Errors are ignored:
-        // a half-removed directory must not turn a passing test into a panic in drop.
-        if let Ok(entries) = std::fs::read_dir(&self.0) {
-            for entry in entries.flatten() {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
 
 pub struct Fixture {
     maps: Maps,
     ebpf: Ebpf,
     // Last: dropped after the map and program descriptors are closed.
-    dir: PinDir,
+    pins: PinDir,
 }
 
 impl Fixture {
     /// Loads (and so verifies) the program with fresh maps.
     pub fn new() -> Result<Fixture> {
-        let dir = PinDir::unique();
-        let ebpf = program::load(&dir.0, 0).context("loading director for BPF_PROG_TEST_RUN")?;
-        let maps = Maps::open(&dir.0)?;
-        Ok(Fixture { maps, ebpf, dir })
+        let pins = PinDir::new(PIN_KIND, NEXT_DIR.fetch_add(1, Ordering::Relaxed));
+        let ebpf =
+            program::load(pins.path(), 0).context("loading director for BPF_PROG_TEST_RUN")?;
+        let maps = Maps::open(pins.path())?;
+        Ok(Fixture { maps, ebpf, pins })
     }
 
     pub fn pin_dir(&self) -> &Path {
-        &self.dir.0
+        self.pins.path()
     }
 
     /// The pinned maps, for `director_ctl::control` operations.

@@ -15,7 +15,6 @@
 //!   empty `director_pass` program and subtracted.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
 
 use anyhow::{bail, ensure, Context, Result};
 use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp};
@@ -24,7 +23,9 @@ use director_common::maps::PROGRAM;
 use director_common::select::Mode;
 use director_ctl::control;
 use director_ctl::kernel::{program, Maps};
+use director_tests::netns;
 use director_tests::packets::{self, Flow};
+use director_tests::pins::PinDir;
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
 
@@ -57,41 +58,25 @@ struct Loaded {
     ebpf: Ebpf,
     maps: Maps,
     // Last: the pins go after the descriptors are closed.
-    _dir: PinDir,
-}
-
-/// Named like the lab's pins (`dlab-<pid>-...`) so that the lab's sweep removes it if this
-/// process is killed before its drop runs.
-struct PinDir(PathBuf);
-
-impl Drop for PinDir {
-    fn drop(&mut self) {
-        if let Ok(rd) = std::fs::read_dir(&self.0) {
-            for e in rd.flatten() {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
+    _pins: PinDir,
 }
 
 impl Loaded {
     fn new() -> Result<Loaded> {
-        let dir = PinDir(PathBuf::from(format!(
-            "/sys/fs/bpf/dlab-{}-bench",
-            std::process::id()
-        )));
-        let mut ebpf = program::load(&dir.0, 0)?;
+        // Named like the lab's pins, so that the lab's sweep removes them if this process is
+        // killed before its drop runs.
+        let pins = PinDir::new(netns::PREFIX, "bench");
+        let mut ebpf = program::load(pins.path(), 0)?;
         let pass: &mut Xdp = ebpf
             .program_mut("director_pass")
             .context("no director_pass program")?
             .try_into()?;
         pass.load().context("loading director_pass")?;
-        let maps = Maps::open(&dir.0)?;
+        let maps = Maps::open(pins.path())?;
         Ok(Loaded {
             ebpf,
             maps,
-            _dir: dir,
+            _pins: pins,
         })
     }
 
