@@ -60,13 +60,31 @@ fn write_config(dir: &Path) -> Result<PathBuf> {
             "[[site]]\nname = {name:?}\nlat = {}\nlon = {}\nbgp = [{table:?}]\n",
             p.point.lat, p.point.lon
         )?;
-        writeln!(c, "[[server]]\nname = \"{name}-1\"\nsite = {name:?}\nipv4 = \"198.51.100.{}\"\npreference = {}\n", 10 + i, i)?;
+        writeln!(
+            c,
+            "[[server]]\nname = \"{name}-1\"\nsite = {name:?}\n\
+             ipv4 = \"198.51.100.{}\"\npreference = {}\n",
+            10 + i,
+            i
+        )?;
         servers.push(format!("\"{name}-1\""));
     }
     let list = servers.join(", ");
-    writeln!(c, "[[service]]\nname = \"www.example.com\"\nservers = [{list}]\npriority = {{ geo = 1, admin = 2 }}\n")?;
-    writeln!(c, "[[service]]\nname = \"video.example.com\"\nservers = [{list}]\npriority = {{ rtt = 1, geo = 2 }}\n")?;
-    writeln!(c, "[[service]]\nname = \"api.example.com\"\nservers = [{list}]\nweights = {{ ext = 1, geo = 0.01 }}\n")?;
+    writeln!(
+        c,
+        "[[service]]\nname = \"www.example.com\"\nservers = [{list}]\n\
+         priority = {{ geo = 1, admin = 2 }}\n"
+    )?;
+    writeln!(
+        c,
+        "[[service]]\nname = \"video.example.com\"\nservers = [{list}]\n\
+         priority = {{ rtt = 1, geo = 2 }}\n"
+    )?;
+    writeln!(
+        c,
+        "[[service]]\nname = \"api.example.com\"\nservers = [{list}]\n\
+         weights = {{ ext = 1, geo = 0.01 }}\n"
+    )?;
     writeln!(c, "[rtt]\nfiles = [\"rtt.csv\"]")?;
     std::fs::write(dir.join("rtt.csv"), rtt_file(40.0))?;
     let path = dir.join("director.toml");

@@ -440,12 +440,23 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Tab
     let insns = insns.map_or("unknown".into(), |i| thousands(i as u64));
     let mut t = Table::new(
         format!(
-            "1. Per-packet cost from BPF_PROG_TEST_RUN: N = {}, {} measurements each, on CPU {CPU}. \
-             Verifier: {insns} instructions processed. Aim from the issue: <= 150 ns per answer.",
+            "1. Per-packet cost from BPF_PROG_TEST_RUN: N = {}, {} measurements each, on CPU \
+             {CPU}. Verifier: {insns} instructions processed. Aim from the issue: <= 150 ns per \
+             answer.",
             thousands(o.packets as u64),
             o.runs
         ),
-        &["packet (EDNS queries)", "verdict", "method", "frames", "answered", "ns median", "min", "max", "minus floor"],
+        &[
+            "packet (EDNS queries)",
+            "verdict",
+            "method",
+            "frames",
+            "answered",
+            "ns median",
+            "min",
+            "max",
+            "minus floor",
+        ],
     );
     let ns = |v: f64| format!("{v:.1}");
     for r in rows {
@@ -470,19 +481,38 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Tab
             net,
         ]);
     }
-    t.note("answered: share of the frames director's own counter counted as answered (the check that an answer path was timed).");
-    t.note("repeat N: one call, N runs on the same buffer; right for passed packets only (an answer would be re-run as a reply).");
-    t.note("repeat=1, N calls: a fresh frame per call; 'minus floor' subtracts the empty program's per-call median (timer reads, call).");
+    t.note(
+        "answered: share of the frames director's own counter counted as answered (the check \
+         that an answer path was timed).",
+    );
+    t.note(
+        "repeat N: one call, N runs on the same buffer; right for passed packets only (an \
+         answer would be re-run as a reply).",
+    );
+    t.note(
+        "repeat=1, N calls: a fresh frame per call; 'minus floor' subtracts the empty \
+         program's per-call median (timer reads, call).",
+    );
     t.note(format!(
-        "live: BPF_F_TEST_XDP_LIVE_FRAMES with ingress ifindex {} ({} in the lab's edge namespace; the kernel accepted it and the \
-         edge veth's ndo_xdp_xmit took {} frames, {} errors).",
+        "live: BPF_F_TEST_XDP_LIVE_FRAMES with ingress ifindex {} ({} in the lab's edge \
+         namespace; the kernel accepted it and the edge veth's ndo_xdp_xmit took {} frames, {} \
+         errors).",
         live.ifindex,
         o.edge_if,
         thousands(live.xmit),
         thousands(live.xmit_errors)
     ));
-    t.note("  Not a fresh copy per run on this kernel: a page that comes back from the veth is reused with the answer still in it,");
-    t.note("  so '1 call of N' mostly times director passing its own earlier answers (see 'answered'). One batch per call gets");
-    t.note("  fresh pages, but then each frame also pays a page allocation and copy, and each call ~20 ms of setup; no floor is subtracted.");
+    t.note(
+        "  Not a fresh copy per run on this kernel: a page that comes back from the veth is \
+         reused with the answer still in it,",
+    );
+    t.note(
+        "  so '1 call of N' mostly times director passing its own earlier answers (see \
+         'answered'). One batch per call gets",
+    );
+    t.note(
+        "  fresh pages, but then each frame also pays a page allocation and copy, and each call \
+         ~20 ms of setup; no floor is subtracted.",
+    );
     t
 }
