@@ -6,16 +6,18 @@
 //! processes, and each starts with empty tables and zeroed counters.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{bail, Context, Result};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
-use director_common::counters::Reason;
+use director_common::counters::{self, Reason};
 use director_common::maps::PROGRAM;
 use director_ctl::kernel::{program, Maps};
 use director_ctl::{checked, cli, ops};
+
+use crate::pins::PinDir;
 
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
@@ -24,52 +26,29 @@ pub const XDP_TX: u32 = 3;
 /// Room for any frame a test sends and its answer (BPF_PROG_TEST_RUN takes at most a page).
 const OUT_BUF: usize = 4096;
 
+/// Fixture pin directories are `director-fx-<pid>-<n>`, apart from a lab's (`dlab-...`).
+const PIN_KIND: &str = "director-fx";
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-
-/// A bpffs directory of this process's own; everything pinned in it is removed on drop.
-struct PinDir(PathBuf);
-
-impl PinDir {
-    fn unique() -> PinDir {
-        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
-        PinDir(PathBuf::from(format!(
-            "/sys/fs/bpf/director-fx-{}-{n}",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for PinDir {
-    fn drop(&mut self) {
-        // Pins are files; the directory can only go once they are gone. Errors are ignored:
-        // a half-removed directory must not turn a passing test into a panic in drop.
-        if let Ok(entries) = std::fs::read_dir(&self.0) {
-            for entry in entries.flatten() {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
 
 pub struct Fixture {
     maps: Maps,
     ebpf: Ebpf,
     // Last: dropped after the map and program descriptors are closed.
-    dir: PinDir,
+    pins: PinDir,
 }
 
 impl Fixture {
     /// Loads (and so verifies) the program with fresh maps.
     pub fn new() -> Result<Fixture> {
-        let dir = PinDir::unique();
-        let ebpf = program::load(&dir.0, 0).context("loading director for BPF_PROG_TEST_RUN")?;
-        let maps = Maps::open(&dir.0)?;
-        Ok(Fixture { maps, ebpf, dir })
+        let pins = PinDir::new(PIN_KIND, NEXT_DIR.fetch_add(1, Ordering::Relaxed));
+        let ebpf =
+            program::load(pins.path(), 0).context("loading director for BPF_PROG_TEST_RUN")?;
+        let maps = Maps::open(pins.path())?;
+        Ok(Fixture { maps, ebpf, pins })
     }
 
     pub fn pin_dir(&self) -> &Path {
-        &self.dir.0
+        self.pins.path()
     }
 
     /// The pinned maps, for `director_ctl::ops` operations.
@@ -113,10 +92,12 @@ impl Fixture {
     }
 
     /// Every verdict counter by its `stats` name, as the CLI reports them.
-    pub fn counters(&self) -> BTreeMap<String, u64> {
-        ops::stats(&self.maps)
-            .expect("reading the counters")
-            .counters
+    pub fn counters(&self) -> BTreeMap<&'static str, u64> {
+        let stats = ops::stats(&self.maps).expect("reading the counters");
+        counters::ALL
+            .iter()
+            .map(|r| (r.name(), stats.counters.get(r.name()).copied().unwrap_or(0)))
+            .collect()
     }
 
     pub fn counter(&self, reason: Reason) -> u64 {

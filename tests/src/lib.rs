@@ -2,3 +2,4 @@
 pub mod fixture;
 pub mod netns;
 pub mod packets;
+pub mod pins;

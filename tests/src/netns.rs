@@ -27,13 +27,15 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::pins;
+
 pub const EDGE_V4: &str = "192.0.2.1";
 pub const EDGE_V6: &str = "2001:db8::1";
 pub const CLIENT_V4: &str = "192.0.2.2";
 pub const CLIENT_V6: &str = "2001:db8::2";
 
 /// Prefix of every name a lab creates (namespaces, pin directories, temp directories).
-const PREFIX: &str = "dlab";
+pub const PREFIX: &str = "dlab";
 
 static NEXT_LAB: AtomicUsize = AtomicUsize::new(0);
 
@@ -110,47 +112,19 @@ fn ip(args: &[&str]) -> Output {
     run_ok(Command::new("ip").args(args))
 }
 
-/// Whether a process with this pid exists (for sweeping what killed test runs left).
-fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Removes the files of a bpffs directory (pins), then the directory. Best effort.
-fn remove_pin_dir(dir: &Path) {
-    if let Ok(rd) = fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let _ = fs::remove_file(e.path());
-        }
-    }
-    let _ = fs::remove_dir(dir);
-}
-
 /// Labs of test processes that were killed (no Drop ran) leave namespaces and pins named
 /// after a pid that no longer exists; remove those once per process so they do not pile up.
 fn sweep_stale() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let owner_dead = |name: &str| -> bool {
-            let Some(rest) = name.strip_prefix(PREFIX).and_then(|r| r.strip_prefix('-')) else {
-                return false;
-            };
-            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
-            pid.is_some_and(|p| p != std::process::id() && !pid_alive(p))
-        };
         let list = run(Command::new("ip").args(["netns", "list"]));
         for line in String::from_utf8_lossy(&list.stdout).lines() {
             let name = line.split_whitespace().next().unwrap_or("");
-            if owner_dead(name) {
+            if pins::owner_is_gone(name, PREFIX) {
                 let _ = run(Command::new("ip").args(["netns", "del", name]));
             }
         }
-        if let Ok(rd) = fs::read_dir("/sys/fs/bpf") {
-            for e in rd.flatten() {
-                if owner_dead(&e.file_name().to_string_lossy()) {
-                    remove_pin_dir(&e.path());
-                }
-            }
-        }
+        pins::sweep_stale(PREFIX);
     });
 }
 
@@ -220,7 +194,7 @@ impl Lab {
         sweep_stale();
         let pid = std::process::id();
         let n = NEXT_LAB.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{PREFIX}-{pid}-{n}");
+        let id = pins::name(PREFIX, n);
         // The lab exists before the first command, so a failing setup is still cleaned up.
         let lab = Lab {
             edge_ns: format!("{id}-edge"),
@@ -228,7 +202,7 @@ impl Lab {
             // At most 15 bytes (IFNAMSIZ - 1): "de" + 4 + "x" + counter.
             edge_if: format!("de{}x{n}", pid % 10000),
             client_if: format!("dc{}x{n}", pid % 10000),
-            pin_dir: PathBuf::from(format!("/sys/fs/bpf/{id}")),
+            pin_dir: pins::dir(&id),
             knot: None,
             id,
         };
@@ -397,7 +371,7 @@ impl Lab {
 
     /// Starts knotd in the edge namespace, authoritative for `zones`, listening on
     /// 192.0.2.1@53 and [2001:db8::1]@53, and waits until it answers on both.
-    pub fn start_knot(&mut self, zones: &[Zone]) {
+    pub fn start_knot(&mut self, zones: &[Zone<'_>]) {
         assert!(self.knot.is_none(), "knot already runs in lab {}", self.id);
         let dir = std::env::temp_dir().join(format!("{}-knot", self.id));
         let _ = fs::remove_dir_all(&dir);
@@ -490,10 +464,8 @@ impl Drop for Lab {
             let _ = run(Command::new("ip").args(["netns", "del", ns]));
         }
         // Pinned links keep programs alive after their interface is gone; remove every pin.
-        remove_pin_dir(&self.pin_dir);
-        let mut pass = self.pin_dir.clone().into_os_string();
-        pass.push("-pass");
-        remove_pin_dir(Path::new(&pass));
+        pins::remove(&self.pin_dir);
+        pins::remove(&pins::pass_dir(&self.pin_dir));
     }
 }
 

@@ -19,7 +19,7 @@ const KNOT_OTHER: &str = "198.51.100.77";
 
 /// The zones behind director: example.com (which also holds director's name, with a
 /// different address) and example.net.
-const ZONES: &[Zone] = &[
+const ZONES: &[Zone<'_>] = &[
     Zone {
         origin: "example.com.",
         records: "www A 198.51.100.99\nother A 198.51.100.77",

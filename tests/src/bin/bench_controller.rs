@@ -16,7 +16,8 @@ use director_ctl::{
     controller::{self, config::Config, inputs::sites::load_pops},
     kernel,
 };
-use director_tests::netns::{workspace_root, Controller, Lab, Reply, EDGE_V4};
+use director_tests::netns::{self, workspace_root, Controller, Lab, Reply, EDGE_V4};
+use director_tests::pins::PinDir;
 
 const SITES: [&str; 5] = ["FRA", "IAD", "GRU", "SIN", "SYD"];
 
@@ -62,13 +63,31 @@ fn write_config(dir: &Path) -> Result<PathBuf> {
             "[[site]]\nname = {name:?}\nlat = {}\nlon = {}\nbgp = [{table:?}]\n",
             p.point.lat, p.point.lon
         )?;
-        writeln!(c, "[[server]]\nname = \"{name}-1\"\nsite = {name:?}\nipv4 = \"198.51.100.{}\"\npreference = {}\n", 10 + i, i)?;
+        writeln!(
+            c,
+            "[[server]]\nname = \"{name}-1\"\nsite = {name:?}\n\
+             ipv4 = \"198.51.100.{}\"\npreference = {}\n",
+            10 + i,
+            i
+        )?;
         servers.push(format!("\"{name}-1\""));
     }
     let list = servers.join(", ");
-    writeln!(c, "[[service]]\nname = \"www.example.com\"\nservers = [{list}]\npriority = {{ geo = 1, admin = 2 }}\n")?;
-    writeln!(c, "[[service]]\nname = \"video.example.com\"\nservers = [{list}]\npriority = {{ rtt = 1, geo = 2 }}\n")?;
-    writeln!(c, "[[service]]\nname = \"api.example.com\"\nservers = [{list}]\nweights = {{ ext = 1, geo = 0.01 }}\n")?;
+    writeln!(
+        c,
+        "[[service]]\nname = \"www.example.com\"\nservers = [{list}]\n\
+         priority = {{ geo = 1, admin = 2 }}\n"
+    )?;
+    writeln!(
+        c,
+        "[[service]]\nname = \"video.example.com\"\nservers = [{list}]\n\
+         priority = {{ rtt = 1, geo = 2 }}\n"
+    )?;
+    writeln!(
+        c,
+        "[[service]]\nname = \"api.example.com\"\nservers = [{list}]\n\
+         weights = {{ ext = 1, geo = 0.01 }}\n"
+    )?;
     writeln!(c, "[rtt]\nfiles = [\"rtt.csv\"]")?;
     std::fs::write(dir.join("rtt.csv"), rtt_file(40.0))?;
     let path = dir.join("director.toml");
@@ -97,18 +116,6 @@ fn print_table(title: &str, rows: &[Row]) {
     }
 }
 
-/// A pin directory of this process, removed (pins, then the directory) however it ends.
-struct Pins(PathBuf);
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
-            let _ = std::fs::remove_file(e.path());
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// Compile and apply in this process, on pins of its own.
 fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let t = Instant::now();
@@ -120,12 +127,11 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let entries: usize = c.tables.iter().map(|t| t.2.entries.len()).sum();
     let saved: usize = c.tables.iter().map(|t| t.2.saved).sum();
     let peak = peak_rss_mb();
-    let pin = Pins(PathBuf::from(format!(
-        "/sys/fs/bpf/dbench-{}",
-        std::process::id()
-    )));
-    let _ebpf = kernel::program::load(&pin.0, 0)?;
-    let mut m = kernel::Maps::open(&pin.0)?;
+    // Named like a lab's pins, so that a later lab's sweep removes them if this process is
+    // killed; removed on return however it ends.
+    let pins = PinDir::new(netns::PREFIX, "controller");
+    let _ebpf = kernel::program::load(pins.path(), 0)?;
+    let mut m = kernel::Maps::open(pins.path())?;
     let t = Instant::now();
     let written = controller::apply::apply_full(&mut m, &cfg, &c, &ids)?;
     let apply = t.elapsed().as_secs_f64();

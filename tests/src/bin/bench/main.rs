@@ -58,7 +58,10 @@ fn args() -> Result<Args> {
                 }
             }
             "-h" | "--help" => {
-                println!("bench [--seconds N] [--runs N] [--packets N] [--generator auto|kxdpgun|dnsperf]");
+                println!(
+                    "bench [--seconds N] [--runs N] [--packets N] \
+                     [--generator auto|kxdpgun|dnsperf]"
+                );
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other} (see --help)"),

@@ -112,7 +112,7 @@ pub fn pin_to_cpu(tid: u32, cpu: usize) -> Result<()> {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of_val(&set), &set) != 0 {
+        if libc::sched_setaffinity(tid as libc::pid_t, size_of_val(&set), &set) != 0 {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("pinning thread {tid} to CPU {cpu}"));
         }

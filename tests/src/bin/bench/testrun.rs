@@ -15,7 +15,6 @@
 //!   empty `director_pass` program and subtracted.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
 
 use anyhow::{bail, ensure, Context, Result};
 use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp};
@@ -26,7 +25,9 @@ use director_common::select::Mode;
 use director_ctl::kernel::{program, Maps};
 use director_ctl::ops;
 use director_tests::fixture::route_set;
+use director_tests::netns;
 use director_tests::packets::{self, Flow};
+use director_tests::pins::PinDir;
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
 
@@ -59,41 +60,25 @@ struct Loaded {
     ebpf: Ebpf,
     maps: Maps,
     // Last: the pins go after the descriptors are closed.
-    _dir: PinDir,
-}
-
-/// Named like the lab's pins (`dlab-<pid>-...`) so that the lab's sweep removes it if this
-/// process is killed before its drop runs.
-struct PinDir(PathBuf);
-
-impl Drop for PinDir {
-    fn drop(&mut self) {
-        if let Ok(rd) = std::fs::read_dir(&self.0) {
-            for e in rd.flatten() {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
+    _pins: PinDir,
 }
 
 impl Loaded {
     fn new() -> Result<Loaded> {
-        let dir = PinDir(PathBuf::from(format!(
-            "/sys/fs/bpf/dlab-{}-bench",
-            std::process::id()
-        )));
-        let mut ebpf = program::load(&dir.0, 0)?;
+        // Named like the lab's pins, so that the lab's sweep removes them if this process is
+        // killed before its drop runs.
+        let pins = PinDir::new(netns::PREFIX, "bench");
+        let mut ebpf = program::load(pins.path(), 0)?;
         let pass: &mut Xdp = ebpf
             .program_mut("director_pass")
             .context("no director_pass program")?
             .try_into()?;
         pass.load().context("loading director_pass")?;
-        let maps = Maps::open(&dir.0)?;
+        let maps = Maps::open(pins.path())?;
         Ok(Loaded {
             ebpf,
             maps,
-            _dir: dir,
+            _pins: pins,
         })
     }
 
@@ -457,12 +442,23 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Tab
     let insns = insns.map_or("unknown".into(), |i| thousands(i as u64));
     let mut t = Table::new(
         format!(
-            "1. Per-packet cost from BPF_PROG_TEST_RUN: N = {}, {} measurements each, on CPU {CPU}. \
-             Verifier: {insns} instructions processed. Aim from the issue: <= 150 ns per answer.",
+            "1. Per-packet cost from BPF_PROG_TEST_RUN: N = {}, {} measurements each, on CPU \
+             {CPU}. Verifier: {insns} instructions processed. Aim from the issue: <= 150 ns per \
+             answer.",
             thousands(o.packets as u64),
             o.runs
         ),
-        &["packet (EDNS queries)", "verdict", "method", "frames", "answered", "ns median", "min", "max", "minus floor"],
+        &[
+            "packet (EDNS queries)",
+            "verdict",
+            "method",
+            "frames",
+            "answered",
+            "ns median",
+            "min",
+            "max",
+            "minus floor",
+        ],
     );
     let ns = |v: f64| format!("{v:.1}");
     for r in rows {
@@ -487,19 +483,38 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Tab
             net,
         ]);
     }
-    t.note("answered: share of the frames director's own counter counted as answered (the check that an answer path was timed).");
-    t.note("repeat N: one call, N runs on the same buffer; right for passed packets only (an answer would be re-run as a reply).");
-    t.note("repeat=1, N calls: a fresh frame per call; 'minus floor' subtracts the empty program's per-call median (timer reads, call).");
+    t.note(
+        "answered: share of the frames director's own counter counted as answered (the check \
+         that an answer path was timed).",
+    );
+    t.note(
+        "repeat N: one call, N runs on the same buffer; right for passed packets only (an \
+         answer would be re-run as a reply).",
+    );
+    t.note(
+        "repeat=1, N calls: a fresh frame per call; 'minus floor' subtracts the empty \
+         program's per-call median (timer reads, call).",
+    );
     t.note(format!(
-        "live: BPF_F_TEST_XDP_LIVE_FRAMES with ingress ifindex {} ({} in the lab's edge namespace; the kernel accepted it and the \
-         edge veth's ndo_xdp_xmit took {} frames, {} errors).",
+        "live: BPF_F_TEST_XDP_LIVE_FRAMES with ingress ifindex {} ({} in the lab's edge \
+         namespace; the kernel accepted it and the edge veth's ndo_xdp_xmit took {} frames, {} \
+         errors).",
         live.ifindex,
         o.edge_if,
         thousands(live.xmit),
         thousands(live.xmit_errors)
     ));
-    t.note("  Not a fresh copy per run on this kernel: a page that comes back from the veth is reused with the answer still in it,");
-    t.note("  so '1 call of N' mostly times director passing its own earlier answers (see 'answered'). One batch per call gets");
-    t.note("  fresh pages, but then each frame also pays a page allocation and copy, and each call ~20 ms of setup; no floor is subtracted.");
+    t.note(
+        "  Not a fresh copy per run on this kernel: a page that comes back from the veth is \
+         reused with the answer still in it,",
+    );
+    t.note(
+        "  so '1 call of N' mostly times director passing its own earlier answers (see \
+         'answered'). One batch per call gets",
+    );
+    t.note(
+        "  fresh pages, but then each frame also pays a page allocation and copy, and each call \
+         ~20 ms of setup; no floor is subtracted.",
+    );
     t
 }

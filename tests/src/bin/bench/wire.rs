@@ -369,7 +369,8 @@ impl Wire<'_> {
             done.stdout,
             done.stderr
         );
-        // "total queries:     1058087 (352695 pps)", "total replies:     1035239 (345079 pps) (97%)"
+        // "total queries:     1058087 (352695 pps)",
+        // "total replies:     1035239 (345079 pps) (97%)"
         let total = |what: &str| -> Result<u64> {
             done.stdout
                 .lines()
@@ -417,7 +418,8 @@ impl Wire<'_> {
             done.stdout,
             done.stderr
         );
-        // "  Queries sent:         1503912", "  Queries completed:    1503812 (99.99%)", "  Run time (s):         5.000116"
+        // "  Queries sent:         1503912", "  Queries completed:    1503812 (99.99%)",
+        // "  Run time (s):         5.000116"
         let field = |what: &str| -> Result<f64> {
             done.stdout
                 .lines()
@@ -508,7 +510,8 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
     };
     let mut t = Table::new(
         format!(
-            "2. Answers per second over a veth pair: {how}, {runs} runs of {seconds} s; `{NAME} A` from both servers"
+            "2. Answers per second over a veth pair: {how}, {runs} runs of {seconds} s; `{NAME} A` \
+             from both servers"
         ),
         &[
             "server",
@@ -552,12 +555,20 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
             d.cpu_us.median / k.cpu_us.median
         ));
     }
-    t.note("Under overload a server's CPU per answer includes receiving the queries it then drops (the NAPI thread's share).");
-    t.note("Server CPU = schedstat of the edge veth's NAPI thread (director's XDP, and the kernel's receive path for knot) + knotd's threads, all on CPU 1; the generator and the client NAPI thread are on CPU 0.");
     t.note(
-        "answers/s = replies the generator received / run time; the other columns are medians. CPU 1 server / \
-            others: share of CPU 1 the server's threads / everything else (from CPU 1's idle time) used while the load \
-            was on; other processes on this machine compete with the server there.",
+        "Under overload a server's CPU per answer includes receiving the queries it then drops \
+         (the NAPI thread's share).",
+    );
+    t.note(
+        "Server CPU = schedstat of the edge veth's NAPI thread (director's XDP, and the kernel's \
+         receive path for knot) + knotd's threads, all on CPU 1; the generator and the client \
+         NAPI thread are on CPU 0.",
+    );
+    t.note(
+        "answers/s = replies the generator received / run time; the other columns are medians. \
+         CPU 1 server / others: share of CPU 1 the server's threads / everything else (from CPU \
+         1's idle time) used while the load was on; other processes on this machine compete \
+         with the server there.",
     );
     for l in log.lines() {
         t.note(l);
@@ -574,7 +585,10 @@ pub fn limits(points: &[Point], gen: Generator) -> Table {
     for p in points {
         let (server, other) = (100.0 * p.busy.median, 100.0 * p.other.median);
         let lost = 100.0 - p.replied.median;
-        let cpu = format!("CPU 1: {server:.0}% server, {other:.0}% other processes; {lost:.0}% of queries unanswered");
+        let cpu = format!(
+            "CPU 1: {server:.0}% server, {other:.0}% other processes; {lost:.0}% of queries \
+             unanswered"
+        );
         let (by, why) = if server + other >= 85.0 && other >= 15.0 {
             (
                 "server CPU, shared",
@@ -615,13 +629,14 @@ pub fn limits(points: &[Point], gen: Generator) -> Table {
     ]);
     match gen {
         Generator::Kxdpgun => t.note(
-            "benchmarking.md: with 2 cores kxdpgun runs out of CPU first (about 0.9-1.2 M q/s alone on a core); \
-             here it also shares CPU 0 with the client NAPI thread that receives the replies. A turn-around-only \
-             XDP program answered about 0.90 M/s on such a machine: the ceiling of the setup, not of XDP.",
+            "benchmarking.md: with 2 cores kxdpgun runs out of CPU first (about 0.9-1.2 M q/s \
+             alone on a core); here it also shares CPU 0 with the client NAPI thread that receives \
+             the replies. A turn-around-only XDP program answered about 0.90 M/s on such a \
+             machine: the ceiling of the setup, not of XDP.",
         ),
-        Generator::Dnsperf => {
-            t.note("benchmarking.md: dnsperf tops out near 0.25-0.30 M responses/s on these machines.")
-        }
+        Generator::Dnsperf => t.note(
+            "benchmarking.md: dnsperf tops out near 0.25-0.30 M responses/s on these machines.",
+        ),
     }
     t
 }
