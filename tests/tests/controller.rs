@@ -718,7 +718,7 @@ fn query_loop(ns: &str, stop: &AtomicBool, max: usize, limit: Duration) -> Tally
     let mut id: u16 = 0;
     while !stop.load(Ordering::Relaxed) && t.queries < max && start.elapsed() < limit {
         id = id.wrapping_add(1);
-        let (sock, rtype, x, y) = if id % 2 == 0 {
+        let (sock, rtype, x, y) = if id.is_multiple_of(2) {
             (&v4, RecordType::A, X_V4, Y_V4)
         } else {
             (&v6, RecordType::AAAA, X_V6, Y_V6)
@@ -946,7 +946,10 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     replace_file(&config, &rtt_config(&rtt, Some("nope-1"), 20));
     run.wait_for(KEEP, 1, Duration::from_secs(10));
     let log = run.log();
-    let line = log.lines().filter(|l| l.contains(KEEP)).last().unwrap();
+    let line = log
+        .lines()
+        .rfind(|l| l.contains(KEEP))
+        .unwrap();
     assert!(
         line.contains("unknown server \"nope-1\"") && line.contains(&config.display().to_string()),
         "the error should name the file and the server: {line}"
@@ -991,7 +994,10 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     );
     run.wait_for(KEEP, 2, Duration::from_secs(10));
     let log = run.log();
-    let line = log.lines().filter(|l| l.contains(KEEP)).last().unwrap();
+    let line = log
+        .lines()
+        .rfind(|l| l.contains(KEEP))
+        .unwrap();
     assert!(
         line.contains(&rtt.display().to_string()) && line.contains("192.0.2.300/24"),
         "the error should name the RTT file and the prefix: {line}"

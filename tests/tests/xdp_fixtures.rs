@@ -1705,7 +1705,7 @@ fn kernel_and_query_model_agree_on_many_edns_options() {
         }
         let model = director_common::query::parse(&dns)
             .map(|_| ())
-            .map_err(|r| r.name());
+            .map_err(Reason::name);
         let (verdict, _) = fx.run(&udp_frame(&v4(), &dns));
         assert_eq!(
             verdict == XDP_TX,

@@ -76,7 +76,7 @@ fn args() -> Result<Args> {
 fn main() -> Result<()> {
     let a = args()?;
     let start = Instant::now();
-    if std::thread::available_parallelism().map_or(0, |n| n.get()) < 2 {
+    if std::thread::available_parallelism().map_or(0, std::num::NonZero::get) < 2 {
         bail!("the bench places the generator on CPU 0 and the server on CPU 1: it needs 2 CPUs");
     }
     // The lab runs director-ctl from a debug build it makes (or $DIRECTOR_CTL): say so, as

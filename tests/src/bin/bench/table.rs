@@ -12,7 +12,7 @@ impl Table {
     pub fn new(title: impl Into<String>, headers: &[&str]) -> Table {
         Table {
             title: title.into(),
-            headers: headers.iter().map(|h| h.to_string()).collect(),
+            headers: headers.iter().map(ToString::to_string).collect(),
             rows: Vec::new(),
             notes: Vec::new(),
         }
@@ -109,7 +109,7 @@ impl Spread {
     pub fn of(values: &[f64]) -> Spread {
         assert!(!values.is_empty(), "a spread of no values");
         let mut v = values.to_vec();
-        v.sort_by(|a, b| a.total_cmp(b));
+        v.sort_by(f64::total_cmp);
         let n = v.len();
         let median = if !n.is_multiple_of(2) {
             v[n / 2]
