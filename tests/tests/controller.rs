@@ -946,10 +946,7 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     replace_file(&config, &rtt_config(&rtt, Some("nope-1"), 20));
     run.wait_for(KEEP, 1, Duration::from_secs(10));
     let log = run.log();
-    let line = log
-        .lines()
-        .rfind(|l| l.contains(KEEP))
-        .unwrap();
+    let line = log.lines().rfind(|l| l.contains(KEEP)).unwrap();
     assert!(
         line.contains("unknown server \"nope-1\"") && line.contains(&config.display().to_string()),
         "the error should name the file and the server: {line}"
@@ -994,10 +991,7 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
     );
     run.wait_for(KEEP, 2, Duration::from_secs(10));
     let log = run.log();
-    let line = log
-        .lines()
-        .rfind(|l| l.contains(KEEP))
-        .unwrap();
+    let line = log.lines().rfind(|l| l.contains(KEEP)).unwrap();
     assert!(
         line.contains(&rtt.display().to_string()) && line.contains("192.0.2.300/24"),
         "the error should name the RTT file and the prefix: {line}"

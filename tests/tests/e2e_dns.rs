@@ -6,6 +6,8 @@
 
 use std::process::Command;
 
+use director_common::select::Mode;
+use director_ctl::api;
 use director_tests::netns::{describe, Lab, Reply, Zone, EDGE_V4, EDGE_V6};
 
 const FRA_V4: &str = "198.51.100.10";
@@ -462,4 +464,79 @@ fn detach_hands_owned_names_back_to_knot() {
             r.text
         );
     }
+}
+
+/// A `--json` document parsed into the type director-ctl prints it from.
+fn json<T: serde::de::DeserializeOwned>(lab: &Lab, args: &[&str]) -> T {
+    let text = lab.ctl_ok(args);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{args:?} printed no such document ({e}):\n{text}"))
+}
+
+#[test]
+fn list_commands_print_typed_json_documents() {
+    let lab = www_lab();
+    lab.ctl_ok(&["route", "set", WWW, "198.51.100.0/24", "nyc-1=3|fra-1=2"]);
+    lab.ctl_ok(&["server", "set", "nyc-1", "--down"]);
+    lab.ctl_ok(&[
+        "service",
+        "add",
+        "video.example.com",
+        "--answers",
+        "2",
+        "--select",
+        "client",
+    ]);
+
+    let servers: api::ServerList = json(&lab, &["server", "list", "--json"]);
+    assert_eq!(servers.version, api::VERSION);
+    let by_name = |n: &str| servers.servers.iter().find(|s| s.name == n).cloned();
+    let fra = by_name("fra-1").expect("fra-1 is listed");
+    assert_eq!(fra.ipv4, Some(FRA_V4.parse().unwrap()));
+    assert_eq!(fra.ipv6, Some(FRA_V6.parse().unwrap()));
+    assert!(fra.up);
+    assert!(!by_name("nyc-1").expect("nyc-1 is listed").up);
+
+    let services: api::ServiceList = json(&lab, &["service", "list", "--json"]);
+    let names: Vec<(&str, u32, u8, Mode)> = services
+        .services
+        .iter()
+        .map(|s| (s.name.as_str(), s.ttl, s.answers, s.select))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("video.example.com", 30, 2, Mode::Client),
+            (WWW, 60, 1, Mode::Random)
+        ]
+    );
+
+    let routes: api::RouteList = json(&lab, &["route", "list", WWW, "--json"]);
+    let route = routes
+        .routes
+        .iter()
+        .find(|r| r.prefix.to_string() == "198.51.100.0/24")
+        .unwrap_or_else(|| panic!("no route for 198.51.100.0/24: {routes:?}"));
+    let server = |s: &str, weight| api::RouteServer {
+        server: s.to_string(),
+        weight,
+    };
+    assert_eq!(route.service, WWW);
+    assert_eq!(route.primary, [server("nyc-1", 3)]);
+    assert_eq!(route.fallback, [server("fra-1", 2)]);
+    assert_eq!(routes.routes.len(), 5, "{routes:?}");
+
+    let status: api::Status = json(&lab, &["status", "--json"]);
+    assert_eq!(status.interfaces, [lab.edge_if.clone()]);
+    assert_eq!((status.servers, status.services), (2, 2));
+    assert_eq!((status.routes_v4, status.routes_v6), (3, 2));
+    assert!(status.active_table.is_some() && status.verified_instructions.unwrap_or(0) > 0);
+
+    // One query, counted by reason and by service.
+    let before: api::Stats = json(&lab, &["stats", "--json"]);
+    ask(&lab, &[&at(EDGE_V4), WWW, "A"]);
+    let after: api::Stats = json(&lab, &["stats", "--json"]);
+    assert_eq!(after.counters["answered"], before.counters["answered"] + 1);
+    assert_eq!(after.services[WWW], before.services[WWW] + 1);
+    assert_eq!(after.services["video.example.com"], 0);
 }
