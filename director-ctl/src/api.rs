@@ -22,11 +22,11 @@ pub const VERSION: u32 = 1;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerList {
     pub version: u32,
-    pub servers: Vec<Server>,
+    pub servers: Vec<ListedServer>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Server {
+pub struct ListedServer {
     pub id: u16,
     pub name: String,
     pub ipv4: Option<Ipv4Addr>,
@@ -38,11 +38,11 @@ pub struct Server {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServiceList {
     pub version: u32,
-    pub services: Vec<Service>,
+    pub services: Vec<ListedService>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Service {
+pub struct ListedService {
     pub id: u32,
     /// The DNS name, without the trailing dot.
     pub name: String,

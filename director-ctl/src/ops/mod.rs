@@ -26,8 +26,8 @@ pub struct ServerList {
     pub primary: usize,
 }
 
-fn api_server(s: ServerEntry) -> api::Server {
-    api::Server {
+fn api_server(s: ServerEntry) -> api::ListedServer {
+    api::ListedServer {
         id: s.id,
         name: s.name,
         ipv4: s.ipv4,
@@ -152,7 +152,7 @@ pub fn services(m: &Maps) -> Result<api::ServiceList> {
     let services = m
         .services()?
         .into_iter()
-        .map(|s| api::Service {
+        .map(|s| api::ListedService {
             id: s.id,
             name: s.name,
             ttl: s.ttl,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::metric::{Candidate, Metric};
 use super::policy::{Kind, Policy};
-use super::rank::{bits_of, contains, each, Scratch, MISSING};
+use super::rank::{bits_of, contains, each, SortBuffers, MISSING};
 
 /// The sort replayed step by step (for `explain`): every tier, every level, each remaining
 /// server's values and who survived. Serializable; `Display` prints a table in the manner
@@ -109,7 +109,7 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
         levels: levels.clone(),
         tiers: Vec::new(),
     };
-    let mut s = Scratch::default();
+    let mut s = SortBuffers::default();
     s.prepare(policy, cands);
     let mut left = bits_of(n, 0..n);
     while left.iter().any(|&w| w != 0) {

@@ -51,7 +51,7 @@ pub(super) struct RttCut {
 /// word `i / 64` is candidate `i`): narrowing a set and taking a tier out of what is left
 /// are a few word operations, and iterating one goes in candidate order.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Scratch {
+pub(super) struct SortBuffers {
     /// Per level and candidate (`level * n + i`): the sum of a sum level's non-rtt terms,
     /// `MISSING` when one is missing (rows of other levels: unused).
     pub(super) base: Vec<f64>,
@@ -144,7 +144,7 @@ pub(super) fn is_empty(set: &[u64]) -> bool {
     set.iter().all(|&w| w == 0)
 }
 
-impl Scratch {
+impl SortBuffers {
     pub(super) fn prepare(&mut self, policy: &Policy, cands: &[Candidate]) {
         /// Puts weight × the metric `get` reads into (`first`) or adds it to each
         /// candidate's sum, one loop per metric so that the match on the metric stays out
@@ -271,7 +271,7 @@ impl Scratch {
     /// the sort stops there.
     pub(super) fn apply(&mut self, policy: &Policy, cands: &[Candidate], l: usize) -> bool {
         let n = cands.len();
-        let Scratch {
+        let SortBuffers {
             base,
             rtt,
             set,
@@ -365,7 +365,7 @@ pub struct Ranking {
     /// End of each tier in `order`.
     ends: Vec<usize>,
     random: bool,
-    scratch: Scratch,
+    scratch: SortBuffers,
 }
 
 impl Ranking {

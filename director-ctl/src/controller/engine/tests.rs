@@ -1,5 +1,5 @@
 use super::policy::Kind;
-use super::rank::{bits_of, quantize, Scratch};
+use super::rank::{bits_of, quantize, SortBuffers};
 use super::*;
 use director_common::maps::MAX_CANDIDATES;
 use proptest::prelude::*;
@@ -802,7 +802,7 @@ proptest! {
             if ms[0].0 == Random || ms[0].0 == Med {
                 continue;
             }
-            let mut s = Scratch::default();
+            let mut s = SortBuffers::default();
             s.prepare(&p, &c);
             let l = levels.iter().position(|(_, x)| x == ms).unwrap();
             let n = c.len();
