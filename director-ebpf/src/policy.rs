@@ -18,7 +18,7 @@ use crate::opaque::{self, hide};
 
 pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     let hash = unsafe { core::ptr::read_volatile(&(*s).name_hash) };
-    let entry = unsafe { DIR_NAMES.get(&hash) }.ok_or(Reason::UnknownName)?;
+    let entry = unsafe { DIR_NAMES.get(hash) }.ok_or(Reason::UnknownName)?;
     if entry.len as usize != q.name_len || !same_name(&entry.name, s, q.name_len) {
         return Err(Reason::UnknownName);
     }
