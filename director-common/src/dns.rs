@@ -16,6 +16,60 @@ pub const EDNS_UDP_SIZE: u16 = 1232;
 /// Without EDNS a UDP answer may be at most 512 bytes (RFC 1035 §4.2.1).
 pub const CLASSIC_UDP_SIZE: u16 = 512;
 
+/// Offsets of the DNS header's fields.
+pub mod header {
+    pub const ID: usize = 0;
+    pub const FLAGS: usize = 2;
+    pub const QDCOUNT: usize = 4;
+    pub const ANCOUNT: usize = 6;
+    pub const NSCOUNT: usize = 8;
+    pub const ARCOUNT: usize = 10;
+}
+
+/// TYPE and CLASS after the question name.
+pub const QUESTION_FIXED_LEN: usize = 4;
+pub mod question {
+    /// From the end of the name.
+    pub const TYPE: usize = 0;
+    pub const CLASS: usize = 2;
+}
+
+/// Offsets in an OPT record, from its one-byte (root) owner name.
+pub mod opt {
+    pub const OWNER: usize = 0;
+    pub const TYPE: usize = 1;
+    /// The requester's UDP payload size.
+    pub const CLASS: usize = 3;
+    /// Extended RCODE, version, DO and Z, as two 16-bit halves.
+    pub const TTL: usize = 5;
+    pub const RDLEN: usize = 9;
+}
+
+/// An EDNS option's header (RFC 6891 §6.1.2).
+pub mod option {
+    pub const CODE: usize = 0;
+    pub const LEN: usize = 2;
+    pub const HEADER_LEN: usize = 4;
+}
+
+/// The ECS option's body (RFC 7871 §6).
+pub mod ecs {
+    pub const FAMILY: usize = 0;
+    pub const SOURCE: usize = 2;
+    pub const SCOPE: usize = 3;
+    pub const ADDR: usize = 4;
+}
+
+/// Offsets in an answer record whose name is a 2-byte pointer.
+pub mod record {
+    pub const NAME: usize = 0;
+    pub const TYPE: usize = 2;
+    pub const CLASS: usize = 4;
+    pub const TTL: usize = 6;
+    pub const RDLEN: usize = 10;
+    pub const RDATA: usize = 12;
+}
+
 const QR: u16 = 0x8000;
 const OPCODE: u16 = 0x7800;
 const AA: u16 = 0x0400;
@@ -130,9 +184,9 @@ pub fn ecs_last_byte_ok(source: u8, last: u8) -> bool {
 #[inline(always)]
 pub const fn record_len(v6: bool) -> usize {
     if v6 {
-        12 + 16
+        record::RDATA + 16
     } else {
-        12 + 4
+        record::RDATA + 4
     }
 }
 
@@ -176,15 +230,12 @@ pub fn opt_sum(ecs: Option<&Ecs>, scope: u8, dnssec_ok: bool) -> u64 {
     if dnssec_ok {
         after_owner += EDNS_DO as u64;
     }
-    match ecs {
-        Some(e) => {
-            let len = 4 + e.addr_len() as u64;
-            after_owner += 4 + len; // RDLEN
-            after_owner += OPTION_ECS as u64 + len + e.family as u64;
-            after_owner += ((e.source as u64) << 8) | scope as u64;
-            after_owner += sum16(&e.addr);
-        }
-        None => {}
+    if let Some(e) = ecs {
+        let len = 4 + e.addr_len() as u64;
+        after_owner += 4 + len; // RDLEN
+        after_owner += OPTION_ECS as u64 + len + e.family as u64;
+        after_owner += ((e.source as u64) << 8) | scope as u64;
+        after_owner += sum16(&e.addr);
     }
     shift_odd(after_owner, true)
 }

@@ -2,11 +2,13 @@
 //!
 //! Everything here is `no_std` and allocation-free so the kernel program can call it; the
 //! `user` feature adds host-only helpers (text names, full-message parsing for tests).
-#![cfg_attr(not(feature = "user"), no_std)]
+#![cfg_attr(not(any(feature = "user", test)), no_std)]
 
 pub mod checksum;
 pub mod counters;
 pub mod dns;
+pub mod handover;
+pub mod headers;
 pub mod maps;
 pub mod name;
 pub mod select;

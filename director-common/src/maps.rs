@@ -3,6 +3,8 @@
 //! Index 0 of the id-indexed arrays is reserved so that a zeroed id never means a real
 //! service or server. All layouts are `#[repr(C)]` with their padding spelled out.
 
+use crate::handover::HIDDEN_WORDS;
+
 /// Where the maps (and the program's link) are pinned by default.
 pub const PIN_DIR: &str = "/sys/fs/bpf/director";
 
@@ -152,8 +154,9 @@ pub struct Scratch {
     pub name_sum: u64,
     /// The chosen servers' addresses (IPv4 in the first 4 bytes): too big for the stack.
     pub addrs: [[u8; 16]; MAX_CANDIDATES],
-    /// Values written and read back so the verifier stops tracking them as constants.
-    pub hidden: [u64; 16],
+    /// Values written and read back so the verifier stops tracking them as constants:
+    /// `handover::Slot` says which word holds what.
+    pub hidden: [u64; HIDDEN_WORDS],
     /// The address the decision is for (the ECS subnet, else the packet's source), and the
     /// ECS address as it came. Kept here, not on the stack, so that the verifier does not
     /// carry each parse path's different stack contents through the rest of the program.
@@ -190,7 +193,7 @@ mod tests {
         assert_eq!(size_of::<Config>(), 8);
         assert_eq!(
             size_of::<Scratch>(),
-            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 128 + 32
+            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 32
         );
         assert_eq!(align_of::<Scratch>(), 8);
     }

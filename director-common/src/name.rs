@@ -188,7 +188,7 @@ mod tests {
             .contains("over the limit of 63"));
         let long = vec!["a".repeat(63); 4].join(".");
         assert!(encode(&long).unwrap_err().contains("over the limit of 255"));
-        let ok = vec![
+        let ok = [
             "a".repeat(63),
             "a".repeat(63),
             "a".repeat(63),

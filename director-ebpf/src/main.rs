@@ -14,7 +14,10 @@ mod rewrite;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::debug;
-use director_common::counters::Reason;
+use director_common::{
+    counters::Reason,
+    handover::{Plan, Query, Slot},
+};
 
 use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SVC_STATS};
 
@@ -43,10 +46,12 @@ pub fn director(ctx: XdpContext) -> u32 {
 #[inline(always)]
 fn answer(ctx: &XdpContext) -> Result<u32, Reason> {
     let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Reason::Malformed)?;
-    opaque::save_query(s, &parse::query(ctx, s)?);
-    let q = opaque::load_query(s);
-    opaque::save_plan(s, &policy::decide(&q, s)?);
-    let (q, plan) = (opaque::load_query(s), opaque::load_plan(s));
+    // Each stage starts from what the last one stored (see `opaque`).
+    opaque::put_words(s, Slot::Query, parse::query(ctx, s)?.pack());
+    let q = Query::unpack(opaque::get_words(s, Slot::Query));
+    opaque::put_words(s, Slot::Plan, policy::decide(&q, s)?.pack());
+    let q = Query::unpack(opaque::get_words(s, Slot::Query));
+    let plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
     rewrite::answer(ctx, &q, &plan, s)?;
     Ok(plan.service)
 }

@@ -5,109 +5,83 @@ use aya_ebpf::programs::XdpContext;
 use director_common::{
     counters::Reason,
     dns,
+    handover::{Layout, Query, Slot},
+    headers::{eth, ipv4, ipv6, udp, vlan},
     maps::Scratch,
     name::{self, Step, HASH_INIT, MAX_WIRE_LEN},
 };
 
-use crate::opaque::{hide, SLOT_LAYOUT};
+use crate::opaque;
 use crate::packet::{at, be16};
 
-const ETH_LEN: usize = 14;
-const VLAN_LEN: usize = 4;
-const ETH_P_IPV4: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86dd;
-const ETH_P_8021Q: u16 = 0x8100;
-const IPPROTO_UDP: u8 = 17;
-const UDP_LEN: usize = 8;
 /// Larger frames (jumbo frames are 9 KB) are left to the host.
 const MAX_FRAME: usize = 16 * 1024;
 
-pub struct Query {
-    /// IPv6 packet (else IPv4).
-    pub ip6: bool,
-    /// Offsets of the IP header and the DNS message.
-    pub l3: usize,
-    pub dns: usize,
-    pub id: u16,
-    pub flags: u16,
-    /// AAAA (else A).
-    pub aaaa: bool,
-    /// Wire length of the question name.
-    pub name_len: usize,
-    /// Largest answer the client accepts.
-    pub udp_size: u16,
-    pub edns: bool,
-    /// The query's DO bit, copied to the answer (RFC 3225 §3).
-    pub dnssec_ok: bool,
-    pub has_ecs: bool,
-    pub ecs_family: u16,
-    pub ecs_source: u8,
-    /// Family and prefix length of the address the decision is for (`Scratch::client`).
-    pub client_v6: bool,
-    pub client_bits: u8,
-}
-
 pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
-    let eth = at::<ETH_LEN>(ctx, 0, Reason::NotIp)?;
-    let mut ethertype = be16(eth, 12);
-    let mut l3 = ETH_LEN;
-    if ethertype == ETH_P_8021Q {
-        let tag = at::<VLAN_LEN>(ctx, ETH_LEN, Reason::NotIp)?;
-        ethertype = be16(tag, 2);
-        l3 += VLAN_LEN;
+    let frame = at::<{ eth::LEN }>(ctx, 0, Reason::NotIp)?;
+    let mut ethertype = be16(frame, eth::TYPE);
+    let mut l3 = eth::LEN;
+    if ethertype == eth::P_8021Q {
+        let tag = at::<{ vlan::LEN }>(ctx, eth::LEN, Reason::NotIp)?;
+        ethertype = be16(tag, vlan::TYPE);
+        l3 += vlan::LEN;
     }
 
     // The packet's source, until an ECS option says otherwise.
+    // SAFETY: `s` is the scratch map's value; `client` is 16 bytes, two words.
     unsafe {
         let c = (*s).client.as_mut_ptr() as *mut u64;
         core::ptr::write_volatile(c, 0);
         core::ptr::write_volatile(c.add(1), 0);
     }
-    let (ip6, udp, ip_payload) = match ethertype {
-        ETH_P_IPV4 => {
-            let ip = at::<20>(ctx, l3, Reason::Malformed)?;
-            let (vihl, proto) = unsafe { ((*ip)[0], (*ip)[9]) };
-            if vihl >> 4 != 4 || vihl & 0xf < 5 {
+    let (ip6, udp_off, ip_payload) = match ethertype {
+        eth::P_IPV4 => {
+            let ip = at::<{ ipv4::LEN }>(ctx, l3, Reason::Malformed)?;
+            // SAFETY: `at` checked the header is in the packet.
+            let (vihl, proto) = unsafe { ((*ip)[ipv4::VERSION_IHL], (*ip)[ipv4::PROTOCOL]) };
+            let (version, ihl) = (vihl >> 4, vihl & 0xf);
+            if version != ipv4::VERSION || ihl < ipv4::IHL_MIN {
                 return Err(Reason::Malformed);
             }
-            if vihl & 0xf != 5 || be16(ip, 6) & 0x3fff != 0 {
+            if ihl != ipv4::IHL_MIN || be16(ip, ipv4::FRAGMENT) & ipv4::FRAGMENT_MASK != 0 {
                 return Err(Reason::IpFragmentOrOptions);
             }
-            if proto != IPPROTO_UDP {
+            if proto != udp::PROTOCOL {
                 return Err(Reason::NotDns);
             }
-            let total = be16(ip, 2) as usize;
-            if total < 20 {
+            let total = be16(ip, ipv4::TOTAL_LEN) as usize;
+            if total < ipv4::LEN {
                 return Err(Reason::Malformed);
             }
-            copy_bytes::<4, 20>(ip, 12, s);
-            (false, l3 + 20, total - 20)
+            copy_bytes::<{ ipv4::ADDR_LEN }, { ipv4::LEN }>(ip, ipv4::SRC, s);
+            (false, l3 + ipv4::LEN, total - ipv4::LEN)
         }
-        ETH_P_IPV6 => {
-            let ip = at::<40>(ctx, l3, Reason::Malformed)?;
-            if unsafe { (*ip)[0] } >> 4 != 6 {
+        eth::P_IPV6 => {
+            let ip = at::<{ ipv6::LEN }>(ctx, l3, Reason::Malformed)?;
+            // SAFETY (both reads): `at` checked the header is in the packet.
+            if unsafe { (*ip)[ipv6::VERSION_BYTE] } >> 4 != ipv6::VERSION {
                 return Err(Reason::Malformed);
             }
             // Extension headers (fragments included) are left to the host.
-            if unsafe { (*ip)[6] } != IPPROTO_UDP {
+            if unsafe { (*ip)[ipv6::NEXT_HEADER] } != udp::PROTOCOL {
                 return Err(Reason::NotDns);
             }
-            copy_bytes::<16, 40>(ip, 8, s);
-            (true, l3 + 40, be16(ip, 4) as usize)
+            copy_bytes::<{ ipv6::ADDR_LEN }, { ipv6::LEN }>(ip, ipv6::SRC, s);
+            (true, l3 + ipv6::LEN, be16(ip, ipv6::PAYLOAD_LEN) as usize)
         }
         _ => return Err(Reason::NotIp),
     };
 
-    let uh = at::<UDP_LEN>(ctx, udp, Reason::Malformed)?;
-    if be16(uh, 2) != dns::PORT {
+    let uh = at::<{ udp::LEN }>(ctx, udp_off, Reason::Malformed)?;
+    if be16(uh, udp::DST_PORT) != dns::PORT {
         return Err(Reason::NotDns);
     }
-    let udp_len = be16(uh, 4) as usize;
-    if udp_len != ip_payload || udp_len < UDP_LEN + dns::HEADER_LEN {
+    let udp_len = be16(uh, udp::LENGTH) as usize;
+    if udp_len != ip_payload || udp_len < udp::LEN + dns::HEADER_LEN {
         return Err(Reason::Malformed);
     }
-    let dns = udp + UDP_LEN;
-    let msg_end = udp + udp_len;
+    let dns = udp_off + udp::LEN;
+    let msg_end = udp_off + udp_len;
     // The verifier only tracks packet offsets below 64 KiB; real frames are far smaller.
     if msg_end > MAX_FRAME {
         return Err(Reason::Malformed);
@@ -115,36 +89,51 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
 
     // Forget which of the four Ethernet/IP layouts this was, so that what follows is
     // verified once rather than once per layout.
-    let packed = hide(
-        s,
-        SLOT_LAYOUT,
-        (l3 as u64) | (dns as u64) << 8 | (msg_end as u64) << 16 | (ip6 as u64) << 40,
-    );
-    let l3 = (packed & 0x1f) as usize;
-    let dns = ((packed >> 8) & 0x7f) as usize;
-    let msg_end = ((packed >> 16) & 0x3fff) as usize;
-    let ip6 = (packed >> 40) & 1 != 0;
+    let layout = Layout {
+        ip6,
+        l3,
+        dns,
+        msg_end,
+    };
+    opaque::put_words(s, Slot::Layout, layout.pack());
+    let Layout {
+        ip6,
+        l3,
+        dns,
+        msg_end,
+    } = Layout::unpack(opaque::get_words(s, Slot::Layout));
 
     let hdr = at::<{ dns::HEADER_LEN }>(ctx, dns, Reason::Malformed)?;
-    let flags = be16(hdr, 2);
-    let ar = be16(hdr, 10);
-    dns::check_header(flags, be16(hdr, 4), be16(hdr, 6), be16(hdr, 8), ar)?;
-    let id = be16(hdr, 0);
+    let flags = be16(hdr, dns::header::FLAGS);
+    let ar = be16(hdr, dns::header::ARCOUNT);
+    dns::check_header(
+        flags,
+        be16(hdr, dns::header::QDCOUNT),
+        be16(hdr, dns::header::ANCOUNT),
+        be16(hdr, dns::header::NSCOUNT),
+        ar,
+    )?;
+    let id = be16(hdr, dns::header::ID);
 
     walk_name(ctx, dns + dns::HEADER_LEN, s)?;
     // Read back through memory: the verifier then sees one bounded length instead of 255
     // different constants, one per exit of the walk, and can merge what follows.
+    // SAFETY: `s` is the scratch map's value.
     let name_len = unsafe { core::ptr::read_volatile(&(*s).name_len) } as usize & 0xff;
 
-    let q_off = dns + dns::HEADER_LEN + name_len;
-    let qp = at::<4>(ctx, q_off, Reason::Malformed)?;
-    let aaaa = dns::check_question(be16(qp, 0), be16(qp, 2))?;
-    let q_end = q_off + 4;
+    let name_end = dns + dns::HEADER_LEN + name_len;
+    let qp = at::<{ dns::QUESTION_FIXED_LEN }>(ctx, name_end, Reason::Malformed)?;
+    let aaaa = dns::check_question(
+        be16(qp, dns::question::TYPE),
+        be16(qp, dns::question::CLASS),
+    )?;
+    let q_end = name_end + dns::QUESTION_FIXED_LEN;
 
     let mut q = Query {
         ip6,
         l3,
         dns,
+        question_end: q_end,
         id,
         flags,
         aaaa,
@@ -180,11 +169,18 @@ fn parse_opt(
     s: *mut Scratch,
 ) -> Result<(), Reason> {
     let opt = at::<{ dns::OPT_FIXED_LEN }>(ctx, q_end, Reason::Malformed)?;
-    let ttl = ((be16(opt, 5) as u32) << 16) | be16(opt, 7) as u32;
-    q.udp_size = dns::check_opt(unsafe { (*opt)[0] }, be16(opt, 1), be16(opt, 3), ttl)?;
+    let ttl = ((be16(opt, dns::opt::TTL) as u32) << 16) | be16(opt, dns::opt::TTL + 2) as u32;
+    // SAFETY: `at` checked the OPT record's fixed part is in the packet.
+    let owner = unsafe { (*opt)[dns::opt::OWNER] };
+    q.udp_size = dns::check_opt(
+        owner,
+        be16(opt, dns::opt::TYPE),
+        be16(opt, dns::opt::CLASS),
+        ttl,
+    )?;
     q.edns = true;
     q.dnssec_ok = ttl & dns::EDNS_DO != 0;
-    let opts_end = q_end + dns::OPT_FIXED_LEN + be16(opt, 9) as usize;
+    let opts_end = q_end + dns::OPT_FIXED_LEN + be16(opt, dns::opt::RDLEN) as usize;
     if opts_end != msg_end {
         return Err(Reason::Malformed);
     }
@@ -194,15 +190,15 @@ fn parse_opt(
         if off >= opts_end {
             break;
         }
-        let oh = at::<4>(ctx, off, Reason::Malformed)?;
-        let code = be16(oh, 0);
-        let len = be16(oh, 2) as usize;
-        let body = off + 4;
+        let oh = at::<{ dns::option::HEADER_LEN }>(ctx, off, Reason::Malformed)?;
+        let code = be16(oh, dns::option::CODE);
+        let len = be16(oh, dns::option::LEN) as usize;
+        let body = off + dns::option::HEADER_LEN;
         if body + len > opts_end {
             return Err(Reason::Edns);
         }
         if code == dns::OPTION_ECS {
-            if q.has_ecs || len < 4 {
+            if q.has_ecs || len < dns::ecs::ADDR {
                 return Err(Reason::Edns);
             }
             read_ecs(ctx, body, len, q, s)?;
@@ -223,20 +219,24 @@ fn read_ecs(
     q: &mut Query,
     s: *mut Scratch,
 ) -> Result<(), Reason> {
-    let e = at::<4>(ctx, body, Reason::Malformed)?;
-    let family = be16(e, 0);
-    let (source, scope) = unsafe { ((*e)[2], (*e)[3]) };
+    let e = at::<{ dns::ecs::ADDR }>(ctx, body, Reason::Malformed)?;
+    let family = be16(e, dns::ecs::FAMILY);
+    // SAFETY: `at` checked the option's fixed part is in the packet.
+    let (source, scope) = unsafe { ((*e)[dns::ecs::SOURCE], (*e)[dns::ecs::SCOPE]) };
     let alen = dns::check_ecs(family, source, scope, len as u16)?;
     let mut last = 0u8;
     let mut i = 0;
     while i < 16 {
         let mut b = 0u8;
         if i < alen {
-            let p = at::<2>(ctx, body + 3 + i, Reason::Malformed)?;
+            // The byte before, as the first of a pair (see `at`).
+            let p = at::<2>(ctx, body + dns::ecs::ADDR - 1 + i, Reason::Malformed)?;
+            // SAFETY: `at` checked both bytes are in the packet.
             b = unsafe { (*p)[1] };
             last = b;
         }
         // Zero past the address: the decision key is the address masked to SOURCE.
+        // SAFETY: `s` is the scratch map's value and `i < 16`.
         unsafe {
             core::ptr::write_volatile(&mut (*s).ecs_addr[i], b);
             core::ptr::write_volatile(&mut (*s).client[i], b);
@@ -260,6 +260,7 @@ fn read_ecs(
 fn copy_bytes<const N: usize, const H: usize>(h: *const [u8; H], from: usize, s: *mut Scratch) {
     let mut i = 0;
     while i < N {
+        // SAFETY: `h` was checked to hold `H` bytes, `from + N <= H`, and `N <= 16`.
         unsafe { core::ptr::write_volatile(&mut (*s).client[i], (*h)[from + i]) };
         i += 1;
     }
@@ -276,6 +277,7 @@ fn walk_name(ctx: &XdpContext, start: usize, s: *mut Scratch) -> Result<(), Reas
     while i < MAX_WIRE_LEN {
         // The byte before the name is the header's last.
         let p = at::<2>(ctx, start + i - 1, Reason::Malformed)?;
+        // SAFETY: `at` checked both bytes are in the packet.
         let b = unsafe { (*p)[1] };
         // The name starts at an even offset of the DNS message.
         sum += if i & 1 == 0 {
@@ -285,10 +287,12 @@ fn walk_name(ctx: &XdpContext, start: usize, s: *mut Scratch) -> Result<(), Reas
         };
         match name::step(&mut left, b) {
             Step::Byte(c) => {
+                // SAFETY: `s` is the scratch map's value and `i < MAX_WIRE_LEN < NAME_BUF`.
                 unsafe { (*s).name[i] = c };
                 h = name::hash_step(h, c);
             }
             Step::End => {
+                // SAFETY: as above.
                 unsafe {
                     (*s).name[i] = 0;
                     (*s).name_len = (i + 1) as u32;

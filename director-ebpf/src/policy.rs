@@ -5,6 +5,7 @@ use aya_ebpf::helpers::bpf_get_prandom_u32;
 use aya_ebpf::maps::lpm_trie::Key;
 use director_common::{
     counters::Reason,
+    handover::{Plan, Query, Slot},
     maps::{
         Decision, DecisionKeyV4, DecisionKeyV6, Scratch, KIND_DNS, MAX_CANDIDATES, NAME_BUF,
         SERVICE_ACTIVE, SERVICE_BITS,
@@ -13,21 +14,11 @@ use director_common::{
 };
 
 use crate::maps::*;
-use crate::opaque::{hide, SLOT_COUNT, SLOT_OK, SLOT_START, SLOT_TOTAL};
-use crate::parse::Query;
-
-pub struct Plan {
-    pub service: u32,
-    pub ttl: u32,
-    /// ECS scope: the prefix length of the decision entry that matched.
-    pub scope: u8,
-    /// How many addresses were put in `Scratch::addrs`.
-    pub n: usize,
-}
+use crate::opaque::{self, hide};
 
 pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     let hash = unsafe { core::ptr::read_volatile(&(*s).name_hash) };
-    let entry = unsafe { DIR_NAMES.get(&hash) }.ok_or(Reason::UnknownName)?;
+    let entry = unsafe { DIR_NAMES.get(hash) }.ok_or(Reason::UnknownName)?;
     if entry.len as usize != q.name_len || !same_name(&entry.name, s, q.name_len) {
         return Err(Reason::UnknownName);
     }
@@ -53,20 +44,20 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
             .get(id as u32)
             .is_some_and(|sv| sv.is_up() && sv.has_family(aaaa))
     });
-    let ok = hide(s, SLOT_OK, ok as u64) as u32 & 0xff;
-    let total = hide(s, SLOT_TOTAL, total as u64) as u32;
+    let ok = hide(s, Slot::Usable, ok as u64) as u32 & 0xff;
+    let total = hide(s, Slot::WeightTotal, total as u64) as u32;
     let start = hide(
         s,
-        SLOT_START,
+        Slot::Start,
         select::pick_start(decision, ok, total, key) as u64,
     ) as usize
-        & 7;
+        & (MAX_CANDIDATES - 1);
     let want = (service.answers as u64).clamp(1, MAX_CANDIDATES as u64);
     // The count of addresses taken stays in map memory: in a register it would be a
     // different constant on every path through the candidates.
-    hide(s, SLOT_COUNT, 0);
+    opaque::put(s, Slot::Taken, 0);
     select::emit_ranked(decision, ok, start, |id| {
-        let n = unsafe { core::ptr::read_volatile(&(*s).hidden[SLOT_COUNT]) };
+        let n = opaque::get(s, Slot::Taken);
         if n >= want {
             return true;
         }
@@ -88,11 +79,11 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
             };
             core::ptr::write_volatile(dst, lo);
             core::ptr::write_volatile(dst.add(1), hi);
-            core::ptr::write_volatile(&mut (*s).hidden[SLOT_COUNT], n + 1);
         }
+        opaque::put(s, Slot::Taken, n + 1);
         n + 1 >= want
     });
-    let n = unsafe { core::ptr::read_volatile(&(*s).hidden[SLOT_COUNT]) } as usize & 15;
+    let n = opaque::get(s, Slot::Taken) as usize & Plan::MAX_N;
     let plan = Plan {
         service: service_id,
         ttl: service.ttl,

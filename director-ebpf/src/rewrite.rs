@@ -8,21 +8,23 @@ use aya_ebpf::{
 use director_common::{
     checksum::{finish_ip, finish_udp, shift_odd, sum16},
     counters::Reason,
-    dns::{self, Ecs},
+    dns::{self, record, Ecs},
+    handover::{Plan, Query, Slot},
+    headers::{eth, ipv4, ipv6, udp},
     maps::{Scratch, MAX_CANDIDATES},
 };
 
-use crate::opaque::{hide, SLOT_COUNT, SLOT_SHAPE};
+use crate::opaque::hide;
 use crate::packet::{at_fenced as at, be16, put16, put32};
-use crate::parse::Query;
-use crate::policy::Plan;
 
 const HOP_LIMIT: u8 = 64;
+/// Bound (a mask) of what moves when the packet grows at the front: the headers and the
+/// question, and the distance, both under 512 bytes.
+const MAX_MOVE: usize = 0x1ff;
 
 pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Result<(), Reason> {
     let n = plan.n & (MAX_CANDIDATES * 2 - 1);
     let rec_len = dns::record_len(q.aaaa);
-    let tail_off = dns::HEADER_LEN + q.name_len + 4;
     let ecs_value = Ecs {
         family: q.ecs_family,
         source: q.ecs_source,
@@ -30,7 +32,7 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
     };
     let ecs = if q.has_ecs { Some(&ecs_value) } else { None };
     let opt_len = if q.edns { dns::opt_len(ecs) } else { 0 };
-    let dns_len = tail_off + n * rec_len + opt_len;
+    let dns_len = q.question_end - q.dns + n * rec_len + opt_len;
     if dns_len > q.udp_size as usize {
         return Err(Reason::TooBig);
     }
@@ -45,13 +47,9 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
         if delta <= 0 || unsafe { bpf_xdp_adjust_head(ctx.ctx, -delta) } != 0 {
             return Err(Reason::ResizeFailed);
         }
-        let keep = hide(
-            s,
-            SLOT_SHAPE,
-            (q.dns + dns::HEADER_LEN + q.name_len + 4) as u64,
-        ) as usize
-            & 0x1ff;
-        move_to_front(ctx, (delta as usize) & 0x1ff, keep).map_err(|_| Reason::Dropped)?;
+        // Everything up to the question's end stays; the records are written after it.
+        let keep = hide(s, Slot::Keep, q.question_end as u64) as usize & MAX_MOVE;
+        move_to_front(ctx, (delta as usize) & MAX_MOVE, keep).map_err(|_| Reason::Dropped)?;
     }
     // Every packet pointer is stale now; `at` re-reads data/data_end each time.
     write(ctx, q, plan, s, n, dns_len, ecs).map_err(|_| Reason::Dropped)
@@ -62,7 +60,7 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
 /// last, ending exactly at `len`, so no byte-sized tail copy is needed.
 #[inline(always)]
 fn move_to_front(ctx: &XdpContext, by: usize, len: usize) -> Result<(), Reason> {
-    const WORDS: usize = 512 / 8;
+    const WORDS: usize = (MAX_MOVE + 1) / 8;
     if len < 8 {
         return Err(Reason::Dropped);
     }
@@ -100,82 +98,91 @@ fn write(
     dns_len: usize,
     ecs: Option<&Ecs>,
 ) -> Result<(), Reason> {
-    let eth = at::<12>(ctx, 0, Reason::Dropped)?;
+    // The answer goes back the way the query came: swap the MACs (the EtherType stays).
+    const MACS: usize = eth::TYPE;
+    let frame = at::<MACS>(ctx, 0, Reason::Dropped)?;
+    // SAFETY (every block below that writes through a packet pointer): the pointer comes
+    // from `at`, which checked that the whole array is in the packet.
     unsafe {
-        let mut mac = [0u8; 6];
-        mac.copy_from_slice(&(&*eth)[0..6]);
-        (&mut *eth).copy_within(6..12, 0);
-        (&mut *eth)[6..12].copy_from_slice(&mac);
+        let mut mac = [0u8; eth::ADDR_LEN];
+        mac.copy_from_slice(&(&*frame)[eth::DST..eth::DST + eth::ADDR_LEN]);
+        (&mut *frame).copy_within(eth::SRC..eth::SRC + eth::ADDR_LEN, eth::DST);
+        (&mut *frame)[eth::SRC..eth::SRC + eth::ADDR_LEN].copy_from_slice(&mac);
     }
 
-    let udp_len = (8 + dns_len) as u16;
+    let udp_len = (udp::LEN + dns_len) as u16;
     let (udp_off, addr_sum) = if q.ip6 {
-        let ip = at::<40>(ctx, q.l3, Reason::Dropped)?;
-        let mut src = [0u8; 16];
-        let mut dst = [0u8; 16];
+        const SRC: core::ops::Range<usize> = ipv6::SRC..ipv6::SRC + ipv6::ADDR_LEN;
+        const DST: core::ops::Range<usize> = ipv6::DST..ipv6::DST + ipv6::ADDR_LEN;
+        let ip = at::<{ ipv6::LEN }>(ctx, q.l3, Reason::Dropped)?;
+        let mut src = [0u8; ipv6::ADDR_LEN];
+        let mut dst = [0u8; ipv6::ADDR_LEN];
         unsafe {
-            src.copy_from_slice(&(&*ip)[8..24]);
-            dst.copy_from_slice(&(&*ip)[24..40]);
-            (&mut *ip)[8..24].copy_from_slice(&dst);
-            (&mut *ip)[24..40].copy_from_slice(&src);
-            (*ip)[7] = HOP_LIMIT;
+            src.copy_from_slice(&(&*ip)[SRC]);
+            dst.copy_from_slice(&(&*ip)[DST]);
+            (&mut *ip)[SRC].copy_from_slice(&dst);
+            (&mut *ip)[DST].copy_from_slice(&src);
+            (*ip)[ipv6::HOP_LIMIT] = HOP_LIMIT;
         }
-        put16(ip, 4, udp_len);
-        (q.l3 + 40, sum16(&src) + sum16(&dst))
+        put16(ip, ipv6::PAYLOAD_LEN, udp_len);
+        (q.l3 + ipv6::LEN, sum16(&src) + sum16(&dst))
     } else {
-        let ip = at::<20>(ctx, q.l3, Reason::Dropped)?;
+        const SRC: core::ops::Range<usize> = ipv4::SRC..ipv4::SRC + ipv4::ADDR_LEN;
+        const DST: core::ops::Range<usize> = ipv4::DST..ipv4::DST + ipv4::ADDR_LEN;
+        let ip = at::<{ ipv4::LEN }>(ctx, q.l3, Reason::Dropped)?;
+        // Destination then source, as they will be written; 16 bytes for `sum16`.
         let mut both = [0u8; 16];
         unsafe {
-            both[..4].copy_from_slice(&(&*ip)[16..20]);
-            both[4..8].copy_from_slice(&(&*ip)[12..16]);
-            (&mut *ip)[12..20].copy_from_slice(&both[..8]);
-            (*ip)[8] = HOP_LIMIT;
+            both[..ipv4::ADDR_LEN].copy_from_slice(&(&*ip)[DST]);
+            both[ipv4::ADDR_LEN..2 * ipv4::ADDR_LEN].copy_from_slice(&(&*ip)[SRC]);
+            (&mut *ip)[ipv4::SRC..ipv4::DST + ipv4::ADDR_LEN]
+                .copy_from_slice(&both[..2 * ipv4::ADDR_LEN]);
+            (*ip)[ipv4::TTL] = HOP_LIMIT;
         }
-        put16(ip, 2, 20 + udp_len);
-        put16(ip, 10, 0);
+        put16(ip, ipv4::TOTAL_LEN, ipv4::LEN as u16 + udp_len);
+        put16(ip, ipv4::CHECKSUM, 0);
         let mut sum = 0u64;
         let mut i = 0;
-        while i < 20 {
+        while i < ipv4::LEN {
             sum += be16(ip, i) as u64;
             i += 2;
         }
-        put16(ip, 10, finish_ip(sum));
-        (q.l3 + 20, sum16(&both))
+        put16(ip, ipv4::CHECKSUM, finish_ip(sum));
+        (q.l3 + ipv4::LEN, sum16(&both))
     };
 
-    let udp = at::<8>(ctx, udp_off, Reason::Dropped)?;
-    let (sport, dport) = (be16(udp, 0), be16(udp, 2));
-    put16(udp, 0, dport);
-    put16(udp, 2, sport);
-    put16(udp, 4, udp_len);
+    let uh = at::<{ udp::LEN }>(ctx, udp_off, Reason::Dropped)?;
+    let (sport, dport) = (be16(uh, udp::SRC_PORT), be16(uh, udp::DST_PORT));
+    put16(uh, udp::SRC_PORT, dport);
+    put16(uh, udp::DST_PORT, sport);
+    put16(uh, udp::LENGTH, udp_len);
 
     let flags = dns::answer_flags(q.flags);
     let ar = q.edns as u16;
     let hdr = at::<{ dns::HEADER_LEN }>(ctx, q.dns, Reason::Dropped)?;
-    put16(hdr, 2, flags);
-    put16(hdr, 6, n as u16);
-    put16(hdr, 8, 0);
-    put16(hdr, 10, ar);
+    put16(hdr, dns::header::FLAGS, flags);
+    put16(hdr, dns::header::ANCOUNT, n as u16);
+    put16(hdr, dns::header::NSCOUNT, 0);
+    put16(hdr, dns::header::ARCOUNT, ar);
 
     let qtype = if q.aaaa { dns::TYPE_AAAA } else { dns::TYPE_A };
-    let tail = q.dns + dns::HEADER_LEN + q.name_len + 4;
-    let mut tail_sum = write_records(ctx, q, plan, s, n, tail)?;
+    let mut tail_sum = write_records(ctx, q, plan, s, n)?;
     // The loop left the verifier one state per record count; read the count back so that
     // what follows is verified once, not once per count.
-    let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
+    let n = hide(s, Slot::Records, n as u64) as usize & Plan::MAX_N;
     if q.edns {
-        let rec_len = dns::record_len(hide(s, SLOT_SHAPE, q.aaaa as u64) & 1 == 1);
-        write_opt(ctx, plan, tail + n * rec_len, ecs, q.dnssec_ok)?;
+        let rec_len = dns::record_len(hide(s, Slot::Aaaa, q.aaaa as u64) & 1 == 1);
+        write_opt(ctx, plan, q.question_end + n * rec_len, ecs, q.dnssec_ok)?;
         tail_sum += dns::opt_sum(ecs, plan.scope, q.dnssec_ok);
     }
-    let n = hide(s, SLOT_COUNT, n as u64) as usize & 15;
+    let n = hide(s, Slot::Records, n as u64) as usize & Plan::MAX_N;
 
     // The UDP checksum over the answer as written: pseudo-header, UDP header, DNS header,
     // the echoed question (its name summed during the walk) and the appended records.
     let odd = q.name_len & 1 == 1;
     let name_sum = unsafe { core::ptr::read_volatile(&(*s).name_sum) };
     let sum = addr_sum
-        + 17
+        + udp::PROTOCOL as u64
         + udp_len as u64
         + sport as u64
         + dport as u64
@@ -188,8 +195,8 @@ fn write(
         + name_sum
         + shift_odd(qtype as u64 + dns::CLASS_IN as u64, odd)
         + shift_odd(tail_sum, odd);
-    let udp = at::<8>(ctx, udp_off, Reason::Dropped)?;
-    put16(udp, 6, finish_udp(sum));
+    let uh = at::<{ udp::LEN }>(ctx, udp_off, Reason::Dropped)?;
+    put16(uh, udp::CHECKSUM, finish_udp(sum));
     Ok(())
 }
 
@@ -200,7 +207,6 @@ fn write_records(
     plan: &Plan,
     s: *mut Scratch,
     n: usize,
-    tail: usize,
 ) -> Result<u64, Reason> {
     let rec_len = dns::record_len(q.aaaa);
     let mut sum = 0u64;
@@ -208,15 +214,17 @@ fn write_records(
     while i < MAX_CANDIDATES {
         if i < n {
             let addr = unsafe { &(*s).addrs[i] };
-            let off = tail + i * rec_len;
+            let off = q.question_end + i * rec_len;
             if q.aaaa {
-                let r = at::<28>(ctx, off, Reason::Dropped)?;
-                record_head(r, dns::TYPE_AAAA, plan.ttl, 16);
-                unsafe { (&mut *r)[12..28].copy_from_slice(addr) };
+                const LEN: usize = dns::record_len(true);
+                let r = at::<LEN>(ctx, off, Reason::Dropped)?;
+                record_head(r, dns::TYPE_AAAA, plan.ttl, ipv6::ADDR_LEN as u16);
+                unsafe { (&mut *r)[record::RDATA..LEN].copy_from_slice(addr) };
             } else {
-                let r = at::<16>(ctx, off, Reason::Dropped)?;
-                record_head(r, dns::TYPE_A, plan.ttl, 4);
-                unsafe { (&mut *r)[12..16].copy_from_slice(&addr[..4]) };
+                const LEN: usize = dns::record_len(false);
+                let r = at::<LEN>(ctx, off, Reason::Dropped)?;
+                record_head(r, dns::TYPE_A, plan.ttl, ipv4::ADDR_LEN as u16);
+                unsafe { (&mut *r)[record::RDATA..LEN].copy_from_slice(&addr[..ipv4::ADDR_LEN]) };
             }
             sum += dns::record_sum(q.aaaa, plan.ttl, addr);
         }
@@ -233,29 +241,34 @@ fn write_opt(
     ecs: Option<&Ecs>,
     dnssec_ok: bool,
 ) -> Result<(), Reason> {
+    use dns::{ecs as body, opt, option};
+    // The ECS option: its header, then family, source and scope before the address.
+    const ECS_FIXED_LEN: usize = option::HEADER_LEN + body::ADDR;
     let o = at::<{ dns::OPT_FIXED_LEN }>(ctx, off, Reason::Dropped)?;
-    unsafe { (*o)[0] = 0 };
-    put16(o, 1, dns::TYPE_OPT);
-    put16(o, 3, dns::EDNS_UDP_SIZE);
-    put32(o, 5, if dnssec_ok { dns::EDNS_DO } else { 0 });
+    unsafe { (*o)[opt::OWNER] = 0 };
+    put16(o, opt::TYPE, dns::TYPE_OPT);
+    put16(o, opt::CLASS, dns::EDNS_UDP_SIZE);
+    put32(o, opt::TTL, if dnssec_ok { dns::EDNS_DO } else { 0 });
     let Some(e) = ecs else {
-        put16(o, 9, 0);
+        put16(o, opt::RDLEN, 0);
         return Ok(());
     };
     let alen = e.addr_len();
-    put16(o, 9, (8 + alen) as u16);
-    let eh = at::<8>(ctx, off + dns::OPT_FIXED_LEN, Reason::Dropped)?;
-    put16(eh, 0, dns::OPTION_ECS);
-    put16(eh, 2, (4 + alen) as u16);
-    put16(eh, 4, e.family);
+    put16(o, opt::RDLEN, (ECS_FIXED_LEN + alen) as u16);
+    let eh = at::<ECS_FIXED_LEN>(ctx, off + dns::OPT_FIXED_LEN, Reason::Dropped)?;
+    put16(eh, option::CODE, dns::OPTION_ECS);
+    put16(eh, option::LEN, (body::ADDR + alen) as u16);
+    put16(eh, option::HEADER_LEN + body::FAMILY, e.family);
     unsafe {
-        (*eh)[6] = e.source;
-        (*eh)[7] = plan.scope;
+        (*eh)[option::HEADER_LEN + body::SOURCE] = e.source;
+        (*eh)[option::HEADER_LEN + body::SCOPE] = plan.scope;
     }
+    let addr = off + dns::OPT_FIXED_LEN + ECS_FIXED_LEN;
     let mut j = 0;
-    while j < 16 {
+    while j < e.addr.len() {
         if j < alen {
-            let b = at::<2>(ctx, off + dns::OPT_FIXED_LEN + 7 + j, Reason::Dropped)?;
+            // Written as the second of a pair (see `packet::at`).
+            let b = at::<2>(ctx, addr - 1 + j, Reason::Dropped)?;
             unsafe { (*b)[1] = e.addr[j] };
         }
         j += 1;
@@ -265,9 +278,9 @@ fn write_opt(
 
 #[inline(always)]
 fn record_head<const N: usize>(r: *mut [u8; N], rtype: u16, ttl: u32, rdlen: u16) {
-    put16(r, 0, dns::NAME_POINTER);
-    put16(r, 2, rtype);
-    put16(r, 4, dns::CLASS_IN);
-    put32(r, 6, ttl);
-    put16(r, 10, rdlen);
+    put16(r, record::NAME, dns::NAME_POINTER);
+    put16(r, record::TYPE, rtype);
+    put16(r, record::CLASS, dns::CLASS_IN);
+    put32(r, record::TTL, ttl);
+    put16(r, record::RDLEN, rdlen);
 }
