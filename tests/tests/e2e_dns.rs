@@ -527,7 +527,7 @@ fn list_commands_print_typed_json_documents() {
     assert_eq!(routes.routes.len(), 5, "{routes:?}");
 
     let status: api::Status = json(&lab, &["status", "--json"]);
-    assert_eq!(status.interfaces, [lab.edge_if.clone()]);
+    assert_eq!(status.interfaces, std::slice::from_ref(&lab.edge_if));
     assert_eq!((status.servers, status.services), (2, 2));
     assert_eq!((status.routes_v4, status.routes_v6), (3, 2));
     assert!(status.active_table.is_some() && status.verified_instructions.unwrap_or(0) > 0);
