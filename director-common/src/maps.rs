@@ -57,7 +57,7 @@ pub const KIND_VIP: u8 = 2;
 /// Value of `DIR_SERVICES`, indexed by service id.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Service {
+pub struct ServiceRecord {
     pub ttl: u32,
     pub flags: u8,
     pub kind: u8,
@@ -76,7 +76,7 @@ pub const SERVER_V6: u8 = 8;
 /// addresses in words (byte-aligned copies become calls to a looping memcpy).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Server {
+pub struct ServerRecord {
     pub flags: u8,
     pub _pad: [u8; 3],
     pub ipv4: [u8; 4],
@@ -85,7 +85,7 @@ pub struct Server {
     pub name: [u8; SERVER_NAME_LEN],
 }
 
-impl Server {
+impl ServerRecord {
     #[inline(always)]
     pub fn is_up(&self) -> bool {
         self.flags & (SERVER_EXISTS | SERVER_UP) == (SERVER_EXISTS | SERVER_UP)
@@ -134,7 +134,7 @@ pub const SERVICE_BITS: u32 = 32;
 /// Value of `DIR_CONFIG[0]`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Config {
+pub struct TableSwitch {
     /// Which decision table (0 = A, 1 = B) queries read. A controller fills the other one
     /// and flips this, so no query sees half of a replacement.
     pub active_table: u32,
@@ -168,12 +168,12 @@ pub struct Scratch {
 mod pod {
     use super::*;
     unsafe impl aya::Pod for NameEntry {}
-    unsafe impl aya::Pod for Service {}
-    unsafe impl aya::Pod for Server {}
+    unsafe impl aya::Pod for ServiceRecord {}
+    unsafe impl aya::Pod for ServerRecord {}
     unsafe impl aya::Pod for Decision {}
     unsafe impl aya::Pod for DecisionKeyV4 {}
     unsafe impl aya::Pod for DecisionKeyV6 {}
-    unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for TableSwitch {}
 }
 
 #[cfg(test)]
@@ -185,12 +185,12 @@ mod tests {
     #[test]
     fn layouts_have_no_hidden_padding() {
         assert_eq!(size_of::<NameEntry>(), 8 + NAME_BUF);
-        assert_eq!(size_of::<Service>(), 8);
-        assert_eq!(size_of::<Server>(), 4 + 4 + 16 + SERVER_NAME_LEN);
+        assert_eq!(size_of::<ServiceRecord>(), 8);
+        assert_eq!(size_of::<ServerRecord>(), 4 + 4 + 16 + SERVER_NAME_LEN);
         assert_eq!(size_of::<Decision>(), 4 + 2 * 2 * MAX_CANDIDATES);
         assert_eq!(size_of::<DecisionKeyV4>(), 8);
         assert_eq!(size_of::<DecisionKeyV6>(), 20);
-        assert_eq!(size_of::<Config>(), 8);
+        assert_eq!(size_of::<TableSwitch>(), 8);
         assert_eq!(
             size_of::<Scratch>(),
             NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 32

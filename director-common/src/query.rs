@@ -6,7 +6,7 @@ use crate::dns::*;
 use crate::name::{self, Walked};
 
 #[derive(Clone, Copy)]
-pub struct Query {
+pub struct ParsedQuery {
     pub id: u16,
     pub flags: u16,
     pub name: Walked,
@@ -28,7 +28,7 @@ fn be16(b: &[u8], at: usize) -> Result<u16, Reason> {
 }
 
 /// Parses a UDP payload as a query director would answer, or says why not.
-pub fn parse(msg: &[u8]) -> Result<Query, Reason> {
+pub fn parse(msg: &[u8]) -> Result<ParsedQuery, Reason> {
     if msg.len() < HEADER_LEN {
         return Err(Reason::Malformed);
     }
@@ -103,7 +103,7 @@ pub fn parse(msg: &[u8]) -> Result<Query, Reason> {
     if at != msg.len() {
         return Err(Reason::Malformed);
     }
-    Ok(Query {
+    Ok(ParsedQuery {
         id: be16(msg, 0)?,
         flags,
         name: walked,

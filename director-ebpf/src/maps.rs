@@ -8,17 +8,17 @@ use aya_ebpf::{
 use director_common::{
     counters::COUNTER_SLOTS,
     maps::{
-        Config, Decision, DecisionKeyV4, DecisionKeyV6, NameEntry, Scratch, Server, Service,
-        MAX_DECISIONS, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
+        Decision, DecisionKeyV4, DecisionKeyV6, NameEntry, Scratch, ServerRecord, ServiceRecord,
+        TableSwitch, MAX_DECISIONS, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
     },
 };
 
 #[map]
 pub static DIR_NAMES: HashMap<u64, NameEntry> = HashMap::pinned(MAX_NAMES, 0);
 #[map]
-pub static DIR_SERVICES: Array<Service> = Array::pinned(MAX_SERVICES, 0);
+pub static DIR_SERVICES: Array<ServiceRecord> = Array::pinned(MAX_SERVICES, 0);
 #[map]
-pub static DIR_SERVERS: Array<Server> = Array::pinned(MAX_SERVERS, 0);
+pub static DIR_SERVERS: Array<ServerRecord> = Array::pinned(MAX_SERVERS, 0);
 #[map]
 pub static DIR_DEC4_A: LpmTrie<DecisionKeyV4, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
@@ -28,7 +28,7 @@ pub static DIR_DEC6_A: LpmTrie<DecisionKeyV6, Decision> = LpmTrie::pinned(MAX_DE
 #[map]
 pub static DIR_DEC6_B: LpmTrie<DecisionKeyV6, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
-pub static DIR_CONFIG: Array<Config> = Array::pinned(1, 0);
+pub static DIR_CONFIG: Array<TableSwitch> = Array::pinned(1, 0);
 #[map]
 pub static DIR_COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(COUNTER_SLOTS, 0);
 #[map]

@@ -1787,7 +1787,7 @@ fn mutate(rng: &mut Rng, flow: &Flow, dns: &[u8]) -> Vec<u8> {
 
 /// The model's view of a frame: UDP to port 53 in a frame shape director parses, and a
 /// message that director_common::query::parse accepts for the owned name.
-fn model_query(frame: &[u8]) -> Result<(UdpFrame, director_common::query::Query), String> {
+fn model_query(frame: &[u8]) -> Result<(UdpFrame, director_common::query::ParsedQuery), String> {
     let f = parse_udp(frame)?;
     ensure!(f.dst_port == DNS_PORT, "UDP to port {}", f.dst_port);
     let q = director_common::query::parse(&f.payload)

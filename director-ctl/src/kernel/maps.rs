@@ -12,10 +12,11 @@ use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, MapError, 
 use director_common::{
     counters::{self, Reason},
     maps::{
-        Config, Decision, DecisionKeyV4, DecisionKeyV6, NameEntry, Server, Service, KIND_DNS,
-        MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_NAMES, MAP_SERVERS, MAP_SERVICES,
-        MAP_SERVICE_STATS, MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN,
-        SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
+        Decision, DecisionKeyV4, DecisionKeyV6, NameEntry, ServerRecord, ServiceRecord,
+        TableSwitch, KIND_DNS, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_NAMES,
+        MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_SERVERS, MAX_SERVICES, NAME_BUF,
+        SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE,
+        SERVICE_BITS,
     },
     name,
     select::Mode,
@@ -64,11 +65,11 @@ pub enum DecisionChange<'a> {
 
 pub struct Maps {
     names: HashMap<MapData, u64, NameEntry>,
-    services: Array<MapData, Service>,
-    servers: Array<MapData, Server>,
+    services: Array<MapData, ServiceRecord>,
+    servers: Array<MapData, ServerRecord>,
     dec4: [Dec4; 2],
     dec6: [Dec6; 2],
-    config: Array<MapData, Config>,
+    config: Array<MapData, TableSwitch>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
 }
@@ -87,8 +88,8 @@ fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> 
     T::try_from(map).with_context(|| format!("{} has an unexpected type", path.display()))
 }
 
-fn empty_server() -> Server {
-    Server {
+fn empty_server() -> ServerRecord {
+    ServerRecord {
         flags: 0,
         _pad: [0; 3],
         ipv4: [0; 4],
@@ -97,7 +98,7 @@ fn empty_server() -> Server {
     }
 }
 
-fn server_entry(id: u16, s: &Server) -> ServerEntry {
+fn server_entry(id: u16, s: &ServerRecord) -> ServerEntry {
     let end = s.name.iter().position(|&b| b == 0).unwrap_or(s.name.len());
     ServerEntry {
         id,
@@ -253,7 +254,7 @@ impl Maps {
     /// whose service is not there.
     pub fn put_service(&mut self, e: &ServiceEntry) -> Result<()> {
         let wire = wire_name(&e.name)?;
-        let svc = Service {
+        let svc = ServiceRecord {
             ttl: e.ttl,
             flags: SERVICE_ACTIVE,
             kind: KIND_DNS,
@@ -285,7 +286,7 @@ impl Maps {
             self.remove_decisions(t, |s| s == id)?;
         }
         self.services
-            .set(id, Service::default(), 0)
+            .set(id, ServiceRecord::default(), 0)
             .context("writing the service table")
     }
 
@@ -306,7 +307,7 @@ impl Maps {
         for id in 1..MAX_SERVICES {
             if !services.contains(&id) && self.services.get(&id, 0)?.flags != 0 {
                 self.services
-                    .set(id, Service::default(), 0)
+                    .set(id, ServiceRecord::default(), 0)
                     .context("writing the service table")?;
             }
         }
