@@ -48,13 +48,8 @@ pub fn dir(name: &str) -> PathBuf {
     Path::new(BPFFS).join(name)
 }
 
-/// Where director-ctl pins the pass-through program's links for `pin_dir`: beside it, so
-/// that detaching director does not take them along.
-pub fn pass_dir(pin_dir: &Path) -> PathBuf {
-    let mut dir = pin_dir.as_os_str().to_owned();
-    dir.push("-pass");
-    PathBuf::from(dir)
-}
+/// Where director-ctl pins the pass-through program's links for `pin_dir` (its own rule).
+pub use director_ctl::kernel::program::pass_dir;
 
 /// Removes the pins in `dir`, then `dir` (bpffs removes a directory only once it is empty).
 /// Best effort: cleanup runs in `Drop`, where a half-removed directory must not turn a

@@ -192,7 +192,7 @@ pub fn program_info(pin_dir: &Path) -> Result<Option<ProgramInfo>> {
 
 /// Where pass-through links live: beside the main pin directory, so that detaching director
 /// does not take them along.
-fn pass_dir(pin_dir: &Path) -> PathBuf {
+pub fn pass_dir(pin_dir: &Path) -> PathBuf {
     let mut d = pin_dir.as_os_str().to_owned();
     d.push("-pass");
     PathBuf::from(d)
