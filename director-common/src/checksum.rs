@@ -77,10 +77,15 @@ mod tests {
 
     proptest! {
         #[test]
-        fn split_sums_equal_whole(data in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..300) {
+        fn split_sums_equal_whole(
+            data in proptest::collection::vec(any::<u8>(), 0..300),
+            cut in 0usize..300,
+        ) {
             let cut = cut.min(data.len());
             let whole = fold(sum_bytes(&data));
-            let parts = fold(sum_bytes(&data[..cut]) + shift_odd(sum_bytes(&data[cut..]), cut % 2 == 1));
+            let parts = fold(
+                sum_bytes(&data[..cut]) + shift_odd(sum_bytes(&data[cut..]), cut % 2 == 1),
+            );
             prop_assert_eq!(whole, parts);
         }
     }

@@ -294,9 +294,20 @@ mod tests {
         }
 
         #[test]
-        fn opt_sum_matches_bytes(with_ecs: bool, v6: bool, source in 0u8..=128, scope: u8, addr: [u8; 16], dnssec_ok: bool) {
+        fn opt_sum_matches_bytes(
+            with_ecs: bool,
+            v6: bool,
+            source in 0u8..=128,
+            scope: u8,
+            addr: [u8; 16],
+            dnssec_ok: bool,
+        ) {
             let source = if v6 { source } else { source % 33 };
-            let mut e = Ecs { family: if v6 { ECS_FAMILY_V6 } else { ECS_FAMILY_V4 }, source, addr };
+            let mut e = Ecs {
+                family: if v6 { ECS_FAMILY_V6 } else { ECS_FAMILY_V4 },
+                source,
+                addr,
+            };
             let alen = e.addr_len();
             e.addr[alen..].fill(0);
             let ecs = with_ecs.then_some(&e);

@@ -214,7 +214,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn walk_never_panics_and_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        fn walk_never_panics_and_round_trips(
+            bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
             if let Some(w) = walk(&bytes) {
                 prop_assert!(w.len <= MAX_WIRE_LEN);
                 prop_assert_eq!(w.lower[w.len - 1], 0);

@@ -661,11 +661,16 @@ impl Controller {
                 return;
             }
             if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("director-ctl run exited ({st}) before logging {needle:?} {n} time(s); its stderr:\n{}", self.log());
+                panic!(
+                    "director-ctl run exited ({st}) before logging {needle:?} {n} time(s); \
+                     its stderr:\n{}",
+                    self.log()
+                );
             }
             assert!(
                 Instant::now() < deadline,
-                "director-ctl run did not log {needle:?} {n} time(s) within {within:?}; its stderr:\n{}",
+                "director-ctl run did not log {needle:?} {n} time(s) within {within:?}; \
+                 its stderr:\n{}",
                 self.log()
             );
             sleep(Duration::from_millis(20));

@@ -242,7 +242,8 @@ fn real_config_text(sites: &[Site]) -> String {
     }
     let names: Vec<String> = sites.iter().map(|s| format!("{:?}", s.server)).collect();
     t.push_str(&format!(
-        "[[service]]\nname = {WWW:?}\nttl = 30\nservers = [{}]\npriority = {{ geo = 1, admin = 2 }}\n",
+        "[[service]]\nname = {WWW:?}\nttl = 30\nservers = [{}]\n\
+         priority = {{ geo = 1, admin = 2 }}\n",
         names.join(", ")
     ));
     t
@@ -628,7 +629,8 @@ fn run_on_real_data_answers_the_nearest_site() {
             .collect();
         assert!(
             scope > 0 && lens.contains(&scope),
-            "{} (ECS {subnet}): scope /{scope}, but the prefixes holding the client are {holding:?}\n{}",
+            "{} (ECS {subnet}): scope /{scope}, but the prefixes holding the client are \
+             {holding:?}\n{}",
             c.addr,
             r.text
         );
@@ -821,7 +823,8 @@ fn run_swaps_tables_atomically_under_queries() {
     let swap_s = started.elapsed().as_secs_f64();
     run.assert_alive();
     eprintln!(
-        "{} swaps in {swap_s:.1} s: {} queries, x {}, y {}, empty {}, other {}, timeouts {}, refused {}",
+        "{} swaps in {swap_s:.1} s: {} queries, x {}, y {}, empty {}, other {}, \
+         timeouts {}, refused {}",
         swaps.len(),
         t.queries,
         t.x,
@@ -869,7 +872,9 @@ fn run_swaps_tables_atomically_under_queries() {
         .collect();
     assert!(
         t.timeouts == 0 && t.refused == 0 && t.empty.is_empty() && t.other.is_empty(),
-        "of {} queries during {} full table swaps, {} timed out, {} were passed by director (refused), {} had no address ({:?}), {} had another address ({:?}); first failures: {located:#?}\ndirector's non-zero pass counters: {passes:?}\nrun's stderr:\n{}",
+        "of {} queries during {} full table swaps, {} timed out, {} were passed by director \
+         (refused), {} had no address ({:?}), {} had another address ({:?}); first failures: \
+         {located:#?}\ndirector's non-zero pass counters: {passes:?}\nrun's stderr:\n{}",
         t.queries,
         swaps.len(),
         t.timeouts,
@@ -895,9 +900,12 @@ fn rtt_config(rtt: &Path, extra_server: Option<&str>, x_preference: u32) -> Stri
     };
     format!(
         "[[site]]\nname = \"a\"\n\n[[site]]\nname = \"b\"\n\n\
-         [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = {X_V4:?}\nipv6 = {X_V6:?}\npreference = {x_preference}\n\n\
-         [[server]]\nname = \"y\"\nsite = \"b\"\nipv4 = {Y_V4:?}\nipv6 = {Y_V6:?}\npreference = 10\n\n\
-         [[service]]\nname = {WWW:?}\nttl = 30\nservers = [{servers}]\npriority = {{ rtt = 1, admin = 2 }}\n\n\
+         [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = {X_V4:?}\nipv6 = {X_V6:?}\n\
+         preference = {x_preference}\n\n\
+         [[server]]\nname = \"y\"\nsite = \"b\"\nipv4 = {Y_V4:?}\nipv6 = {Y_V6:?}\n\
+         preference = 10\n\n\
+         [[service]]\nname = {WWW:?}\nttl = 30\nservers = [{servers}]\n\
+         priority = {{ rtt = 1, admin = 2 }}\n\n\
          [rtt]\nfiles = [{:?}]\n",
         rtt.display().to_string()
     )

@@ -194,7 +194,8 @@ mod tests {
             input in proptest::collection::vec((arb_prefix(), 1u16..4), 1..60),
             probes in proptest::collection::vec(0u32..0x1_0000, 1..200),
         ) {
-            let mut input: Vec<(IpNet, Decision)> = input.into_iter().map(|(p, s)| (p, dec(s))).collect();
+            let mut input: Vec<(IpNet, Decision)> =
+                input.into_iter().map(|(p, s)| (p, dec(s))).collect();
             input.push((net("0.0.0.0/0"), dec(9)));
             let mut full = input.clone();
             full.sort_unstable_by_key(|(p, _)| sort_key(p));

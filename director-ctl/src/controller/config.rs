@@ -340,7 +340,8 @@ priority = { geo = 1, admin = 2 }
             refused(&GOOD.replace("servers = [\"fra-1\"]", "servers = [\"nyc-1\"]"))
                 .contains("unknown server \"nyc-1\"")
         );
-        assert!(refused(&GOOD.replace("geo = 1", "speed = 1")).contains("unknown metric \"speed\""));
+        let unknown_metric = refused(&GOOD.replace("geo = 1", "speed = 1"));
+        assert!(unknown_metric.contains("unknown metric \"speed\""));
         assert!(refused(&GOOD.replace("www.example.com", "a..b")).contains("[[service]] #1"));
         assert!(refused(&GOOD.replace("lat = 50.11", "lat = 150.0")).contains("out of range"));
         assert!(

@@ -684,7 +684,8 @@ fn opt_f64() -> impl Strategy<Value = Option<f64>> {
     prop_oneof![
         1 => Just(None),
         1 => Just(Some(f64::NAN)),
-        6 => prop::sample::select(vec![0.0, 10.0, 10.5, 11.0, 12.0, 20.0, 21.9, 22.0, 25.0, 100.0]).prop_map(Some),
+        6 => prop::sample::select(vec![0.0, 10.0, 10.5, 11.0, 12.0, 20.0, 21.9, 22.0, 25.0, 100.0])
+            .prop_map(Some),
     ]
 }
 fn metrics() -> impl Strategy<Value = Metrics> {
@@ -773,7 +774,11 @@ proptest! {
         prop_assert_eq!(&buf, &r);
         // explain agrees.
         let e = explain(&p, &c);
-        let got: Vec<Vec<usize>> = e.tiers.iter().map(|t| t.chosen.iter().map(|c| c.index).collect()).collect();
+        let got: Vec<Vec<usize>> = e
+            .tiers
+            .iter()
+            .map(|t| t.chosen.iter().map(|c| c.index).collect())
+            .collect();
         prop_assert_eq!(got, r.to_vecs());
         // The decision holds the ranking's first 8, tier 0 as primary.
         let d = to_decision(&r, &c, 20);
@@ -808,7 +813,10 @@ proptest! {
             let n = c.len();
             let base = &s.base[l * n..(l + 1) * n];
             let rtt = match &p.levels[l].kind {
-                Kind::Sum { rtt, .. } => rtt.map(|w| (w, s.rtt_cut(base, &bits_of(n, set.iter().copied()), p.rtt_tolerance_percent()))),
+                Kind::Sum { rtt, .. } => rtt.map(|w| {
+                    let set_bits = bits_of(n, set.iter().copied());
+                    (w, s.rtt_cut(base, &set_bits, p.rtt_tolerance_percent()))
+                }),
                 _ => None,
             };
             let keys: Vec<u64> = t0.iter().map(|&i| quantize(s.key(base, i, rtt))).collect();
@@ -816,7 +824,8 @@ proptest! {
         }
         // Without rtt mixed into a composite, tier 0 is a fixed point: ranked alone it
         // stays one tier. (With it, the lowest rtt that set the tolerance may be gone.)
-        let rtt_mixed = levels.iter().any(|(_, ms)| ms.len() > 1 && ms.iter().any(|(m, _)| *m == Rtt));
+        let rtt_mixed =
+            levels.iter().any(|(_, ms)| ms.len() > 1 && ms.iter().any(|(m, _)| *m == Rtt));
         if !rtt_mixed && !t0.is_empty() {
             let sub: Vec<Candidate> = t0.iter().map(|&i| c[i]).collect();
             prop_assert_eq!(rank(&p, &sub).tier_count(), 1);

@@ -148,7 +148,8 @@ mod tests {
     fn inputs_csv_rtt_ok() {
         let p = write(
             "rtt-ok.csv",
-            "prefix,site,rtt_ms\n# measured\n\n192.0.2.0/24, fra ,12.5\r\n2001:db8::/32,ams,0\n  # indented comment\n10.0.0.0/8,lon,3\n",
+            "prefix,site,rtt_ms\n# measured\n\n192.0.2.0/24, fra ,12.5\r\n2001:db8::/32,ams,0\n  # \
+             indented comment\n10.0.0.0/8,lon,3\n",
         );
         let v = load_rtt(&p).unwrap();
         assert_eq!(
@@ -207,7 +208,8 @@ mod tests {
     fn inputs_csv_locations() {
         let p = write(
             "loc-ok.csv",
-            "# where clients are\n192.0.2.0/24,50.11,8.68\n198.51.100.0/24,fra\n2001:db8::/32, -33.9 , 151.2\n",
+            "# where clients are\n192.0.2.0/24,50.11,8.68\n198.51.100.0/24,fra\n2001:db8::/32, \
+             -33.9 , 151.2\n",
         );
         let v = load_locations(&p).unwrap();
         assert_eq!(v.len(), 3);

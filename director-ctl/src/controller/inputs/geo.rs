@@ -103,7 +103,8 @@ pub fn load(path: &Path) -> Result<GeoTable> {
     }
     if table.networks.is_empty() && table.without_location > 0 {
         bail!(
-            "{file}: no network has a location (latitude/longitude) in this {} database: a City database is needed",
+            "{file}: no network has a location (latitude/longitude) in this {} database: \
+             a City database is needed",
             table.database_type
         );
     }

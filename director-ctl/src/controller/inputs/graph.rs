@@ -137,7 +137,10 @@ pub fn parse(text: &str, file: &str) -> Result<Graph> {
         };
         let (a, b) = (node(from)?, node(to)?);
         if !cost.is_finite() || *cost < 0.0 {
-            bail!("{file}:{at}: edge {from:?} -> {to:?} has cost {cost}: costs must be finite and >= 0");
+            bail!(
+                "{file}:{at}: edge {from:?} -> {to:?} has cost {cost}: costs must be finite \
+                 and >= 0"
+            );
         }
         if a == b {
             bail!("{file}:{at}: edge from {from:?} to itself");
@@ -146,7 +149,8 @@ pub fn parse(text: &str, file: &str) -> Result<Graph> {
         for &(x, y) in dirs {
             if g.adj[x].iter().any(|&(t, _)| t == y) {
                 bail!(
-                    "{file}:{at}: duplicate edge {:?} -> {:?} (given before, directly or with both = true)",
+                    "{file}:{at}: duplicate edge {:?} -> {:?} (given before, directly or \
+                     with both = true)",
                     g.nodes[x].name,
                     g.nodes[y].name
                 );
@@ -293,21 +297,57 @@ cost = 70
     fn inputs_graph_errors() {
         let n = "[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n";
         let cases = [
-            (format!("{n}[[edge]]\nfrom = \"a\"\nto = \"c\"\ncost = 1\n"), "g.toml:5: edge \"a\" -> \"c\" names an unknown node \"c\""),
-            (format!("{n}[[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = -1\n"), "g.toml:5: edge \"a\" -> \"b\" has cost -1"),
-            (format!("{n}[[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = nan\n"), "has cost NaN"),
-            (format!("{n}[[node]]\nname = \"a\"\n"), "g.toml:5: duplicate node \"a\""),
             (
-                format!("{n}[[edge]]\nfrom = \"b\"\nto = \"a\"\ncost = 1\n[[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = 2\nboth = true\n"),
+                format!("{n}[[edge]]\nfrom = \"a\"\nto = \"c\"\ncost = 1\n"),
+                "g.toml:5: edge \"a\" -> \"c\" names an unknown node \"c\"",
+            ),
+            (
+                format!("{n}[[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = -1\n"),
+                "g.toml:5: edge \"a\" -> \"b\" has cost -1",
+            ),
+            (
+                format!("{n}[[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = nan\n"),
+                "has cost NaN",
+            ),
+            (
+                format!("{n}[[node]]\nname = \"a\"\n"),
+                "g.toml:5: duplicate node \"a\"",
+            ),
+            (
+                format!(
+                    "{n}[[edge]]\nfrom = \"b\"\nto = \"a\"\ncost = 1\n\
+                     [[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = 2\nboth = true\n"
+                ),
                 "g.toml:9: duplicate edge \"b\" -> \"a\"",
             ),
-            (format!("{n}[[edge]]\nfrom = \"a\"\nto = \"a\"\ncost = 1\n"), "edge from \"a\" to itself"),
-            ("[[node]]\nname = \"a\"\nlat = 1\n".to_string(), "g.toml:1: node \"a\" has only one of lat and lon"),
-            ("[[node]]\nname = \"a\"\nlat = 100\nlon = 1\n".to_string(), "latitude 100 is out of range"),
-            ("[[node]]\nname = \"a\"\ncolour = \"red\"\n".to_string(), "unknown field `colour`"),
-            ("[[node]]\nname = \"a\"\n[[edge]]\nfrom = \"a\"\nto =\n".to_string(), "g.toml:5"),
-            ("[[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = 1\n".to_string(), "no [[node]]"),
-            (format!("{n}[[edge]]\nfrom = \"a\"\nto = \"b\"\n"), "missing field `cost`"),
+            (
+                format!("{n}[[edge]]\nfrom = \"a\"\nto = \"a\"\ncost = 1\n"),
+                "edge from \"a\" to itself",
+            ),
+            (
+                "[[node]]\nname = \"a\"\nlat = 1\n".to_string(),
+                "g.toml:1: node \"a\" has only one of lat and lon",
+            ),
+            (
+                "[[node]]\nname = \"a\"\nlat = 100\nlon = 1\n".to_string(),
+                "latitude 100 is out of range",
+            ),
+            (
+                "[[node]]\nname = \"a\"\ncolour = \"red\"\n".to_string(),
+                "unknown field `colour`",
+            ),
+            (
+                "[[node]]\nname = \"a\"\n[[edge]]\nfrom = \"a\"\nto =\n".to_string(),
+                "g.toml:5",
+            ),
+            (
+                "[[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = 1\n".to_string(),
+                "no [[node]]",
+            ),
+            (
+                format!("{n}[[edge]]\nfrom = \"a\"\nto = \"b\"\n"),
+                "missing field `cost`",
+            ),
         ];
         for (i, (text, want)) in cases.iter().enumerate() {
             let e = parse(text, "g.toml").unwrap_err().to_string();

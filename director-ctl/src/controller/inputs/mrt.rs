@@ -81,7 +81,8 @@ impl FromStr for PeerSelector {
         match digits.parse::<u32>() {
             Ok(asn) => Ok(PeerSelector::Asn(asn)),
             Err(_) => bail!(
-                "peer {text:?} is neither an IP address nor an AS number (e.g. 192.0.2.1, AS3356 or 3356)"
+                "peer {text:?} is neither an IP address nor an AS number \
+                 (e.g. 192.0.2.1, AS3356 or 3356)"
             ),
         }
     }
@@ -363,7 +364,10 @@ impl State {
                     self.announce(prefix, peer, path_id, attrs);
                 }
                 if unknown > 0 {
-                    return Err(format!("{unknown} RIB entries for {prefix} name a peer index the PEER_INDEX_TABLE lacks"));
+                    return Err(format!(
+                        "{unknown} RIB entries for {prefix} name a peer index the \
+                         PEER_INDEX_TABLE lacks"
+                    ));
                 }
             }
             MrtMessage::TableDumpV2Message(_) => {} // RIB_GENERIC, geo peer table
@@ -610,7 +614,8 @@ mod tests {
             .map(|i| &v.routes[i].1)
     }
 
-    /// bgpkit's own elements of a file, per prefix: (peer ip, peer AS, path len, first AS, next hop, local pref).
+    /// bgpkit's own elements of a file, per prefix: (peer ip, peer AS, path len, first AS,
+    /// next hop, local pref).
     type Elem = (IpAddr, u32, u32, Option<u32>, Option<IpAddr>, Option<u32>);
     fn elems(path: &Path) -> BTreeMap<IpNet, Vec<Elem>> {
         let mut m: BTreeMap<IpNet, Vec<Elem>> = BTreeMap::new();
@@ -1227,7 +1232,8 @@ mod tests {
         );
         // Same length: IGP beats INCOMPLETE.
         assert_eq!(route(&v, "198.51.100.0/24").unwrap().next_hop, nh(B.0));
-        // MED between two sessions of the same neighbour AS: lower MED wins despite the higher address.
+        // MED between two sessions of the same neighbour AS: lower MED wins despite the higher
+        // address.
         assert_eq!(
             route(&v, "203.0.113.0/24").unwrap(),
             &Route {
