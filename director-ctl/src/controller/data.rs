@@ -24,7 +24,8 @@ pub struct SiteData {
     pub routes: Vec<(IpNet, Route)>,
     pub igp: HashMap<IpAddr, u32>,
     pub point: Option<GeoPoint>,
-    /// Distance over the location graph from this site to every node, if there is a graph.
+    /// Distance over the location graph from every node to this site (from where a client
+    /// is to where the servers are), if there is a graph.
     pub graph: Option<HashMap<String, f64>>,
     /// Measured RTT from this site per client prefix, sorted.
     pub rtt: Vec<(IpNet, f64)>,
@@ -90,7 +91,7 @@ impl Data {
             let point = s.lat.zip(s.lon).map(|(lat, lon)| GeoPoint { lat, lon });
             let graph = match &graph {
                 Some(g) => Some(
-                    g.shortest_from(s.location.as_deref().unwrap_or(&s.name))
+                    g.shortest_to(s.location.as_deref().unwrap_or(&s.name))
                         .with_context(at)?,
                 ),
                 None => None,

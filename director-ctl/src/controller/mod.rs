@@ -58,3 +58,53 @@ pub fn explain(path: &Path, service: &str, client: IpAddr) -> Result<api::Explai
     let data = Data::load(&cfg)?;
     explain::explain(&cfg, &data, service, client)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The geo metric over a directed graph runs from the client's node to the site's
+    /// (DIY-CDN: "from all vertices of the graph (where visitors of our site can be
+    /// located) to the locations of resources"): on one-way edges the nearer site by that
+    /// direction wins, whatever the way back costs.
+    #[test]
+    fn graph_distance_runs_from_the_client_to_the_site() {
+        let dir = std::env::temp_dir().join(format!("director-graph-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+        write(
+            "graph.toml",
+            "[[node]]\nname = \"ams\"\n[[node]]\nname = \"fra\"\n[[node]]\nname = \"nyc\"\n\
+             [[edge]]\nfrom = \"ams\"\nto = \"fra\"\ncost = 50\n\
+             [[edge]]\nfrom = \"fra\"\nto = \"ams\"\ncost = 1\n\
+             [[edge]]\nfrom = \"ams\"\nto = \"nyc\"\ncost = 10\n\
+             [[edge]]\nfrom = \"nyc\"\nto = \"ams\"\ncost = 100\n",
+        );
+        write("locations.csv", "192.0.2.0/24,ams\n");
+        write(
+            "director.toml",
+            "[geo]\ngraph = \"graph.toml\"\nlocations = \"locations.csv\"\n\
+             [[site]]\nname = \"fra\"\n[[site]]\nname = \"nyc\"\n\
+             [[server]]\nname = \"fra-1\"\nsite = \"fra\"\nipv4 = \"198.51.100.10\"\n\
+             [[server]]\nname = \"nyc-1\"\nsite = \"nyc\"\nipv4 = \"198.51.100.20\"\n\
+             [[service]]\nname = \"www.example.com\"\nservers = [\"fra-1\", \"nyc-1\"]\n\
+             priority = { geo = 1 }\n",
+        );
+        let client = "192.0.2.7".parse().unwrap();
+        let e = explain(&dir.join("director.toml"), "www.example.com", client);
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = e.unwrap();
+        let geo: Vec<(&str, Option<f64>)> = e
+            .servers
+            .iter()
+            .map(|s| (s.server.as_str(), s.metrics.geo))
+            .collect();
+        assert_eq!(geo, [("fra-1", Some(50.0)), ("nyc-1", Some(10.0))]);
+        let winners: Vec<&str> = e.sort.tiers[0]
+            .chosen
+            .iter()
+            .map(|c| c.server.as_str())
+            .collect();
+        assert_eq!(winners, ["nyc-1"]);
+    }
+}

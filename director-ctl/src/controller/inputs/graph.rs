@@ -195,31 +195,60 @@ impl Graph {
     /// Least total cost from `node` to every node it reaches (itself at 0), by Dijkstra.
     /// Nodes it cannot reach are absent.
     pub fn shortest_from(&self, node: &str) -> Result<HashMap<String, f64>> {
-        let Some(&start) = self.index.get(node) else {
-            bail!("unknown node {node:?} in the location graph");
-        };
-        let mut dist = vec![f64::INFINITY; self.nodes.len()];
-        dist[start] = 0.0;
-        let mut heap = BinaryHeap::from([Item(0.0, start)]);
-        while let Some(Item(d, u)) = heap.pop() {
-            if d > dist[u] {
-                continue;
-            }
-            for &(v, c) in &self.adj[u] {
-                let nd = d + c;
-                if nd < dist[v] {
-                    dist[v] = nd;
-                    heap.push(Item(nd, v));
-                }
+        Ok(self.named(dijkstra(self.start(node)?, &self.adj)))
+    }
+
+    /// Least total cost to `node` from every node that reaches it (itself at 0): the
+    /// `geo` metric of a site, measured as the DIY-CDN design does, from where the visitor
+    /// is to where the resource is. On one-way or asymmetric edges this differs from
+    /// [`Graph::shortest_from`]. Nodes with no way to `node` are absent (infinitely far).
+    pub fn shortest_to(&self, node: &str) -> Result<HashMap<String, f64>> {
+        let start = self.start(node)?;
+        let mut reversed = vec![Vec::new(); self.adj.len()];
+        for (from, out) in self.adj.iter().enumerate() {
+            for &(to, cost) in out {
+                reversed[to].push((from, cost));
             }
         }
-        Ok(dist
-            .iter()
+        Ok(self.named(dijkstra(start, &reversed)))
+    }
+
+    fn start(&self, node: &str) -> Result<usize> {
+        match self.index.get(node) {
+            Some(&i) => Ok(i),
+            None => bail!("unknown node {node:?} in the location graph"),
+        }
+    }
+
+    /// Finite distances by node name.
+    fn named(&self, dist: Vec<f64>) -> HashMap<String, f64> {
+        dist.iter()
             .enumerate()
             .filter(|(_, d)| d.is_finite())
             .map(|(i, &d)| (self.nodes[i].name.clone(), d))
-            .collect())
+            .collect()
     }
+}
+
+/// Least total cost from `start` to every node over `adj` (outgoing edges per node);
+/// infinity where there is no path.
+fn dijkstra(start: usize, adj: &[Vec<(usize, f64)>]) -> Vec<f64> {
+    let mut dist = vec![f64::INFINITY; adj.len()];
+    dist[start] = 0.0;
+    let mut heap = BinaryHeap::from([Item(0.0, start)]);
+    while let Some(Item(d, u)) = heap.pop() {
+        if d > dist[u] {
+            continue;
+        }
+        for &(v, c) in &adj[u] {
+            let nd = d + c;
+            if nd < dist[v] {
+                dist[v] = nd;
+                heap.push(Item(nd, v));
+            }
+        }
+    }
+    dist
 }
 
 #[cfg(test)]
@@ -291,6 +320,35 @@ cost = 70
         assert_eq!(d.len(), 1);
         let e = g.shortest_from("par").unwrap_err().to_string();
         assert!(e.contains("unknown node \"par\""), "{e}");
+    }
+
+    /// DIY-CDN: "the lengths of the shortest paths from all vertices of the graph (where
+    /// visitors of our site can be located) to the locations of resources"; "if there is
+    /// no way from the visitor to this place ... the distance will be equal to infinity".
+    #[test]
+    fn inputs_graph_distances_run_from_the_visitor_to_the_resource() {
+        let g = parse(G, "g.toml").unwrap();
+        // To nyc: everyone who reaches it, over one-way edges towards it.
+        let d = g.shortest_to("nyc").unwrap();
+        assert_eq!(
+            (d["nyc"], d["lon"], d["ams"], d["fra"]),
+            (0.0, 70.0, 75.5, 82.5)
+        );
+        assert!(!d.contains_key("island"));
+        // To lon: ams -> lon is 5.5, fra -> lon 12.5 via ams; nyc has no way back.
+        let d = g.shortest_to("lon").unwrap();
+        assert_eq!((d["lon"], d["ams"], d["fra"]), (0.0, 5.5, 12.5));
+        assert!(!d.contains_key("nyc"), "{d:?}");
+        // One-way edges make the two directions differ: fra reaches lon, lon never fra.
+        assert_eq!(g.shortest_from("fra").unwrap()["lon"], 12.5);
+        assert!(!g.shortest_to("fra").unwrap().contains_key("lon"));
+        // Asymmetric costs: the visitor at b pays b -> a, not a -> b.
+        let two = "[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n\
+                   [[edge]]\nfrom = \"a\"\nto = \"b\"\ncost = 1\n\
+                   [[edge]]\nfrom = \"b\"\nto = \"a\"\ncost = 9\n";
+        let g = parse(two, "two.toml").unwrap();
+        assert_eq!(g.shortest_to("a").unwrap()["b"], 9.0);
+        assert_eq!(g.shortest_from("a").unwrap()["b"], 1.0);
     }
 
     #[test]
