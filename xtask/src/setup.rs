@@ -103,8 +103,11 @@ fn toolchain() -> Result<()> {
         .unwrap_or("stable")
         .to_string();
     components(&stable, &["clippy", "rustfmt"])?;
-    if Command::new("bpf-linker")
-        .arg("--version")
+    // bpf-linker loads nightly's libLLVM at run time, which only a nightly environment
+    // puts on the library path (rustc runs it in one): check it the same way.
+    if Command::new("rustup")
+        .args(["run", "nightly", "bpf-linker", "--version"])
+        .env_remove("RUSTUP_TOOLCHAIN")
         .output()
         .is_ok_and(|o| o.status.success())
     {
