@@ -793,13 +793,7 @@ fn expect_ecs_table(fx: &Fixture, table: &[EcsCase]) {
             })
         })
         .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} rows failed:\n{}",
-        failures.len(),
-        table.len(),
-        failures.join("\n")
-    );
+    assert_no_failed_rows(&failures, table.len());
 }
 
 fn check_ecs_case(fx: &Fixture, c: &EcsCase) -> Result<(), String> {
@@ -1207,15 +1201,19 @@ fn pass_table_failures(fx: &Fixture, table: &[PassCase]) -> Vec<String> {
         .collect()
 }
 
-fn expect_pass_table(fx: &Fixture, table: &[PassCase]) {
-    let failures = pass_table_failures(fx, table);
+/// Fails naming every failed row of a table at once.
+fn assert_no_failed_rows(failures: &[String], rows: usize) {
     assert!(
         failures.is_empty(),
-        "{} of {} rows failed:\n{}",
+        "{} of {rows} rows failed:\n{}",
         failures.len(),
-        table.len(),
         failures.join("\n")
     );
+}
+
+fn expect_pass_table(fx: &Fixture, table: &[PassCase]) {
+    let failures = pass_table_failures(fx, table);
+    assert_no_failed_rows(&failures, table.len());
 }
 
 /// The table runner must report a row whose expectation is wrong, or a table could pass

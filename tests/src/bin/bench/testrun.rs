@@ -16,7 +16,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp};
 use aya::Ebpf;
 use director_common::counters::Reason;
@@ -146,6 +146,11 @@ fn frames() -> Frames {
     }
 }
 
+fn expect_verdict(got: u32, want: u32) -> Result<()> {
+    ensure!(got == want, "verdict {got} where {want} was expected");
+    Ok(())
+}
+
 /// One run with the output kept: the verdict must be `want`, and an answer must be a
 /// well-formed reply with an address, so that the timings are of the path we think.
 fn check(prog: &Xdp, frame: &[u8], want: u32) -> Result<()> {
@@ -155,11 +160,7 @@ fn check(prog: &Xdp, frame: &[u8], want: u32) -> Result<()> {
         data_out: Some(&mut out),
         ..TestRunOptions::new()
     })?;
-    ensure!(
-        r.return_value == want,
-        "verdict {} where {want} was expected",
-        r.return_value
-    );
+    expect_verdict(r.return_value, want)?;
     if want == XDP_TX {
         out.truncate(r.data_size_out as usize);
         packets::verify_checksums(&out).map_err(anyhow::Error::msg)?;
@@ -217,11 +218,7 @@ impl Method {
                     repeat: n,
                     ..TestRunOptions::new()
                 })?;
-                ensure!(
-                    r.return_value == want,
-                    "verdict {} where {want} was expected",
-                    r.return_value
-                );
+                expect_verdict(r.return_value, want)?;
                 Ok(r.duration.as_nanos() as f64)
             }
             Method::Calls => {
@@ -231,9 +228,7 @@ impl Method {
                         data_in: Some(frame),
                         ..TestRunOptions::new()
                     })?;
-                    if r.return_value != want {
-                        bail!("verdict {} where {want} was expected", r.return_value);
-                    }
+                    expect_verdict(r.return_value, want)?;
                     total += r.duration.as_nanos();
                 }
                 Ok(total as f64 / n as f64)
