@@ -135,10 +135,18 @@ pub fn usable_mask(d: &Decision, usable: impl Fn(u16) -> bool) -> (u32, u32) {
     (ok, total)
 }
 
-/// The usable primary that `key` lands on when usable primaries share by weight.
+/// The usable primary that `key` lands on when usable primaries share by weight. A weight
+/// of 0 (DistributedDirector's default portion) gets no share while a usable primary has
+/// more; when none has, the usable primaries share evenly.
 #[inline(always)]
 pub fn pick_start(d: &Decision, ok: u32, total: u32, key: u32) -> usize {
     let primary = (d.primary.min(d.count) as usize).min(MAX_CANDIDATES);
+    let even = total == 0;
+    let total = if even {
+        (ok & ((1u32 << primary) - 1)).count_ones()
+    } else {
+        total
+    };
     if total == 0 {
         return 0;
     }
@@ -146,7 +154,7 @@ pub fn pick_start(d: &Decision, ok: u32, total: u32, key: u32) -> usize {
     let mut j = 0;
     while j < MAX_CANDIDATES {
         if j < primary && ok & (1 << j) != 0 {
-            let w = d.weights[j] as u32;
+            let w = if even { 1 } else { d.weights[j] as u32 };
             if r < w {
                 return j;
             }
@@ -241,6 +249,29 @@ mod tests {
         assert!(run(&d, 0, 1, &[1, 2, 3]).is_empty());
         assert_eq!(run(&d, 1, 3, &[]), vec![2, 1, 3]);
         assert_eq!(run(&d, 0, 8, &[]), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn portion_zero_is_picked_only_when_no_usable_equal_has_more() {
+        let d = decision(&[(1, 0), (2, 2), (3, 0)], 3);
+        for key in 0..1000 {
+            assert_eq!(run(&d, key, 1, &[])[0], 2);
+            let got = run(&d, key, 1, &[2])[0];
+            assert!(got == 1 || got == 3);
+        }
+        // Only zeros usable: an even share between them.
+        let mut hits = [0; 4];
+        for key in 0..1000 {
+            hits[run(&d, key, 1, &[2])[0] as usize] += 1;
+        }
+        assert_eq!((hits[1], hits[3]), (500, 500));
+        // All weights 0: even among all.
+        let d = decision(&[(1, 0), (2, 0), (3, 0)], 3);
+        let mut hits = [0; 4];
+        for key in 0..3000 {
+            hits[run(&d, key, 1, &[])[0] as usize] += 1;
+        }
+        assert_eq!(hits[1..], [1000, 1000, 1000]);
     }
 
     proptest! {

@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::controller::engine::{Metric, Outcome, Term};
 
-pub const VERSION: u32 = 1;
+/// 2: `explain` gives each metric's source (`bgp`, files), the med step, `draw` for
+/// `random` and the kernel's `pick`; `check` and `run` are unchanged.
+pub const VERSION: u32 = 2;
 
 /// `server list --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -154,8 +156,9 @@ pub struct SiteRoutes {
     pub routes: usize,
 }
 
-/// `explain --json`: every server's metric values for one client, and the sort replayed
-/// level by level.
+/// `explain --json`: every server's metric values with where each came from, the sort
+/// replayed level by level (DistributedDirector's `debug ip director sort`), and how the
+/// kernel picks among the winners.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Explain {
     pub version: u32,
@@ -165,33 +168,55 @@ pub struct Explain {
     pub select: Mode,
     pub servers: Vec<ExplainServer>,
     pub sort: Sort,
+    pub pick: Pick,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExplainServer {
     pub server: String,
     pub site: String,
-    /// The most specific prefix of the site's BGP table holding the client.
-    pub bgp_prefix: Option<IpNet>,
+    /// The site's route to the client (`ext`, `int`, `med`), if it has one.
+    pub bgp: Option<BgpSource>,
     pub location: Option<ClientLocation>,
     pub rtt: Option<RttMeasurement>,
+    /// The portion and admin preference this service gives it.
+    pub portion: u16,
     pub metrics: MetricValues,
 }
 
+/// The most specific prefix of the site's BGP table holding the client, and its route.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BgpSource {
+    pub prefix: IpNet,
+    /// The site's MRT files.
+    pub files: Vec<PathBuf>,
+    pub next_hop: IpAddr,
+    /// The neighbouring AS the route was learnt from (the path's first AS).
+    pub exit_as: u32,
+    /// The site's own AS (configured `asn`, else the BGP peer's AS).
+    pub site_as: u32,
+    pub as_path_len: u32,
+    /// `null`: the route carried no MED (med counts it as 0).
+    pub med: Option<u32>,
+}
+
 /// Where the client is: the most specific located prefix holding it, with a point or a
-/// node of the location graph.
+/// node of the location graph, and the file it came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClientLocation {
     pub prefix: IpNet,
     pub lat: Option<f64>,
     pub lon: Option<f64>,
     pub node: Option<String>,
+    pub file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RttMeasurement {
     pub prefix: IpNet,
     pub ms: f64,
+    /// The RTT file that holds this measurement (the last one, if several do).
+    pub file: Option<PathBuf>,
 }
 
 /// One server's metric values; `null` is missing data.
@@ -200,23 +225,20 @@ pub struct MetricValues {
     pub ext: Option<u32>,
     pub int: Option<u32>,
     pub ser: Option<u32>,
+    /// Milliseconds.
     pub rtt: Option<f64>,
-    pub med: Option<Med>,
     pub geo: Option<f64>,
     pub admin: Option<u32>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Med {
-    pub exit_as: u32,
-    pub med: u32,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sort {
-    /// Whether the kernel picks among each final set at random (the policy uses `random`).
-    pub random: bool,
-    pub rtt_tolerance_percent: f64,
+    /// The draw that ends the sort (`portion` or `random`), `null` without one.
+    pub draw: Option<Metric>,
+    /// `null` when rtt is not in the policy.
+    pub rtt_tolerance_percent: Option<u32>,
+    /// Whether the med step runs before the levels.
+    pub med: bool,
     /// The policy's levels, in order.
     pub levels: Vec<Level>,
     /// Tier 0 is what the kernel picks from; later tiers are fallbacks, in order.
@@ -232,9 +254,21 @@ pub struct Level {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tier {
     pub tier: usize,
+    /// The med step, when med is on: every server still in the running.
+    pub med: Option<Vec<MedRow>>,
     /// One per policy level, in order.
     pub steps: Vec<Step>,
     pub chosen: Vec<Chosen>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MedRow {
+    pub server: String,
+    /// `null` without a route (then the step does not touch it).
+    pub site_as: Option<u32>,
+    pub exit_point: Option<IpAddr>,
+    pub med: Option<u32>,
+    pub result: RowResult,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -242,8 +276,8 @@ pub struct Step {
     pub priority: u32,
     pub metrics: Vec<Term>,
     pub outcome: Outcome,
-    /// At a level with rtt: the lowest rtt among the complete servers, and the highest rtt
-    /// that counts as equal to it.
+    /// At a level with rtt: the lowest rtt (ms) among the complete servers, and the highest
+    /// rtt that counts as equal to it (exact to the nanosecond).
     pub rtt_lowest: Option<f64>,
     pub rtt_limit: Option<f64>,
     /// The servers still in the running at this level.
@@ -253,12 +287,10 @@ pub struct Step {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     pub server: String,
-    /// Each of the step's metrics' values (`null` = missing); empty at a med step.
+    /// Each of the step's metrics' values (`null` = missing; rtt in ms).
     pub values: BTreeMap<Metric, Option<f64>>,
-    /// The server's route's exit AS and MED, at a med step.
-    pub med: Option<Med>,
     /// What was compared at a sum step (the weighted sum, an rtt within tolerance counted
-    /// as the lowest); `null` when data is missing.
+    /// as the lowest); `null` when data is missing or at a draw.
     pub key: Option<f64>,
     pub result: RowResult,
 }
@@ -275,8 +307,41 @@ pub enum RowResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Chosen {
     pub server: String,
-    /// Its share of answers among the tier (0 counts as 1).
     pub portion: u16,
+}
+
+/// How the kernel picks among tier 0, and each server's odds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pick {
+    pub rule: PickRule,
+    /// Tier 0's servers with their share of answers (of queries for a draw, of clients for
+    /// a client hash, of names for a name hash), summing to 1.
+    pub odds: Vec<Odds>,
+    /// With a client hash: the server this address gets when it asks without ECS and all
+    /// of tier 0 is up; with a name hash: the server this service's name gets.
+    pub this_client: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PickRule {
+    /// Drawn per query by portion (`portion` ended the sort, select random).
+    PortionDraw,
+    /// Drawn per query, uniformly (`random` ended the sort).
+    UniformDraw,
+    /// A hash of the client's address (the ECS subnet, else the source) picks, weighted by
+    /// portion when `portion` ended the sort: one client always gets the same server.
+    ClientHash,
+    /// A hash of the queried name picks: every client gets the same server.
+    NameHash,
+    /// Tier 0 has one server.
+    Single,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Odds {
+    pub server: String,
+    pub share: f64,
 }
 
 /// `run --json`: one object per line on stderr, tagged by `event`.
@@ -311,6 +376,13 @@ pub enum Event {
     },
     /// The kernel is equal to the inputs again.
     Updated { ms: f64 },
+    /// A server went down or came back up: every decision was sorted again over the
+    /// servers that are up (`down`, by name), `entries` written or deleted.
+    Resorted {
+        down: Vec<String>,
+        entries: usize,
+        ms: f64,
+    },
     /// A config or input was refused; the kernel keeps the last good decisions.
     Refused { error: String },
 }

@@ -382,7 +382,7 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
     let bgp_prefix = servers
         .iter()
         .find(|s| s.site == BGP_SITE)
-        .and_then(|s| s.bgp_prefix.map(|p| p.to_string()));
+        .and_then(|s| s.bgp.as_ref().map(|b| b.prefix.to_string()));
     let distances: Vec<f64> = sites.iter().map(|s| km(s.at, location)).collect();
     let mut order: Vec<usize> = (0..sites.len()).collect();
     order.sort_by(|a, b| distances[*a].total_cmp(&distances[*b]));

@@ -133,31 +133,83 @@ pub fn check(path: &Path, s: &api::Check) -> String {
     o
 }
 
-/// The servers' data, then the sort in the manner of Cisco's `debug ip director sort`.
+/// The servers' data with its sources, the sort in the manner of Cisco's `debug ip
+/// director sort`, then the kernel's pick among the winners.
 pub fn explain(e: &api::Explain) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{} for {}", e.service, e.client);
+    if let Some(l) = e.servers.iter().find_map(|s| s.location.as_ref()) {
+        let at = match (l.lat, l.lon) {
+            (Some(lat), Some(lon)) => format!("({lat:.2},{lon:.2})"),
+            _ => format!("node {}", l.node.as_deref().unwrap_or("?")),
+        };
+        let file = l.file.as_ref().map_or("-".into(), |f| f.display().to_string());
+        let _ = writeln!(o, "  client located by {} at {at}, from {file}", l.prefix);
+    }
     for s in &e.servers {
-        let bgp = s.bgp_prefix.map_or("-".to_string(), |p| p.to_string());
-        let location = s
-            .location
-            .as_ref()
-            .map_or("-".to_string(), |l| match (l.lat, l.lon) {
-                (Some(lat), Some(lon)) => format!("{} ({lat:.2},{lon:.2})", l.prefix),
-                _ => format!("{} ({})", l.prefix, l.node.as_deref().unwrap_or("?")),
-            });
-        let rtt = s
-            .rtt
-            .as_ref()
-            .map_or("-".to_string(), |r| format!("{} ({} ms)", r.prefix, r.ms));
+        let _ = writeln!(o, "  {} (site {}, portion {})", s.server, s.site, s.portion);
+        match &s.bgp {
+            Some(b) => {
+                let med = b.med.map_or("none (counts as 0)".into(), |m| m.to_string());
+                let files: Vec<String> = b.files.iter().map(|f| f.display().to_string()).collect();
+                let _ = writeln!(
+                    o,
+                    "    bgp {} via next hop {}, exit AS {}, site AS {}, AS path {}, MED {med} \
+                     ({})",
+                    b.prefix,
+                    b.next_hop,
+                    b.exit_as,
+                    b.site_as,
+                    b.as_path_len,
+                    files.join(", ")
+                );
+            }
+            None => o.push_str("    bgp: no route\n"),
+        }
+        if let Some(r) = &s.rtt {
+            let file = r.file.as_ref().map_or("-".into(), |f| f.display().to_string());
+            let _ = writeln!(o, "    rtt {} ms for {} ({file})", r.ms, r.prefix);
+        }
+        let m = &s.metrics;
+        let v = |x: Option<u32>| x.map_or("-".into(), |x| x.to_string());
         let _ = writeln!(
             o,
-            "  {:<12} site {:<8} bgp {bgp:<20} location {location:<20} rtt {rtt:<20}",
-            s.server, s.site
+            "    ext {} int {} ser {} rtt {} geo {} admin {}",
+            v(m.ext),
+            v(m.int),
+            v(m.ser),
+            m.rtt.map_or("-".into(), |r| r.to_string()),
+            opt(m.geo),
+            v(m.admin)
         );
     }
     o += &sort(&e.sort);
+    o += &pick(&e.pick, e.select);
     o
+}
+
+fn pick(p: &api::Pick, select: director_common::select::Mode) -> String {
+    let odds: Vec<String> = p
+        .odds
+        .iter()
+        .map(|x| format!("{} {:.1}%", x.server, x.share * 100.0))
+        .collect();
+    let odds = odds.join(", ");
+    let this = p.this_client.as_deref().unwrap_or("-");
+    match p.rule {
+        api::PickRule::Single => format!("answer: {odds}\n"),
+        api::PickRule::UniformDraw => {
+            format!("answer: drawn per query, uniformly (random): {odds}\n")
+        }
+        api::PickRule::PortionDraw => format!("answer: drawn per query by portion: {odds}\n"),
+        api::PickRule::ClientHash => format!(
+            "answer: a hash of the client's address picks (select {select}), so a client \
+             keeps its server; shares of clients: {odds}; this address (no ECS) gets {this}\n"
+        ),
+        api::PickRule::NameHash => format!(
+            "answer: a hash of the name picks (select {select}): every client gets {this}\n"
+        ),
+    }
 }
 
 /// A number as an operator reads it: integers without decimals, others to 3 places.
@@ -199,78 +251,96 @@ pub fn sort(s: &api::Sort) -> String {
     } else {
         order.join(", ")
     };
-    let _ = writeln!(
-        o,
-        "sort by {by} (rtt tolerance {}%)",
-        num(s.rtt_tolerance_percent)
-    );
+    let _ = write!(o, "sort by {by}");
+    if s.med {
+        o.push_str(", after the med step");
+    }
+    if let Some(t) = s.rtt_tolerance_percent {
+        let _ = write!(o, " (rtt tolerance {t}%)");
+    }
+    o.push('\n');
     for t in &s.tiers {
         let _ = writeln!(o, "tier {}", t.tier);
+        if let Some(rows) = &t.med {
+            med_step(&mut o, rows);
+        }
         for st in &t.steps {
             step(&mut o, st);
         }
-        let chosen: Vec<String> = t
-            .chosen
-            .iter()
-            .map(|c| format!("{} (portion {})", c.server, c.portion.max(1)))
-            .collect();
+        let chosen: Vec<String> = t.chosen.iter().map(|c| c.server.clone()).collect();
         let _ = writeln!(o, "  => {}", chosen.join(", "));
     }
     o
+}
+
+fn med_step(o: &mut String, rows: &[api::MedRow]) {
+    o.push_str(
+        "  med: servers of one AS with different exit points keep only the lowest MED\n",
+    );
+    let _ = writeln!(
+        o,
+        "    {:<16} {:>10} {:>24} {:>10}  result",
+        "server", "site AS", "exit point", "MED"
+    );
+    for r in rows {
+        let v = |x: Option<u32>| x.map_or("-".into(), |x| x.to_string());
+        let exit = r.exit_point.map_or("-".into(), |e| e.to_string());
+        let result = match r.result {
+            api::RowResult::Kept => "kept",
+            _ => "out",
+        };
+        let _ = writeln!(
+            o,
+            "    {:<16} {:>10} {exit:>24} {:>10}  {result}",
+            r.server,
+            v(r.site_as),
+            v(r.med)
+        );
+    }
 }
 
 fn step(o: &mut String, st: &api::Step) {
     let _ = write!(o, "  priority {} {}", st.priority, terms(&st.metrics));
     match st.outcome {
         api::Outcome::NotReached => {
-            o.push_str(": not reached (after random)\n");
+            o.push_str(": not reached (after a draw)\n");
             return;
         }
-        api::Outcome::Random => {
-            o.push_str(": the kernel picks among these at random, by portion\n");
+        api::Outcome::Draw => {
+            o.push_str(": ends the sort; the kernel picks among these (see answer)\n");
             return;
         }
         api::Outcome::Compared => {}
     }
+    // RTTs print exactly (shortest form of the nanosecond value), so the limit never
+    // reads as below a row it keeps.
     if let (Some(lo), Some(lim)) = (st.rtt_lowest, st.rtt_limit) {
-        let (lo, lim) = (num(lo), num(lim));
-        let _ = write!(o, "  (lowest rtt {lo}, up to {lim} counts as {lo})");
+        let _ = write!(o, "  (lowest rtt {lo} ms, up to {lim} ms counts as {lo})");
     }
     o.push('\n');
-    let med = st.metrics.iter().any(|m| m.metric == Metric::Med);
     let mut head = vec![format!("{:<16}", "server")];
-    if med {
-        head.push(format!("{:>10}", "exit AS"));
-        head.push(format!("{:>10}", "MED"));
-    } else {
-        head.extend(
-            st.metrics
-                .iter()
-                .map(|m| format!("{:>10}", m.metric.name())),
-        );
-        head.push(format!(
-            "{:>10}",
-            if st.metrics.len() > 1 { "sum" } else { "key" }
-        ));
-    }
+    head.extend(
+        st.metrics
+            .iter()
+            .map(|m| format!("{:>10}", m.metric.name())),
+    );
+    head.push(format!(
+        "{:>10}",
+        if st.metrics.len() > 1 { "sum" } else { "key" }
+    ));
     let _ = writeln!(o, "    {}  result", head.join(" "));
     for r in &st.rows {
         let mut cols = vec![format!("{:<16}", r.server)];
-        if med {
-            let (a, m) = r.med.map_or(("-".into(), "-".into()), |m| {
-                (m.exit_as.to_string(), m.med.to_string())
-            });
-            cols.push(format!("{a:>10}"));
-            cols.push(format!("{m:>10}"));
-        } else {
-            let value = |m: Metric| r.values.get(&m).copied().flatten();
-            cols.extend(
-                st.metrics
-                    .iter()
-                    .map(|t| format!("{:>10}", opt(value(t.metric)))),
-            );
-            cols.push(format!("{:>10}", opt(r.key)));
-        }
+        let value = |m: Metric| r.values.get(&m).copied().flatten();
+        cols.extend(st.metrics.iter().map(|t| {
+            let v = value(t.metric);
+            let text = match t.metric {
+                Metric::Rtt => v.map_or("-".into(), |v| v.to_string()),
+                _ => opt(v),
+            };
+            format!("{text:>10}")
+        }));
+        cols.push(format!("{:>10}", opt(r.key)));
         let result = match r.result {
             api::RowResult::Kept => "kept",
             api::RowResult::Out => "out",

@@ -74,12 +74,13 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
         })?;
     }
     for (s, &id) in cfg.services.iter().zip(&ids.services) {
+        let select = s.select_mode(&s.policy(cfg)?)?;
         m.put_service(&ServiceEntry {
             id,
             name: s.name.trim_end_matches('.').to_string(),
             ttl: s.ttl,
             answers: s.answers,
-            select: s.select.unwrap_or_default(),
+            select,
         })?;
     }
     Ok(())

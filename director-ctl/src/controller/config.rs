@@ -16,7 +16,7 @@ use director_common::maps::{MAX_CANDIDATES, MAX_SERVERS, MAX_SERVICES};
 use director_common::select::Mode;
 use serde::Deserialize;
 
-use super::engine::Metric;
+use super::engine::{Metric, Policy};
 
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +45,8 @@ pub struct Site {
     /// IGP cost from the site to BGP next hops (the `int` metric).
     #[serde(default)]
     pub igp_cost: BTreeMap<String, u32>,
+    /// The site's own AS, for `med` (default: the AS of the BGP peer its routes come from).
+    pub asn: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -57,25 +59,23 @@ pub struct Server {
     /// Administrative cost, lower wins (`admin`).
     #[serde(default)]
     pub preference: u32,
-    /// Share of answers among equals (`portion`).
-    #[serde(default = "one")]
+    /// Share of answers among equals when a service sorts by `portion`; 0 (the default, as
+    /// in DistributedDirector) is picked only while no usable equal has more.
+    #[serde(default)]
     pub portion: u16,
     /// Distance from the server to its site's border (`ser`).
     #[serde(default)]
     pub agent_distance: u32,
 }
 
-fn one() -> u16 {
-    1
-}
 fn thirty() -> u32 {
     30
 }
 fn one_u8() -> u8 {
     1
 }
-fn ten() -> f64 {
-    10.0
+fn ten() -> u32 {
+    10
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -87,17 +87,72 @@ pub struct Service {
     #[serde(default = "one_u8")]
     pub answers: u8,
     pub servers: Vec<String>,
+    /// Metric priorities and weights; with neither, the top-level defaults apply.
     #[serde(default)]
     pub priority: BTreeMap<String, u32>,
     #[serde(default)]
     pub weights: BTreeMap<String, f64>,
-    /// Percent: servers within it of the lowest RTT count as equal.
+    /// Percent (0 to 100): servers within it of the lowest RTT count as equal.
     #[serde(default = "ten")]
-    pub rtt_tolerance: f64,
+    pub rtt_tolerance: u32,
+    /// DistributedDirector's MED step before the sort.
     #[serde(default)]
     pub med: bool,
-    /// How the kernel picks among the final equals: random (by portion), client, name.
+    /// What picks among the final equals: see [`Service::select_mode`].
     pub select: Option<Mode>,
+    /// Per server of this service: its `admin` preference here, instead of the server's.
+    #[serde(default)]
+    pub admin: BTreeMap<String, u32>,
+    /// Per server of this service: its portion here, instead of the server's.
+    #[serde(default)]
+    pub portion: BTreeMap<String, u16>,
+}
+
+impl Service {
+    /// The service's sort policy: its own priorities and weights, or the config's defaults
+    /// when it gives neither (DistributedDirector's `default-weights`, `default-priority`).
+    pub fn policy(&self, cfg: &Config) -> Result<Policy> {
+        let (prio, weights) = if self.priority.is_empty() && self.weights.is_empty() {
+            (&cfg.default_priority, &cfg.default_weights)
+        } else {
+            (&self.priority, &self.weights)
+        };
+        let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow::anyhow!("{e}"));
+        let prio = prio
+            .iter()
+            .map(|(m, p)| Ok((metric(m)?, *p)))
+            .collect::<Result<Vec<_>>>()?;
+        let weights = weights
+            .iter()
+            .map(|(m, w)| Ok((metric(m)?, *w)))
+            .collect::<Result<Vec<_>>>()?;
+        Policy::new(&prio, &weights, self.rtt_tolerance, self.med).map_err(|e| anyhow::anyhow!(e))
+    }
+
+    /// How the kernel picks among the final equals. With `random` ending the sort: a
+    /// uniform draw per query (`select` may only say "random"). With `portion`: a draw by
+    /// portion, per query by default, or keyed by the client or the name when `select`
+    /// says so. Without a draw the answer must not change from query to query
+    /// (DistributedDirector: a tie without the random metric is no random pick): a hash of
+    /// the client's address by default, or of the name; `select = "random"` is refused.
+    pub fn select_mode(&self, policy: &Policy) -> Result<Mode> {
+        match (policy.draw(), self.select) {
+            (Some(Metric::Random), None | Some(Mode::Random)) => Ok(Mode::Random),
+            (Some(Metric::Random), Some(m)) => bail!(
+                "select = {:?} contradicts the random metric, which draws per query: drop \
+                 select or random",
+                m.name()
+            ),
+            (Some(_), m) => Ok(m.unwrap_or(Mode::Random)),
+            (None, None) => Ok(Mode::Client),
+            (None, Some(Mode::Random)) => bail!(
+                "select = \"random\" without the random (or portion) metric: \
+                 DistributedDirector answers a tie deterministically unless the sort ends in \
+                 random; add random to priority (e.g. after the last metric) or drop select"
+            ),
+            (None, Some(m)) => Ok(m),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -120,6 +175,12 @@ pub struct Config {
     pub services: Vec<Service>,
     #[serde(default)]
     pub rtt: Rtt,
+    /// Weights and priorities for services that give neither (DistributedDirector's
+    /// `default-weights` and `default-priority`).
+    #[serde(default)]
+    pub default_weights: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub default_priority: BTreeMap<String, u32>,
     /// The file it came from; paths in it are relative to its directory.
     #[serde(skip)]
     pub path: PathBuf,
@@ -213,9 +274,6 @@ impl Config {
             if s.ipv4.is_none() && s.ipv6.is_none() {
                 bail!("{}: needs ipv4 and/or ipv6", at());
             }
-            if s.portion == 0 {
-                bail!("{}: portion must be at least 1", at());
-            }
         }
         // A file caught half-written (or emptied) must not take every service away.
         if self.services.is_empty() {
@@ -227,6 +285,19 @@ impl Config {
                 self.services.len(),
                 MAX_SERVICES - 1
             );
+        }
+        for (what, empty) in [
+            ("default_priority", self.default_priority.is_empty()),
+            ("default_weights", self.default_weights.is_empty()),
+        ] {
+            if !empty {
+                let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow::anyhow!("{e}"));
+                let prio = self.default_priority.iter().map(|(m, p)| Ok((metric(m)?, *p)));
+                let prio = prio.collect::<Result<Vec<_>>>().context(what)?;
+                let w = self.default_weights.iter().map(|(m, w)| Ok((metric(m)?, *w)));
+                let w = w.collect::<Result<Vec<_>>>().context(what)?;
+                Policy::new(&prio, &w, 10, false).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+            }
         }
         let mut names = HashSet::new();
         for (i, s) in self.services.iter().enumerate() {
@@ -251,26 +322,22 @@ impl Config {
                     bail!("{}: unknown server {n:?}", at());
                 }
             }
-            for m in s.priority.keys().chain(s.weights.keys()) {
-                if let Err(e) = m.parse::<Metric>() {
-                    bail!("{}: {e}", at());
+            for (what, names) in [("admin", keys(&s.admin)), ("portion", keys(&s.portion))] {
+                for n in names {
+                    if !s.servers.contains(n) {
+                        bail!("{}: {what} names {n:?}, which is not one of its servers", at());
+                    }
                 }
             }
-            for (m, w) in &s.weights {
-                if !w.is_finite() || *w < 0.0 {
-                    bail!("{}: weight {w} of {m} must be a number >= 0", at());
-                }
-            }
-            if !(s.rtt_tolerance.is_finite() && s.rtt_tolerance >= 0.0) {
-                bail!(
-                    "{}: rtt_tolerance {} must be a percentage >= 0",
-                    at(),
-                    s.rtt_tolerance
-                );
-            }
+            let policy = s.policy(self).with_context(at)?;
+            s.select_mode(&policy).with_context(at)?;
         }
         Ok(())
     }
+}
+
+fn keys<V>(m: &BTreeMap<String, V>) -> Vec<&String> {
+    m.keys().collect()
 }
 
 #[cfg(test)]
@@ -299,8 +366,8 @@ priority = { geo = 1, admin = 2 }
     fn good_config_loads_with_defaults() {
         let c = Config::parse(GOOD).unwrap();
         assert_eq!(c.services[0].ttl, 30);
-        assert_eq!(c.services[0].rtt_tolerance, 10.0);
-        assert_eq!(c.servers[0].portion, 1);
+        assert_eq!(c.services[0].rtt_tolerance, 10);
+        assert_eq!(c.servers[0].portion, 0);
     }
 
     fn refused(text: &str) -> String {

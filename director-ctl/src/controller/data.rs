@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use ipnet::IpNet;
 
 use super::config::Config;
+use super::engine::Rtt;
 use super::inputs::{self, mrt::PeerSelector};
 use super::model::{GeoPoint, Location, Route};
 use super::sweep::{sort_key, sorted};
@@ -23,12 +24,14 @@ pub struct SiteData {
     /// The site's best route per prefix, sorted.
     pub routes: Vec<(IpNet, Route)>,
     pub igp: HashMap<IpAddr, u32>,
+    /// The site's own AS when configured (else each route's peer AS stands for it).
+    pub asn: Option<u32>,
     pub point: Option<GeoPoint>,
     /// Distance over the location graph from every node to this site (from where a client
     /// is to where the servers are), if there is a graph.
     pub graph: Option<HashMap<String, f64>>,
     /// Measured RTT from this site per client prefix, sorted.
-    pub rtt: Vec<(IpNet, f64)>,
+    pub rtt: Vec<(IpNet, Rtt)>,
 }
 
 pub struct Data {
@@ -99,6 +102,7 @@ impl Data {
             sites.push(SiteData {
                 routes: sorted(routes),
                 igp,
+                asn: s.asn,
                 point,
                 graph,
                 rtt: Vec::new(),
@@ -158,14 +162,14 @@ impl Data {
 }
 
 /// Every RTT file, per site (config order), sorted.
-fn load_rtt(cfg: &Config) -> Result<Vec<Vec<(IpNet, f64)>>> {
+fn load_rtt(cfg: &Config) -> Result<Vec<Vec<(IpNet, Rtt)>>> {
     let site_index: HashMap<&str, usize> = cfg
         .sites
         .iter()
         .enumerate()
         .map(|(i, s)| (s.name.as_str(), i))
         .collect();
-    let mut rtt: Vec<Vec<(IpNet, f64)>> = vec![Vec::new(); cfg.sites.len()];
+    let mut rtt: Vec<Vec<(IpNet, Rtt)>> = vec![Vec::new(); cfg.sites.len()];
     for f in &cfg.rtt.files {
         for (net, site, ms) in inputs::csv::load_rtt(f)? {
             let Some(&i) = site_index.get(site.as_str()) else {
@@ -184,13 +188,12 @@ impl Data {
         let new = load_rtt(cfg)?;
         let mut changed = Vec::new();
         for (site, fresh) in self.sites.iter_mut().zip(new) {
-            let old: HashMap<IpNet, u64> =
-                site.rtt.iter().map(|(p, v)| (*p, v.to_bits())).collect();
-            let now: HashMap<IpNet, u64> = fresh.iter().map(|(p, v)| (*p, v.to_bits())).collect();
+            let old: HashMap<IpNet, Rtt> = site.rtt.iter().copied().collect();
+            let now: HashMap<IpNet, Rtt> = fresh.iter().copied().collect();
             changed.extend(
                 fresh
                     .iter()
-                    .filter(|(p, v)| old.get(p) != Some(&v.to_bits()))
+                    .filter(|(p, v)| old.get(p) != Some(v))
                     .map(|e| e.0),
             );
             changed.extend(

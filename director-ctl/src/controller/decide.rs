@@ -5,16 +5,20 @@
 //! operator's locations, and of the RTT data, plus 0.0.0.0/0 and ::/0 (so every client has
 //! a decision). Each source is matched to a prefix by longest-prefix match.
 
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    time::Instant,
+};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Context, Result};
 use director_common::maps::{Decision, MAX_DECISIONS};
+use director_common::select::Mode;
 use ipnet::IpNet;
 
 use super::compile::{Compressor, Table};
 use super::config::{self, Config};
 use super::data::{Data, SiteData};
-use super::engine::{self, Candidate, Metric, Metrics, Policy, Ranking};
+use super::engine::{self, Candidate, MedRoute, Metrics, Policy, Ranking, Rtt};
 use super::model::Route;
 use super::sweep::{self, sort_key, Sweep};
 use crate::api;
@@ -25,6 +29,9 @@ pub struct ServicePlan {
     pub id: u32,
     pub name: String,
     pub policy: Policy,
+    /// How the kernel picks among the final equals.
+    pub select: Mode,
+    /// The servers sorted: the service's servers that are up (all of them when none is).
     pub servers: Vec<PlannedServer>,
 }
 
@@ -59,7 +66,10 @@ impl Ids {
     }
 }
 
-pub fn plans(cfg: &Config, ids: &Ids) -> Result<Vec<ServicePlan>> {
+/// The services' plans. Servers in `down` (kernel ids) are left out of the sort, so that
+/// the decisions are DistributedDirector's sort over the servers still available; a
+/// service whose servers are all down keeps them all (the kernel skips them anyway).
+pub fn plans(cfg: &Config, ids: &Ids, down: &HashSet<u16>) -> Result<Vec<ServicePlan>> {
     let site_of: HashMap<&str, usize> = cfg
         .sites
         .iter()
@@ -76,21 +86,10 @@ pub fn plans(cfg: &Config, ids: &Ids) -> Result<Vec<ServicePlan>> {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let at = || format!("[[service]] {:?}", s.name);
-            let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow!("{}: {e}", at()));
-            let prio = s
-                .priority
-                .iter()
-                .map(|(m, p)| Ok((metric(m)?, *p)))
-                .collect::<Result<Vec<_>>>()?;
-            let weights = s
-                .weights
-                .iter()
-                .map(|(m, w)| Ok((metric(m)?, *w)))
-                .collect::<Result<Vec<_>>>()?;
-            let policy = Policy::new(&prio, &weights, s.rtt_tolerance, s.med)
-                .map_err(|e| anyhow!("{}: {e}", at()))?;
-            let servers = s
+            let at = || format!("{}: [[service]] {:?}", cfg.path.display(), s.name);
+            let policy = s.policy(cfg).with_context(at)?;
+            let select = s.select_mode(&policy).with_context(at)?;
+            let mut servers: Vec<PlannedServer> = s
                 .servers
                 .iter()
                 .map(|n| {
@@ -98,16 +97,20 @@ pub fn plans(cfg: &Config, ids: &Ids) -> Result<Vec<ServicePlan>> {
                     PlannedServer {
                         id: ids.servers[idx],
                         site: site_of[srv.site.as_str()],
-                        portion: srv.portion,
+                        portion: s.portion.get(n).copied().unwrap_or(srv.portion),
                         agent_distance: srv.agent_distance,
-                        preference: srv.preference,
+                        preference: s.admin.get(n).copied().unwrap_or(srv.preference),
                     }
                 })
                 .collect();
+            if servers.iter().any(|p| !down.contains(&p.id)) {
+                servers.retain(|p| !down.contains(&p.id));
+            }
             Ok(ServicePlan {
                 id: ids.services[i],
                 name: s.name.clone(),
                 policy,
+                select,
                 servers,
             })
         })
@@ -163,7 +166,7 @@ impl Computed {
 #[derive(Clone, Copy, Default)]
 pub(super) struct SiteView<'a> {
     pub(super) route: Option<&'a Route>,
-    pub(super) rtt: Option<f64>,
+    pub(super) rtt: Option<Rtt>,
     pub(super) geo: Option<f64>,
 }
 
@@ -173,7 +176,11 @@ fn metrics(site: &SiteData, v: &SiteView<'_>, agent_distance: u32, preference: u
         int: v.route.and_then(|r| site.igp.get(&r.next_hop).copied()),
         ser: Some(agent_distance),
         rtt: v.rtt,
-        med: v.route.map(|r| engine::med_key(r.neighbor_as, r.med)),
+        med: v.route.map(|r| MedRoute {
+            site_as: site.asn.unwrap_or(r.peer_as),
+            exit: r.next_hop,
+            med: r.med.unwrap_or(0),
+        }),
         geo: v.geo,
         admin: Some(preference),
     }
@@ -213,13 +220,14 @@ fn all_prefixes(data: &Data) -> Vec<IpNet> {
     all
 }
 
-pub fn compute(cfg: &Config, data: &Data, ids: &Ids) -> Result<Computed> {
+/// Decisions for every prefix and service, sorting only the servers not in `down`.
+pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &HashSet<u16>) -> Result<Computed> {
     let start = Instant::now();
-    let plans = plans(cfg, ids)?;
+    let plans = plans(cfg, ids, down)?;
     let prefixes = all_prefixes(data);
     let mut routes: Vec<Sweep<'_, Route>> =
         data.sites.iter().map(|s| Sweep::new(&s.routes)).collect();
-    let mut rtts: Vec<Sweep<'_, f64>> = data.sites.iter().map(|s| Sweep::new(&s.rtt)).collect();
+    let mut rtts: Vec<Sweep<'_, Rtt>> = data.sites.iter().map(|s| Sweep::new(&s.rtt)).collect();
     let mut locs = Sweep::new(&data.locations);
     let mut out: Vec<Compressor> = plans.iter().map(|_| Compressor::default()).collect();
     let mut views = vec![SiteView::default(); data.sites.len()];

@@ -1,28 +1,32 @@
-//! `explain`: for one client and service, every server's data and metric values and the
-//! engine's sort replayed level by level, as the [`api::Explain`] document, with server names
-//! where the engine speaks of candidate indexes.
+//! `explain`: for one client and service, every server's data and metric values with where
+//! each came from, the engine's sort replayed level by level and the kernel's pick among
+//! the winners, as the [`api::Explain`] document, with server names where the engine
+//! speaks of candidate indexes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use anyhow::{anyhow, Context, Result};
-use director_common::name;
+use director_common::maps::{Decision, MAX_CANDIDATES};
+use director_common::{name, select};
 
 use super::config::Config;
 use super::data::Data;
 use super::decide::{candidates, plans, Ids, SiteView};
-use super::engine::{self, Explanation, Metrics};
-use super::model::Location;
+use super::engine::{self, Explanation, Metric, Metrics, Rtt};
+use super::inputs;
+use super::model::{IpNet, Location};
 use super::sweep::{covering, host};
 use crate::api;
+use director_common::select::Mode;
 
 pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result<api::Explain> {
-    let plans = plans(cfg, &Ids::positional(cfg))?;
+    let plans = plans(cfg, &Ids::positional(cfg), &HashSet::new())?;
     let wire = name::encode(service).map_err(|e| anyhow!("bad DNS name {service:?}: {e}"))?;
-    let (index, plan) = plans
+    let plan = plans
         .iter()
-        .enumerate()
-        .find(|(_, p)| name::encode(&p.name).is_ok_and(|w| w == wire))
+        .find(|p| name::encode(&p.name).is_ok_and(|w| w == wire))
         .with_context(|| format!("no service {service:?} in the config"))?;
     let client = host(addr);
     let loc = covering(&data.locations, &client);
@@ -46,44 +50,95 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
     candidates(plan, data, &views, &mut cands);
     // Positional ids: server id `n` is the config's server `n - 1`.
     let server_name = |id: u16| cfg.servers[usize::from(id) - 1].name.clone();
-    let location = loc.map(|(prefix, l)| match l {
-        Location::Point(p) => api::ClientLocation {
-            prefix: *prefix,
-            lat: Some(p.lat),
-            lon: Some(p.lon),
-            node: None,
-        },
-        Location::Named(n) => api::ClientLocation {
-            prefix: *prefix,
-            lat: None,
-            lon: None,
-            node: Some(n.clone()),
-        },
+    let location = loc.map(|(prefix, l)| {
+        let file = location_file(cfg, prefix)?;
+        Ok::<_, anyhow::Error>(match l {
+            Location::Point(p) => api::ClientLocation {
+                prefix: *prefix,
+                lat: Some(p.lat),
+                lon: Some(p.lon),
+                node: None,
+                file,
+            },
+            Location::Named(n) => api::ClientLocation {
+                prefix: *prefix,
+                lat: None,
+                lon: None,
+                node: Some(n.clone()),
+                file,
+            },
+        })
     });
+    let location = location.transpose()?;
     let servers = plan
         .servers
         .iter()
         .zip(&cands)
         .map(|(s, c)| {
             let (route, rtt) = found[s.site];
-            api::ExplainServer {
+            let site = &cfg.sites[s.site];
+            Ok(api::ExplainServer {
                 server: server_name(s.id),
-                site: cfg.sites[s.site].name.clone(),
-                bgp_prefix: route.map(|r| r.0),
+                site: site.name.clone(),
+                bgp: route.map(|(prefix, r)| api::BgpSource {
+                    prefix: *prefix,
+                    files: site.bgp.clone(),
+                    next_hop: r.next_hop,
+                    exit_as: r.neighbor_as,
+                    site_as: site.asn.unwrap_or(r.peer_as),
+                    as_path_len: r.path_len,
+                    med: r.med,
+                }),
                 location: location.clone(),
-                rtt: rtt.map(|&(prefix, ms)| api::RttMeasurement { prefix, ms }),
+                rtt: match rtt {
+                    Some(&(prefix, rtt)) => Some(api::RttMeasurement {
+                        prefix,
+                        ms: rtt.ms(),
+                        file: rtt_file(cfg, &site.name, &prefix)?,
+                    }),
+                    None => None,
+                },
+                portion: c.portion,
                 metrics: metric_values(&c.metrics),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
+    let replay = engine::explain(&plan.policy, &cands);
+    let decision = engine::decide(&plan.policy, &cands, 0, &mut engine::Ranking::new());
     Ok(api::Explain {
         version: api::VERSION,
         service: plan.name.clone(),
         client: addr,
-        select: cfg.services[index].select.unwrap_or_default(),
+        select: plan.select,
         servers,
-        sort: sort(&engine::explain(&plan.policy, &cands), &server_name),
+        pick: pick(&replay, plan.select, &decision, &wire, addr, &server_name),
+        sort: sort(&replay, &server_name),
     })
+}
+
+/// The operator's locations file when it holds `prefix` (it wins over the database), else
+/// the database.
+fn location_file(cfg: &Config, prefix: &IpNet) -> Result<Option<PathBuf>> {
+    if let Some(f) = &cfg.geo.locations {
+        if inputs::csv::load_locations(f)?.iter().any(|(p, _)| p == prefix) {
+            return Ok(Some(f.clone()));
+        }
+    }
+    Ok(cfg.geo.database.clone())
+}
+
+/// The last RTT file that measures `prefix` from `site` (the last one wins when loading).
+fn rtt_file(cfg: &Config, site: &str, prefix: &IpNet) -> Result<Option<PathBuf>> {
+    let mut found = None;
+    for f in &cfg.rtt.files {
+        if inputs::csv::load_rtt(f)?
+            .iter()
+            .any(|(p, s, _)| p == prefix && s == site)
+        {
+            found = Some(f.clone());
+        }
+    }
+    Ok(found)
 }
 
 fn metric_values(m: &Metrics) -> api::MetricValues {
@@ -91,18 +146,75 @@ fn metric_values(m: &Metrics) -> api::MetricValues {
         ext: m.ext,
         int: m.int,
         ser: m.ser,
-        rtt: m.rtt,
-        med: m.med.map(|(exit_as, med)| api::Med { exit_as, med }),
+        rtt: m.rtt.map(Rtt::ms),
         geo: m.geo,
         admin: m.admin,
+    }
+}
+
+/// How the kernel picks among tier 0 (the decision's primaries), with every server's odds
+/// and, for a hash, what this client or name gets.
+fn pick(
+    e: &Explanation,
+    mode: Mode,
+    d: &Decision,
+    wire: &[u8],
+    addr: IpAddr,
+    name_of: &dyn Fn(u16) -> String,
+) -> api::Pick {
+    let primary = &d.servers[..usize::from(d.primary).min(MAX_CANDIDATES)];
+    let weights = &d.weights[..primary.len()];
+    let total: u32 = weights.iter().map(|&w| u32::from(w)).sum();
+    // The kernel's rule: by weight, or evenly when no weight is above 0.
+    let odds = primary
+        .iter()
+        .zip(weights)
+        .map(|(&s, &w)| api::Odds {
+            server: name_of(s),
+            share: if total == 0 {
+                1.0 / primary.len() as f64
+            } else {
+                f64::from(w) / f64::from(total)
+            },
+        })
+        .collect();
+    let rule = match (primary.len(), mode, e.draw) {
+        (1, _, _) => api::PickRule::Single,
+        (_, Mode::Random, Some(Metric::Random)) => api::PickRule::UniformDraw,
+        (_, Mode::Random, _) => api::PickRule::PortionDraw,
+        (_, Mode::Client, _) => api::PickRule::ClientHash,
+        (_, Mode::Name, _) => api::PickRule::NameHash,
+    };
+    let key = match mode {
+        Mode::Random => None,
+        Mode::Client => {
+            let mut a = [0u8; 16];
+            match addr {
+                IpAddr::V4(v4) => a[..4].copy_from_slice(&v4.octets()),
+                IpAddr::V6(v6) => a = v6.octets(),
+            }
+            Some(select::client_key(&a))
+        }
+        Mode::Name => Some(select::name_key(name::hash(&wire.to_ascii_lowercase()))),
+    };
+    let this_client = key.and_then(|key| {
+        let mut got = None;
+        select::select(d, key, 1, |_| true, |s| got.get_or_insert(s) == &s);
+        got.map(name_of)
+    });
+    api::Pick {
+        rule,
+        odds,
+        this_client,
     }
 }
 
 /// The engine's replay with server names.
 pub fn sort(e: &Explanation, name: &dyn Fn(u16) -> String) -> api::Sort {
     api::Sort {
-        random: e.random,
+        draw: e.draw,
         rtt_tolerance_percent: e.rtt_tolerance_percent,
+        med: e.med,
         levels: e
             .levels
             .iter()
@@ -116,6 +228,22 @@ pub fn sort(e: &Explanation, name: &dyn Fn(u16) -> String) -> api::Sort {
             .iter()
             .map(|t| api::Tier {
                 tier: t.tier,
+                med: t.med.as_ref().map(|m| {
+                    m.rows
+                        .iter()
+                        .map(|r| api::MedRow {
+                            server: name(r.server),
+                            site_as: r.route.map(|m| m.site_as),
+                            exit_point: r.route.map(|m| m.exit),
+                            med: r.route.map(|m| m.med),
+                            result: if r.survived {
+                                api::RowResult::Kept
+                            } else {
+                                api::RowResult::Out
+                            },
+                        })
+                        .collect()
+                }),
                 steps: t.steps.iter().map(|s| step(s, name)).collect(),
                 chosen: t
                     .chosen
@@ -131,13 +259,12 @@ pub fn sort(e: &Explanation, name: &dyn Fn(u16) -> String) -> api::Sort {
 }
 
 fn step(s: &engine::Step, name: &dyn Fn(u16) -> String) -> api::Step {
-    let med = s.metrics.iter().any(|t| t.metric == engine::Metric::Med);
     api::Step {
         priority: s.priority,
         metrics: s.metrics.clone(),
         outcome: s.outcome,
-        rtt_lowest: s.rtt_lowest,
-        rtt_limit: s.rtt_limit,
+        rtt_lowest: s.rtt_lowest.map(Rtt::ms),
+        rtt_limit: s.rtt_limit.map(Rtt::ms),
         rows: s
             .rows
             .iter()
@@ -148,17 +275,11 @@ fn step(s: &engine::Step, name: &dyn Fn(u16) -> String) -> api::Step {
                     .zip(&r.values)
                     .map(|(t, v)| (t.metric, *v))
                     .collect();
-                let missing = if med {
-                    r.med.is_none()
-                } else {
-                    r.key.is_none()
-                };
                 api::Row {
                     server: name(r.server),
                     values,
-                    med: r.med.map(|(exit_as, med)| api::Med { exit_as, med }),
                     key: r.key,
-                    result: match (r.survived, missing) {
+                    result: match (r.survived, r.key.is_none()) {
                         (true, _) => api::RowResult::Kept,
                         (false, true) => api::RowResult::OutNoData,
                         (false, false) => api::RowResult::Out,
@@ -168,3 +289,4 @@ fn step(s: &engine::Step, name: &dyn Fn(u16) -> String) -> api::Step {
             .collect(),
     }
 }
+

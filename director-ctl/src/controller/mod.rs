@@ -33,7 +33,7 @@ use decide::{compute, Ids};
 pub fn check(path: &Path) -> Result<api::Check> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
-    let c = compute(&cfg, &data, &Ids::positional(&cfg))?;
+    let c = compute(&cfg, &data, &Ids::positional(&cfg), &Default::default())?;
     c.fits()?;
     let tables = c.summary();
     Ok(api::Check {

@@ -12,6 +12,8 @@ pub struct Route {
     pub path_len: u32,
     /// The neighbouring AS the route was learnt from (the path's first AS): its exit AS.
     pub neighbor_as: u32,
+    /// The AS of the BGP peer whose view this is (the site's own AS unless configured).
+    pub peer_as: u32,
     /// BGP next hop (the `int` metric is the site's IGP cost to it).
     pub next_hop: IpAddr,
     /// MULTI_EXIT_DISC, if the route carried one.

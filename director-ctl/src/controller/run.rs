@@ -1,11 +1,14 @@
 //! `run`: computes, applies, then keeps the kernel equal to the inputs. On a changed file
 //! or SIGHUP it recomputes and rewrites only the decisions that changed; when only RTT
-//! files changed, only the prefixes under the changed measurements are recomputed. A bad
+//! files changed, only the prefixes under the changed measurements are recomputed. When a
+//! server goes down or comes back up (`server set`, by anyone), the decisions are sorted
+//! again over the servers that are up: the kernel skips a down server at once, and this
+//! makes the table converge to DistributedDirector's sort over what is available. A bad
 //! config or input is logged and the kernel keeps the last good decisions. Stops on SIGINT
 //! or SIGTERM.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::{Path, PathBuf},
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant, SystemTime},
@@ -116,7 +119,8 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
     let data = Data::load(&cfg)?;
     let mut m = Maps::open(pin_dir)?;
     let ids = assign_ids(&m, &cfg)?;
-    let computed = compute(&cfg, &data, &ids)?;
+    let down = down_servers(&m, &ids)?;
+    let computed = compute(&cfg, &data, &ids, &down)?;
     let t = Instant::now();
     let entries = apply_full(&mut m, &cfg, &computed, &ids)?;
     let saved = computed.tables.iter().map(|t| t.2.saved).sum::<usize>();
@@ -145,6 +149,7 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
         data,
         computed,
         ids,
+        down,
         log,
     };
     let mut seen = stamps(&state.files);
@@ -152,6 +157,14 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
         let now = stamps(&state.files);
         let hupped = HUP.swap(false, Ordering::Relaxed);
         if now == seen && !hupped {
+            if let Err(e) = state.follow_server_states(&mut m) {
+                log.event(
+                    Event::Refused {
+                        error: format!("{e:#}"),
+                    },
+                    format!("re-sorting after a server state change failed: {e:#}"),
+                );
+            }
             std::thread::sleep(poll);
             continue;
         }
@@ -201,19 +214,77 @@ struct State {
     data: Data,
     computed: Computed,
     ids: Ids,
+    /// Kernel ids of the config's servers that are down: left out of the sort.
+    down: HashSet<u16>,
     files: Vec<PathBuf>,
     log: Log,
+}
+
+/// The config's servers (by kernel id) that the kernel has marked down.
+fn down_servers(m: &Maps, ids: &Ids) -> Result<HashSet<u16>> {
+    let ours: HashSet<u16> = ids.servers.iter().copied().collect();
+    Ok(m.servers()?
+        .into_iter()
+        .filter(|s| !s.up && ours.contains(&s.id))
+        .map(|s| s.id)
+        .collect())
 }
 
 /// Subtrees larger than this are recomputed in full instead (a sweep is faster then).
 const SUBTREE_LIMIT: usize = 20_000;
 
 impl State {
+    /// Re-sorts every decision when a server went down or came back up since the last
+    /// sort, and writes what changed.
+    fn follow_server_states(&mut self, m: &mut Maps) -> Result<()> {
+        let down = down_servers(m, &self.ids)?;
+        if down == self.down {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let new = compute(&self.cfg, &self.data, &self.ids, &down)?;
+        let mut rewritten = 0;
+        for ((id, name, old), (_, _, t)) in self.computed.tables.iter().zip(&new.tables) {
+            let d = diff(&old.entries, &t.entries);
+            rewritten += d.put.len() + d.delete.len();
+            write_diff(m, self.log, *id, name, None, &d)?;
+        }
+        let name_of: HashMap<u16, &str> = self
+            .ids
+            .servers
+            .iter()
+            .zip(&self.cfg.servers)
+            .map(|(&id, s)| (id, s.name.as_str()))
+            .collect();
+        let mut names: Vec<String> = down.iter().map(|id| name_of[id].to_string()).collect();
+        names.sort();
+        self.computed = new;
+        self.down = down;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.log.event(
+            Event::Resorted {
+                down: names.clone(),
+                entries: rewritten,
+                ms,
+            },
+            format!(
+                "re-sorted without the servers that are down ({}): {rewritten} entries \
+                 changed in {ms:.0} ms",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ),
+        );
+        Ok(())
+    }
+
     /// Only RTT files changed: recompute the prefixes under the changed measurements.
     /// An error means "do a full recompute" (a new prefix, a large subtree, a bad file).
     fn rtt_changed(&mut self, m: &mut Maps) -> Result<()> {
         let changed = self.data.reload_rtt(&self.cfg)?;
-        let plans = plans(&self.cfg, &self.ids)?;
+        let plans = plans(&self.cfg, &self.ids, &self.down)?;
         // Only the outermost changed prefixes: their subtrees hold the rest.
         let mut roots: Vec<IpNet> = Vec::new();
         for p in changed {
@@ -244,7 +315,8 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
     let ids = assign_ids(m, &cfg)?;
-    let new = compute(&cfg, &data, &ids)?;
+    let down = down_servers(m, &ids)?;
+    let new = compute(&cfg, &data, &ids, &down)?;
     if cfg.servers != state.cfg.servers || cfg.services != state.cfg.services {
         let entries = apply_full(m, &cfg, &new, &ids)?;
         state.log.event(
@@ -270,6 +342,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
         data,
         computed: new,
         ids,
+        down,
         log,
     };
     Ok(())

@@ -123,7 +123,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let d = controller::data::Data::load(&cfg)?;
     let load = t.elapsed().as_secs_f64();
     let ids = controller::decide::Ids::positional(&cfg);
-    let c = controller::decide::compute(&cfg, &d, &ids)?;
+    let c = controller::decide::compute(&cfg, &d, &ids, &Default::default())?;
     let entries: usize = c.tables.iter().map(|t| t.2.entries.len()).sum();
     let saved: usize = c.tables.iter().map(|t| t.2.saved).sum();
     let peak = peak_rss_mb();

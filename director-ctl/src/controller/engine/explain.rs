@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::metric::{Candidate, Metric};
+use super::metric::{Candidate, MedRoute, Metric, Rtt};
 use super::policy::{Kind, Policy};
 use super::rank::{bits_of, contains, each, SortBuffers, MISSING};
 
@@ -14,8 +14,11 @@ use super::rank::{bits_of, contains, each, SortBuffers, MISSING};
 /// of Cisco's `debug ip director sort`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Explanation {
-    pub random: bool,
-    pub rtt_tolerance_percent: f64,
+    /// The draw that ends the sort, if the sort reaches one.
+    pub draw: Option<Metric>,
+    /// The rtt tolerance, when rtt is in the policy.
+    pub rtt_tolerance_percent: Option<u32>,
+    pub med: bool,
     /// The policy's levels, in order.
     pub levels: Vec<LevelInfo>,
     pub tiers: Vec<TierExplanation>,
@@ -37,10 +40,27 @@ pub struct Term {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TierExplanation {
     pub tier: usize,
+    /// The med step before the levels, when med is on.
+    pub med: Option<MedStep>,
     /// One per policy level, in order.
     pub steps: Vec<Step>,
     /// The tier: what the kernel picks from (tier 0) or falls back to.
     pub chosen: Vec<Chosen>,
+}
+
+/// The med step of one tier: each server left, with a route or without.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MedStep {
+    pub rows: Vec<MedRow>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MedRow {
+    pub index: usize,
+    pub server: u16,
+    /// The site's AS, exit point and MED; `None` without a route.
+    pub route: Option<MedRoute>,
+    pub survived: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -49,9 +69,9 @@ pub struct Step {
     pub metrics: Vec<Term>,
     pub outcome: Outcome,
     /// For levels with rtt: the lowest rtt among the complete servers and the highest that
-    /// ties with it.
-    pub rtt_lowest: Option<f64>,
-    pub rtt_limit: Option<f64>,
+    /// ties with it (exact).
+    pub rtt_lowest: Option<Rtt>,
+    pub rtt_limit: Option<Rtt>,
     pub rows: Vec<Row>,
 }
 
@@ -61,9 +81,9 @@ pub struct Step {
 pub enum Outcome {
     /// The servers were compared by the level's metrics.
     Compared,
-    /// `random`: the sort stops here and the kernel picks among these.
-    Random,
-    /// After `random`.
+    /// `portion` or `random`: the sort stops here and the kernel draws among these.
+    Draw,
+    /// After a draw.
     NotReached,
 }
 
@@ -71,10 +91,8 @@ pub enum Outcome {
 pub struct Row {
     pub index: usize,
     pub server: u16,
-    /// Each of the step's metrics' values (`None` = missing; `med` is in `med`).
+    /// Each of the step's metrics' values (`None` = missing; rtt in ms).
     pub values: Vec<Option<f64>>,
-    /// (exit AS, MED) at a med step.
-    pub med: Option<(u32, u32)>,
     /// What was compared at a sum step (the weighted sum, rtt within tolerance counted as
     /// the lowest); `None` when data is missing.
     pub key: Option<f64>,
@@ -104,8 +122,9 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
         })
         .collect();
     let mut out = Explanation {
-        random: policy.random(),
-        rtt_tolerance_percent: policy.rtt_tolerance_percent,
+        draw: policy.draw,
+        rtt_tolerance_percent: policy.uses_rtt.then_some(policy.rtt_tolerance_percent),
+        med: policy.med,
         levels: levels.clone(),
         tiers: Vec::new(),
     };
@@ -114,6 +133,22 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
     let mut left = bits_of(n, 0..n);
     while left.iter().any(|&w| w != 0) {
         s.set.clone_from(&left);
+        let med = policy.med.then(|| {
+            let mut before = Vec::new();
+            each(&s.set, |i| before.push(i));
+            s.med_step();
+            MedStep {
+                rows: before
+                    .into_iter()
+                    .map(|i| MedRow {
+                        index: i,
+                        server: cands[i].server,
+                        route: cands[i].metrics.med,
+                        survived: contains(&s.set, i),
+                    })
+                    .collect(),
+            }
+        });
         let mut steps = Vec::new();
         let mut stopped = false;
         for (l, info) in levels.iter().enumerate() {
@@ -133,13 +168,11 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
             let mut before = Vec::new();
             each(&s.set, |i| before.push(i));
             let base = &s.base[l * n..(l + 1) * n];
-            let (rtt, is_med) = match &policy.levels[l].kind {
-                Kind::Sum { rtt, .. } => (
-                    rtt.map(|w| (w, s.rtt_cut(base, &s.set, policy.rtt_tolerance_percent))),
-                    false,
-                ),
-                Kind::Med => (None, true),
-                Kind::Random => (None, false),
+            let rtt = match &policy.levels[l].kind {
+                Kind::Sum { rtt, .. } => {
+                    rtt.map(|w| (w, s.rtt_cut(base, &s.set, policy.rtt_tolerance_percent)))
+                }
+                Kind::Draw(_) => None,
             };
             if let Some((_, Some(cut))) = rtt {
                 step.rtt_lowest = Some(cut.lowest);
@@ -153,22 +186,18 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
                 _ => vec![None; before.len()],
             };
             if !s.apply(policy, cands, l) {
-                step.outcome = Outcome::Random;
+                step.outcome = Outcome::Draw;
                 stopped = true;
             }
             for (&i, key) in before.iter().zip(keys) {
                 step.rows.push(Row {
                     index: i,
                     server: cands[i].server,
-                    values: if is_med {
-                        vec![]
-                    } else {
-                        info.metrics
-                            .iter()
-                            .map(|t| t.metric.value(&cands[i].metrics))
-                            .collect()
-                    },
-                    med: if is_med { cands[i].metrics.med } else { None },
+                    values: info
+                        .metrics
+                        .iter()
+                        .map(|t| t.metric.value(&cands[i].metrics))
+                        .collect(),
                     key,
                     survived: contains(&s.set, i),
                 });
@@ -188,6 +217,7 @@ pub fn explain(policy: &Policy, cands: &[Candidate]) -> Explanation {
         }
         out.tiers.push(TierExplanation {
             tier: out.tiers.len(),
+            med,
             steps,
             chosen,
         });

@@ -15,21 +15,26 @@
 //!   priorities are 1 to 100).
 //! - With no priorities at all, every weighted metric is added into one composite.
 //! - Servers equal on one level go to the next; the others are out of this tier.
-//! - What is left after the last level is the set the kernel picks from (by portion).
-//!   It is tier 0; tier 1 is the best of the rest (the same sort re-run on the servers not
-//!   yet ranked), and so on until every candidate is in a tier. Later tiers serve further
-//!   answers and failover when servers go down.
-//! - `rtt`: servers within `rtt_tolerance_percent` of the lowest rtt among the servers
-//!   compared count as equal (tolerance 10: lowest 20 ms → everything ≤ 22 ms ties). In a
-//!   composite, such an rtt counts as the lowest one; later ones keep their own value.
-//! - `med`: among servers whose sites reach the prefix through the same neighbouring AS
-//!   (same exit AS), those whose route has the lowest BGP MED win; servers with different
-//!   exit ASes are not compared by it. It needs `ext` and `int` in the policy, takes a
-//!   priority of its own and no weight.
-//! - `random`: the sort stops there (a random draw leaves no ties for later levels); the
-//!   kernel picks among what is left at random by portion. The engine does not reorder for
-//!   it; [`Ranking::random`] records it.
-//! - `portion` is a weight in the decision, never a sort key.
+//! - Before the levels, when `med` is on (DistributedDirector's step, "not weightable or
+//!   prioritizable"): among servers whose sites are in the same AS but reach the client
+//!   through different exit points (BGP next hops), those with a MED above the lowest of
+//!   them are out of the tier. Servers alone in their AS, sharing one exit point, or
+//!   without a route are not touched. Unlike RFC 4271 §9.1.2.2, where MEDs compare only
+//!   among routes from the same neighbouring AS inside one router's decision, this compares
+//!   routes seen at different sites of one AS, by the sites' AS and exit points.
+//! - `rtt`: a server is out only when its rtt is greater than lowest × (1 + tolerance/100)
+//!   (tolerance 10: lowest 20 ms → everything ≤ 22 ms ties). RTTs are whole nanoseconds and
+//!   the comparison is integer arithmetic, exact on the boundary. In a composite, an rtt
+//!   within tolerance counts as the lowest one; later ones keep their own value.
+//! - `portion` and `random` end the sort: the kernel draws among what is left, per query,
+//!   by portion or uniformly. Each stands alone at its priority. Levels after the first
+//!   draw are not reached.
+//! - What is left after the last level is tier 0, the set the kernel picks from: by the
+//!   draw, or, without one, by a hash of the client (see `select`) so that one client's
+//!   answer does not change from query to query. Tier 1 is the best of the rest (the same
+//!   sort re-run on the servers not yet ranked), and so on until every candidate is in a
+//!   tier. Later tiers serve further answers and failover when servers go down, until the
+//!   controller re-sorts without them.
 //! - Missing data (`None`, NaN, infinities): at a level, a server without a value (in a
 //!   composite: missing any of its metrics) ranks after every server that has them all.
 //!   When no server has them, the level cannot tell the servers apart and all go on.
@@ -47,6 +52,8 @@
 //! of re-comparing every server for every tier. See the `bench_one_million_ranks` test for
 //! timings.
 
+#[cfg(test)]
+mod conformance;
 mod explain;
 mod metric;
 mod policy;
@@ -55,8 +62,11 @@ mod rank;
 mod tests;
 
 pub use explain::{
-    explain, Chosen, Explanation, LevelInfo, Outcome, Row, Step, Term, TierExplanation,
+    explain, Chosen, Explanation, LevelInfo, MedRow, MedStep, Outcome, Row, Step, Term,
+    TierExplanation,
 };
-pub use metric::{med_key, Candidate, Metric, Metrics, MAX_PRIORITY, UNPRIORITISED};
-pub use policy::Policy;
+pub use metric::{
+    Candidate, MedRoute, Metric, Metrics, Rtt, MAX_PRIORITY, UNPRIORITISED,
+};
+pub use policy::{Policy, MAX_RTT_TOLERANCE};
 pub use rank::{decide, rank, rank_into, to_decision, Ranking};

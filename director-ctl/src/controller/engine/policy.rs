@@ -18,8 +18,8 @@ pub(super) enum Kind {
         terms: Vec<(Metric, f64)>,
         rtt: Option<f64>,
     },
-    Med,
-    Random,
+    /// `portion` or `random`: the sort ends, the kernel draws among what is left.
+    Draw(Metric),
 }
 
 impl Level {
@@ -34,8 +34,7 @@ impl Level {
                 v.sort_by_key(|(m, _)| *m);
                 v
             }
-            Kind::Med => vec![(Metric::Med, 1.0)],
-            Kind::Random => vec![(Metric::Random, 1.0)],
+            Kind::Draw(m) => vec![(*m, 1.0)],
         }
     }
 }
@@ -45,35 +44,40 @@ impl Level {
 pub struct Policy {
     priority: [Option<u32>; 8],
     weight: [Option<f64>; 8],
-    pub(super) rtt_tolerance_percent: f64,
+    pub(super) rtt_tolerance_percent: u32,
     pub(super) med: bool,
-    /// Derived: the levels in ascending priority, whether one is `random`, whether one
-    /// has `rtt`.
+    /// Derived: the levels in ascending priority, the first draw level's metric, whether
+    /// a level has `rtt`.
     pub(super) levels: Vec<Level>,
-    pub(super) random: bool,
+    pub(super) draw: Option<Metric>,
     pub(super) uses_rtt: bool,
 }
 
+/// Highest rtt tolerance DistributedDirector accepts, percent.
+pub const MAX_RTT_TOLERANCE: u32 = 100;
+
 impl Policy {
     /// A policy from each metric's priority (1 to 100, lower first) and weight (a finite
-    /// number >= 0), the rtt tolerance in percent and whether `med` is on.
+    /// number >= 0), the rtt tolerance in percent (0 to 100) and whether `med` is on.
     ///
     /// Weights mix metrics that share a priority. A weight of 0 turns a metric off: it is
     /// left out of its level (and a level left with no metric is dropped). A metric with
     /// a weight and no priority goes to priority 101.
     ///
-    /// `med` is on when `med` is true, and then needs a priority of its own (not shared),
-    /// no weight, and `ext` and `int` in the policy (each with a priority or a weight > 0).
-    /// `random` takes a priority of its own and no weight.
+    /// `portion` and `random` end the sort: the kernel draws among what is left per query,
+    /// so neither can be added into a composite computed beforehand; each must stand alone
+    /// at its priority (a weight on one alone only turns it on or, at 0, off).
+    ///
+    /// `med` is DistributedDirector's step before the sort (not weightable or
+    /// prioritizable) and needs `ext` and `int` in the policy (a priority or a weight > 0).
     ///
     /// Refused with a message naming the problem: a metric listed twice, a priority outside
-    /// 1..=100, a negative, NaN or infinite weight, a weight for med or random, med or
-    /// random sharing a priority, med without ext and int, med on without a priority or
-    /// given a priority while off, a negative or non-finite tolerance.
+    /// 1..=100, a negative, NaN or infinite weight, a draw sharing its level, med without
+    /// ext and int, a tolerance above 100.
     pub fn new(
         priority: &[(Metric, u32)],
         weights: &[(Metric, f64)],
-        rtt_tolerance_percent: f64,
+        rtt_tolerance_percent: u32,
         med: bool,
     ) -> Result<Policy, String> {
         let mut prio = [None; 8];
@@ -94,20 +98,15 @@ impl Policy {
             if weight[m as usize].is_some() {
                 return Err(format!("{m} is given two weights"));
             }
-            if m == Metric::Med || m == Metric::Random {
-                return Err(format!(
-                    "{m} takes no weight, only a priority of its own: it is no number to add \
-                     into a composite"
-                ));
-            }
             if !(w.is_finite() && w >= 0.0) {
                 return Err(format!("weight {w} of {m} is not a finite number >= 0"));
             }
             weight[m as usize] = Some(w);
         }
-        if !(rtt_tolerance_percent.is_finite() && rtt_tolerance_percent >= 0.0) {
+        if rtt_tolerance_percent > MAX_RTT_TOLERANCE {
             return Err(format!(
-                "rtt tolerance {rtt_tolerance_percent} is not a finite percentage >= 0"
+                "rtt tolerance {rtt_tolerance_percent} is not from 0 to {MAX_RTT_TOLERANCE} \
+                 percent"
             ));
         }
         let used = |m: Metric| match (prio[m as usize], weight[m as usize]) {
@@ -115,22 +114,6 @@ impl Policy {
             (Some(_), None) => true,
             (None, None) => false,
         };
-        let med_prio = prio[Metric::Med as usize];
-        match (med, med_prio) {
-            (true, None) => {
-                return Err(
-                    "med is on but has no priority: give it one of its own (it takes \
-                            no weight), e.g. after ext and before int as BGP does"
-                        .into(),
-                )
-            }
-            (false, Some(p)) => {
-                return Err(format!(
-                    "med has priority {p} but is off: turn med on or drop its priority"
-                ))
-            }
-            _ => {}
-        }
         if med {
             for need in [Metric::Ext, Metric::Int] {
                 if !used(need) {
@@ -149,10 +132,8 @@ impl Policy {
             }
             let p = prio[m as usize].unwrap_or(UNPRIORITISED);
             let w = weight[m as usize].unwrap_or(1.0);
-            let special = |k: &Kind| matches!(k, Kind::Med | Kind::Random);
             let kind = match m {
-                Metric::Med => Kind::Med,
-                Metric::Random => Kind::Random,
+                Metric::Portion | Metric::Random => Kind::Draw(m),
                 Metric::Rtt => Kind::Sum {
                     terms: Vec::new(),
                     rtt: Some(w),
@@ -165,28 +146,34 @@ impl Policy {
             match levels.iter_mut().find(|l| l.priority == p) {
                 None => levels.push(Level { priority: p, kind }),
                 Some(level) => {
-                    if special(&kind) || special(&level.kind) {
+                    let draw = |k: &Kind| matches!(k, Kind::Draw(_));
+                    if draw(&kind) || draw(&level.kind) {
                         let other = level.metrics()[0].0;
-                        let (s, o) = if special(&kind) {
-                            (m, other)
+                        let (d, o) = if draw(&kind) { (m, other) } else { (other, m) };
+                        let at = if p == UNPRIORITISED {
+                            "the weighted metrics' composite (no priority given)".to_string()
                         } else {
-                            (other, m)
+                            format!("priority {p}")
                         };
                         return Err(format!(
-                            "{s} cannot share priority {p} with {o}: it is no number to add \
-                             into a composite, give it a priority of its own"
+                            "{d} cannot share {at} with {o}: {d} ends the sort with a draw \
+                             the kernel makes per query, which is no number to add into a \
+                             composite computed beforehand; give {d} a priority of its own"
                         ));
                     }
                     match (&mut level.kind, m) {
                         (Kind::Sum { rtt, .. }, Metric::Rtt) => *rtt = Some(w),
                         (Kind::Sum { terms, .. }, _) => terms.push((m, w)),
-                        _ => unreachable!("med and random levels are refused above"),
+                        (Kind::Draw(_), _) => unreachable!("draw levels are refused above"),
                     }
                 }
             }
         }
         levels.sort_by_key(|l| l.priority);
-        let random = levels.iter().any(|l| l.kind == Kind::Random);
+        let draw = levels.iter().find_map(|l| match l.kind {
+            Kind::Draw(m) => Some(m),
+            Kind::Sum { .. } => None,
+        });
         let uses_rtt = levels
             .iter()
             .any(|l| matches!(l.kind, Kind::Sum { rtt: Some(_), .. }));
@@ -196,7 +183,7 @@ impl Policy {
             rtt_tolerance_percent,
             med,
             levels,
-            random,
+            draw,
             uses_rtt,
         })
     }
@@ -207,15 +194,19 @@ impl Policy {
     pub fn weight(&self, m: Metric) -> Option<f64> {
         self.weight[m as usize]
     }
-    pub fn rtt_tolerance_percent(&self) -> f64 {
+    pub fn rtt_tolerance_percent(&self) -> u32 {
         self.rtt_tolerance_percent
     }
     pub fn med(&self) -> bool {
         self.med
     }
-    /// Whether the kernel should pick among the final set at random (`random` in use).
-    pub fn random(&self) -> bool {
-        self.random
+    /// The draw that ends the sort (`portion` or `random`), if the sort reaches one.
+    pub fn draw(&self) -> Option<Metric> {
+        self.draw
+    }
+    /// Whether rtt is in a level (and its tolerance applies).
+    pub fn uses_rtt(&self) -> bool {
+        self.uses_rtt
     }
     /// The sort's levels in order: priority and (metric, weight) pairs.
     pub fn levels(&self) -> Vec<(u32, Vec<(Metric, f64)>)> {

@@ -5,7 +5,7 @@ use std::fmt;
 
 use director_common::maps::{Decision, MAX_CANDIDATES};
 
-use super::metric::{Candidate, Metric, Metrics};
+use super::metric::{Candidate, MedRoute, Metric, Metrics, Rtt};
 use super::policy::{Kind, Policy};
 
 /// Missing (or overflowed) values compare as +inf: after every real value.
@@ -39,12 +39,24 @@ pub(super) fn quantize(v: f64) -> u64 {
     total_order(r)
 }
 
+/// An rtt that is missing, in the per-candidate rtt buffer (RTT files cannot hold it).
+pub(super) const RTT_MISSING: u64 = u64::MAX;
+
 /// The rtt tie of a set: the lowest rtt among its complete servers and the highest rtt
-/// that counts as equal to it.
+/// that counts as equal to it (exact: see [`Rtt::limit`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct RttCut {
-    pub(super) lowest: f64,
-    pub(super) limit: f64,
+    pub(super) lowest: Rtt,
+    pub(super) limit: Rtt,
+}
+
+impl RttCut {
+    pub(super) fn new(lowest: u64, tolerance_percent: u32) -> RttCut {
+        RttCut {
+            lowest: Rtt(lowest),
+            limit: Rtt(lowest).limit(tolerance_percent),
+        }
+    }
 }
 
 /// Working memory reused across calls. Sets of candidates are bit sets (bit `i % 64` of
@@ -55,12 +67,12 @@ pub(super) struct SortBuffers {
     /// Per level and candidate (`level * n + i`): the sum of a sum level's non-rtt terms,
     /// `MISSING` when one is missing (rows of other levels: unused).
     pub(super) base: Vec<f64>,
-    /// Per candidate: rtt, `MISSING` when missing (when the policy uses rtt).
-    pub(super) rtt: Vec<f64>,
-    /// Per candidate: (exit AS, MED), valid for the members of `has_med` (when med is on).
-    med: Vec<(u32, u32)>,
+    /// Per candidate: rtt in ns, `RTT_MISSING` when missing (when the policy uses rtt).
+    pub(super) rtt: Vec<u64>,
+    /// Per candidate: what med compares, valid for the members of `has_med` (med on).
+    med: Vec<MedRoute>,
     has_med: Vec<u64>,
-    /// The members of `set` with a route, at a med level.
+    /// The members of `set` with a route, at the med step.
     routed: Vec<u64>,
     /// Candidates not ranked yet.
     left: Vec<u64>,
@@ -190,8 +202,8 @@ impl SortBuffers {
                     Metric::Ser => term(row, cands, w, first, last, |x| x.ser.map(f64::from)),
                     Metric::Geo => term(row, cands, w, first, last, |x| x.geo),
                     Metric::Admin => term(row, cands, w, first, last, |x| x.admin.map(f64::from)),
-                    Metric::Rtt | Metric::Med | Metric::Random => {
-                        unreachable!("rtt, med and random are no sum terms")
+                    Metric::Rtt | Metric::Portion | Metric::Random => {
+                        unreachable!("rtt and the draws are no sum terms")
                     }
                 }
             }
@@ -201,13 +213,18 @@ impl SortBuffers {
             self.rtt.extend(
                 cands
                     .iter()
-                    .map(|c| c.metrics.rtt.map_or(MISSING, finite_or_missing)),
+                    .map(|c| c.metrics.rtt.map_or(RTT_MISSING, |r| r.0)),
             );
         }
         if policy.med {
             self.med.clear();
+            let none = MedRoute {
+                site_as: 0,
+                exit: std::net::Ipv4Addr::UNSPECIFIED.into(),
+                med: 0,
+            };
             self.med
-                .extend(cands.iter().map(|c| c.metrics.med.unwrap_or_default()));
+                .extend(cands.iter().map(|c| c.metrics.med.unwrap_or(none)));
             self.has_med.clear();
             self.has_med.resize(n.div_ceil(64), 0);
             for (i, c) in cands.iter().enumerate() {
@@ -219,7 +236,7 @@ impl SortBuffers {
     }
 
     /// The rtt cut over `set` for a level whose non-rtt sums are `base`.
-    pub(super) fn rtt_cut(&self, base: &[f64], set: &[u64], tolerance: f64) -> Option<RttCut> {
+    pub(super) fn rtt_cut(&self, base: &[f64], set: &[u64], tolerance: u32) -> Option<RttCut> {
         rtt_cut(&self.rtt, base, set, tolerance)
     }
 
@@ -249,6 +266,9 @@ impl SortBuffers {
         ends: &mut Vec<usize>,
     ) {
         copy_bits(&mut self.set, &self.left);
+        if policy.med {
+            self.med_step();
+        }
         for l in from..policy.levels.len() {
             if at_most_one(&self.set) || !self.apply(policy, cands, l) {
                 break;
@@ -267,21 +287,46 @@ impl SortBuffers {
         }
     }
 
-    /// Narrows `self.set` to the best at `level` (index `l`). Returns false for `random`:
-    /// the sort stops there.
-    pub(super) fn apply(&mut self, policy: &Policy, cands: &[Candidate], l: usize) -> bool {
-        let n = cands.len();
+    /// DistributedDirector's med step, before the sort: among the servers of `self.set`
+    /// whose sites are in the same AS and reach the client through different exit points,
+    /// those with a MED above the lowest of them are out. Servers without a route, alone in
+    /// their AS, or sharing one exit point with the rest of their AS are not touched.
+    pub(super) fn med_step(&mut self) {
         let SortBuffers {
-            base,
-            rtt,
             set,
             med,
             has_med,
             routed,
             ..
         } = self;
+        routed.resize(set.len(), 0);
+        for ((r, s), h) in routed.iter_mut().zip(set.iter()).zip(has_med.iter()) {
+            *r = s & h;
+        }
+        let routed = &*routed;
+        retain(set, |i| {
+            if !contains(routed, i) {
+                return true;
+            }
+            let me = med[i];
+            let (mut lowest, mut other_exit) = (me.med, false);
+            each(routed, |j| {
+                if med[j].site_as == me.site_as {
+                    lowest = lowest.min(med[j].med);
+                    other_exit |= med[j].exit != me.exit;
+                }
+            });
+            !(other_exit && me.med > lowest)
+        });
+    }
+
+    /// Narrows `self.set` to the best at `level` (index `l`). Returns false for a draw
+    /// (`portion`, `random`): the sort stops there.
+    pub(super) fn apply(&mut self, policy: &Policy, cands: &[Candidate], l: usize) -> bool {
+        let n = cands.len();
+        let SortBuffers { base, rtt, set, .. } = self;
         match &policy.levels[l].kind {
-            Kind::Random => return false,
+            Kind::Draw(_) => return false,
             Kind::Sum { rtt: None, .. } => {
                 let base = &base[l * n..(l + 1) * n];
                 keep_lowest(set, |i| base[i]);
@@ -290,26 +335,6 @@ impl SortBuffers {
                 let base = &base[l * n..(l + 1) * n];
                 let cut = rtt_cut(rtt, base, set, policy.rtt_tolerance_percent);
                 keep_lowest(set, |i| sum_key(base[i], rtt[i], *w, cut));
-            }
-            Kind::Med => {
-                // Only servers with a route take part; if none has one, all go on.
-                routed.resize(set.len(), 0);
-                let mut any = 0;
-                for ((r, s), h) in routed.iter_mut().zip(set.iter()).zip(has_med.iter()) {
-                    *r = s & h;
-                    any |= *r;
-                }
-                if any != 0 {
-                    // Kept: the routed servers that no routed server of the same exit AS
-                    // beats with a lower MED.
-                    copy_bits(set, routed);
-                    retain(set, |i| {
-                        let (exit, m) = med[i];
-                        let mut beaten = false;
-                        each(routed, |j| beaten |= med[j].0 == exit && med[j].1 < m);
-                        !beaten
-                    });
-                }
             }
         }
         true
@@ -330,27 +355,28 @@ pub(super) fn keep_lowest(set: &mut [u64], key: impl Fn(usize) -> f64) {
 /// The lowest rtt among the servers of `set` complete at a level (non-rtt sum `base` not
 /// missing) and the highest rtt that ties with it; `None` when no server is complete.
 #[inline(always)]
-pub(super) fn rtt_cut(rtt: &[f64], base: &[f64], set: &[u64], tolerance: f64) -> Option<RttCut> {
-    let mut lowest = MISSING;
+pub(super) fn rtt_cut(rtt: &[u64], base: &[f64], set: &[u64], tolerance: u32) -> Option<RttCut> {
+    let mut lowest = RTT_MISSING;
     each(set, |i| {
         if base[i] != MISSING && rtt[i] < lowest {
             lowest = rtt[i];
         }
     });
-    (lowest != MISSING).then(|| RttCut {
-        lowest,
-        limit: lowest + lowest.abs() * (tolerance / 100.0),
-    })
+    (lowest != RTT_MISSING).then(|| RttCut::new(lowest, tolerance))
 }
 
-/// A sum level's key: the non-rtt sum plus weight × rtt, an rtt within the cut counting as
-/// the lowest.
+/// A sum level's key: the non-rtt sum plus weight × rtt in ms, an rtt within the cut
+/// counting as the lowest (the cut is decided in integers, before any rounding).
 #[inline(always)]
-pub(super) fn sum_key(base: f64, rtt: f64, w: f64, cut: Option<RttCut>) -> f64 {
+pub(super) fn sum_key(base: f64, rtt: u64, w: f64, cut: Option<RttCut>) -> f64 {
     match cut {
-        Some(cut) if base != MISSING && rtt != MISSING => {
-            let r = if rtt <= cut.limit { cut.lowest } else { rtt };
-            finite_or_missing(base + w * r)
+        Some(cut) if base != MISSING && rtt != RTT_MISSING => {
+            let r = if rtt <= cut.limit.0 {
+                cut.lowest
+            } else {
+                Rtt(rtt)
+            };
+            finite_or_missing(base + w * r.ms())
         }
         _ => MISSING,
     }
@@ -364,7 +390,7 @@ pub struct Ranking {
     order: Vec<usize>,
     /// End of each tier in `order`.
     ends: Vec<usize>,
-    random: bool,
+    draw: Option<Metric>,
     scratch: SortBuffers,
 }
 
@@ -391,9 +417,10 @@ impl Ranking {
     pub fn order(&self) -> &[usize] {
         &self.order
     }
-    /// Whether the kernel should pick among each tier at random (the policy uses `random`).
-    pub fn random(&self) -> bool {
-        self.random
+    /// The draw the kernel makes among the first tier (`portion` or `random`), if any;
+    /// without one, the answer is a function of the client.
+    pub fn draw(&self) -> Option<Metric> {
+        self.draw
     }
     /// The tiers as vectors (for tests and display; allocates).
     pub fn to_vecs(&self) -> Vec<Vec<usize>> {
@@ -405,14 +432,14 @@ impl fmt::Debug for Ranking {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ranking")
             .field("tiers", &self.to_vecs())
-            .field("random", &self.random)
+            .field("draw", &self.draw)
             .finish()
     }
 }
 
 impl PartialEq for Ranking {
     fn eq(&self, other: &Ranking) -> bool {
-        self.order == other.order && self.ends == other.ends && self.random == other.random
+        self.order == other.order && self.ends == other.ends && self.draw == other.draw
     }
 }
 
@@ -429,7 +456,7 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
     let n = cands.len();
     out.order.clear();
     out.ends.clear();
-    out.random = policy.random;
+    out.draw = policy.draw;
     if n == 0 {
         return;
     }
@@ -451,6 +478,15 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
         v.resize(words, 0);
     }
     match &policy.levels[0].kind {
+        // The med step first changes who is compared from tier to tier: the general path.
+        _ if policy.med => {
+            for i in 0..n {
+                insert(&mut s.left, i);
+            }
+            while !is_empty(&s.left) {
+                s.tier(policy, cands, 0, order, ends);
+            }
+        }
         // The first level's key is fixed per candidate. Sorted by it, what the first level
         // keeps of the servers left is always the first run of equal keys among them: each
         // run is taken apart into tiers by the later levels, run after run.
@@ -475,7 +511,7 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
             terms,
             rtt: Some(w),
         } if terms.is_empty() => {
-            sort_by(&mut s.sorted, &s.rtt, total_order);
+            sort_by(&mut s.sorted, &s.rtt, |v| v);
             let mut head = 0;
             while head < n {
                 if contains(&s.taken, s.at(head)) {
@@ -483,10 +519,8 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
                     continue;
                 }
                 let lowest = s.rtt[s.at(head)];
-                let cut = (lowest != MISSING).then(|| RttCut {
-                    lowest,
-                    limit: lowest + lowest.abs() * (policy.rtt_tolerance_percent / 100.0),
-                });
+                let cut = (lowest != RTT_MISSING)
+                    .then(|| RttCut::new(lowest, policy.rtt_tolerance_percent));
                 let key = |i: usize| quantize(sum_key(0.0, s.rtt[i], *w, cut));
                 // Keys grow with rtt, except that w × rtt overflowing counts as missing: the
                 // lowest is the first key left that is not missing.
@@ -520,7 +554,7 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
                 copy_bits(&mut s.left, &[]);
             }
         }
-        // med, or rtt in a sum: every tier compares every server left.
+        // rtt in a sum, or a draw first: every tier compares every server left.
         _ => {
             for i in 0..n {
                 insert(&mut s.left, i);
@@ -535,7 +569,7 @@ pub fn rank_into(policy: &Policy, cands: &[Candidate], out: &mut Ranking) {
 /// Fills `sorted` with the candidates in the order of `order(key)` (then of index), each
 /// as that above its index: a plain integer sort.
 #[inline(always)]
-pub(super) fn sort_by(sorted: &mut Vec<u128>, key: &[f64], order: impl Fn(f64) -> u64) {
+pub(super) fn sort_by<K: Copy>(sorted: &mut Vec<u128>, key: &[K], order: impl Fn(K) -> u64) {
     sorted.clear();
     sorted.extend(
         key.iter()
@@ -556,10 +590,11 @@ pub(super) fn total_order(v: f64) -> u64 {
     }
 }
 
-/// The kernel's decision for a ranking: tier 0 is the primary set, its portions the weights
-/// (0 counts as 1); the following tiers come after it in order; at most
-/// [`MAX_CANDIDATES`] in all (a tier 0 larger than that keeps its first ones by candidate
-/// order). Fallbacks carry their portion too (the kernel ignores it).
+/// The kernel's decision for a ranking: tier 0 is the primary set; the following tiers come
+/// after it in order; at most [`MAX_CANDIDATES`] in all (a tier 0 larger than that keeps
+/// its first ones by candidate order). The weights are the portions when the sort ends in
+/// `portion` (a portion of 0 is weight 0: the kernel picks such a server only when no
+/// usable one of its set has more), else 1 each (an even share, drawn or hashed).
 ///
 /// # Panics
 /// When `r` was not ranked from `cands` (an index out of range).
@@ -574,7 +609,11 @@ pub fn to_decision(r: &Ranking, cands: &[Candidate], prefix_len: u8) -> Decision
     };
     for (k, &i) in r.order[..count].iter().enumerate() {
         d.servers[k] = cands[i].server;
-        d.weights[k] = cands[i].portion.max(1);
+        d.weights[k] = if r.draw == Some(Metric::Portion) {
+            cands[i].portion
+        } else {
+            1
+        };
     }
     d
 }

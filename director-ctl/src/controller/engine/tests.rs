@@ -1,9 +1,18 @@
+use std::net::{IpAddr, Ipv4Addr};
+
+use super::metric::{MedRoute, Rtt as Ns};
 use super::policy::Kind;
 use super::rank::{bits_of, quantize, SortBuffers};
+use super::Metric::Rtt;
 use super::*;
 use director_common::maps::MAX_CANDIDATES;
 use proptest::prelude::*;
 use Metric::*;
+
+/// Milliseconds as the engine's nanoseconds.
+pub(super) fn ms(v: f64) -> Ns {
+    Ns((v * 1e6).round() as u64)
+}
 
 fn m() -> Metrics {
     Metrics::default()
@@ -30,7 +39,7 @@ fn winners(p: &Policy, c: &[Candidate]) -> Vec<u16> {
 }
 
 fn pol(prio: &[(Metric, u32)], weights: &[(Metric, f64)]) -> Policy {
-    Policy::new(prio, weights, 10.0, false).unwrap()
+    Policy::new(prio, weights, 10, false).unwrap()
 }
 
 fn geo_admin(geo: f64, admin: u32) -> Metrics {
@@ -112,16 +121,16 @@ fn without_priorities_all_weighted_metrics_make_one_composite() {
     assert_eq!(tiers(&p, &c), [vec![2], vec![1], vec![3]]);
 }
 
-fn rtt(ms: f64) -> Metrics {
+fn rtt(v: f64) -> Metrics {
     Metrics {
-        rtt: Some(ms),
+        rtt: Some(ms(v)),
         ..m()
     }
 }
 
 #[test]
 fn rtt_within_tolerance_ties() {
-    let p = Policy::new(&[(Rtt, 1)], &[], 10.0, false).unwrap();
+    let p = Policy::new(&[(Rtt, 1)], &[], 10, false).unwrap();
     let c = [
         cand(1, rtt(20.0)),
         cand(2, rtt(22.0)),
@@ -132,19 +141,19 @@ fn rtt_within_tolerance_ties() {
     // beyond 24.75.
     assert_eq!(tiers(&p, &c), [vec![1, 2], vec![3], vec![4]]);
     // Tolerance 0: only equal rtts tie.
-    let p0 = Policy::new(&[(Rtt, 1)], &[], 0.0, false).unwrap();
+    let p0 = Policy::new(&[(Rtt, 1)], &[], 0, false).unwrap();
     let c0 = [cand(1, rtt(20.0)), cand(2, rtt(20.0)), cand(3, rtt(20.001))];
     assert_eq!(tiers(&p0, &c0), [vec![1, 2], vec![3]]);
     // Tolerance 50: 30 ties with 20.
-    let p50 = Policy::new(&[(Rtt, 1)], &[], 50.0, false).unwrap();
+    let p50 = Policy::new(&[(Rtt, 1)], &[], 50, false).unwrap();
     assert_eq!(tiers(&p50, &c), [vec![1, 2, 3, 4]]);
 }
 
 #[test]
 fn rtt_ties_go_on_to_the_next_level() {
-    let p = Policy::new(&[(Rtt, 1), (Admin, 2)], &[], 10.0, false).unwrap();
-    let mk = |ms, admin| Metrics {
-        rtt: Some(ms),
+    let p = Policy::new(&[(Rtt, 1), (Admin, 2)], &[], 10, false).unwrap();
+    let mk = |v, admin| Metrics {
+        rtt: Some(ms(v)),
         admin: Some(admin),
         ..m()
     };
@@ -159,9 +168,9 @@ fn rtt_ties_go_on_to_the_next_level() {
 #[test]
 fn rtt_tolerance_in_a_composite_counts_as_the_lowest() {
     // rtt + admin at one priority, tolerance 10: 21 counts as 20.
-    let p = Policy::new(&[(Rtt, 1), (Admin, 1)], &[], 10.0, false).unwrap();
-    let mk = |ms, admin| Metrics {
-        rtt: Some(ms),
+    let p = Policy::new(&[(Rtt, 1), (Admin, 1)], &[], 10, false).unwrap();
+    let mk = |v, admin| Metrics {
+        rtt: Some(ms(v)),
         admin: Some(admin),
         ..m()
     };
@@ -172,97 +181,38 @@ fn rtt_tolerance_in_a_composite_counts_as_the_lowest() {
     ];
     // 1: 21, 2: 21 (20 + 1), 3: 25.
     assert_eq!(tiers(&p, &c), [vec![1, 2], vec![3]]);
-    let p0 = Policy::new(&[(Rtt, 1), (Admin, 1)], &[], 0.0, false).unwrap();
+    let p0 = Policy::new(&[(Rtt, 1), (Admin, 1)], &[], 0, false).unwrap();
     assert_eq!(tiers(&p0, &c), [vec![1], vec![2], vec![3]]);
 }
 
-fn bgp(ext: u32, int: u32, exit_as: u32, med: u32) -> Metrics {
+/// A route seen from a site in `site_as`, leaving through exit point 192.0.2.`exit`.
+pub(super) fn bgp(ext: u32, int: u32, site_as: u32, exit: u8, med: u32) -> Metrics {
     Metrics {
         ext: Some(ext),
         int: Some(int),
-        med: Some((exit_as, med)),
+        med: Some(MedRoute {
+            site_as,
+            exit: IpAddr::V4(Ipv4Addr::new(192, 0, 2, exit)),
+            med,
+        }),
         ..m()
     }
 }
 
-fn med_policy() -> Policy {
-    Policy::new(&[(Ext, 1), (Med, 2), (Int, 3)], &[], 10.0, true).unwrap()
-}
-
-#[test]
-fn med_lower_wins_within_the_same_exit_as() {
-    // Same path length, same exit AS: MED 10 beats MED 50 although its IGP cost is higher.
-    let c = [
-        cand(1, bgp(2, 5, 64500, 50)),
-        cand(2, bgp(2, 100, 64500, 10)),
-    ];
-    assert_eq!(tiers(&med_policy(), &c), [vec![2], vec![1]]);
-    // Without med, int decides.
-    let p = Policy::new(&[(Ext, 1), (Int, 3)], &[], 10.0, false).unwrap();
-    assert_eq!(tiers(&p, &c), [vec![1], vec![2]]);
-}
-
-#[test]
-fn med_does_not_compare_different_exit_ases() {
-    // Different exit ASes: both survive med, int decides; the same-AS loser is out.
-    let c = [
-        cand(1, bgp(2, 50, 64500, 0)),
-        cand(2, bgp(2, 10, 64501, 900)),
-        cand(3, bgp(2, 5, 64500, 7)),
-    ];
-    assert_eq!(tiers(&med_policy(), &c), [vec![2], vec![1], vec![3]]);
-    let e = explain(&med_policy(), &c);
-    let med_step = &e.tiers[0].steps[1];
-    assert_eq!(
-        med_step.rows.iter().map(|r| r.survived).collect::<Vec<_>>(),
-        [true, true, false]
-    );
-}
-
-#[test]
-fn med_without_mediscriminator_counts_as_zero() {
-    assert_eq!(med_key(64500, None), (64500, 0));
-    assert_eq!(med_key(64500, Some(30)), (64500, 30));
-}
-
-#[test]
-fn med_is_refused_unless_well_formed() {
-    let e = Policy::new(&[(Ext, 1), (Med, 2)], &[], 10.0, true).unwrap_err();
-    assert!(
-        e.contains("med needs ext and int") && e.contains("int is not"),
-        "{e}"
-    );
-    let e = Policy::new(&[(Int, 1), (Med, 2)], &[], 10.0, true).unwrap_err();
-    assert!(e.contains("ext is not"), "{e}");
-    // ext by weight only counts as in the policy; a weight of 0 does not.
-    assert!(Policy::new(&[(Int, 1), (Med, 2)], &[(Ext, 1.0)], 10.0, true).is_ok());
-    assert!(Policy::new(&[(Int, 1), (Med, 2)], &[(Ext, 0.0)], 10.0, true).is_err());
-    let e = Policy::new(&[(Ext, 1), (Int, 2), (Med, 3)], &[(Med, 1.0)], 10.0, true).unwrap_err();
-    assert!(e.contains("med takes no weight"), "{e}");
-    let e = Policy::new(&[(Ext, 1), (Int, 2), (Med, 2)], &[], 10.0, true).unwrap_err();
-    assert!(e.contains("med cannot share priority 2 with int"), "{e}");
-    let e = Policy::new(&[(Ext, 1), (Int, 2)], &[], 10.0, true).unwrap_err();
-    assert!(e.contains("med is on but has no priority"), "{e}");
-    let e = Policy::new(&[(Ext, 1), (Int, 2), (Med, 3)], &[], 10.0, false).unwrap_err();
-    assert!(e.contains("med has priority 3 but is off"), "{e}");
-}
-
 #[test]
 fn bad_policies_are_refused_with_the_reason() {
-    let err = |prio: &[(Metric, u32)], w: &[(Metric, f64)], tol: f64| {
+    let err = |prio: &[(Metric, u32)], w: &[(Metric, f64)], tol: u32| {
         Policy::new(prio, w, tol, false).unwrap_err()
     };
-    assert!(err(&[(Geo, 1), (Geo, 2)], &[], 10.0).contains("geo is given two priorities"));
-    assert!(err(&[], &[(Geo, 1.0), (Geo, 2.0)], 10.0).contains("geo is given two weights"));
-    assert!(err(&[(Geo, 0)], &[], 10.0).contains("priority 0 of geo is not from 1 to 100"));
-    assert!(err(&[(Geo, 101)], &[], 10.0).contains("priority 101 of geo"));
-    assert!(err(&[], &[(Geo, -1.0)], 10.0).contains("weight -1 of geo"));
-    assert!(err(&[], &[(Geo, f64::NAN)], 10.0).contains("weight NaN of geo"));
-    assert!(err(&[], &[(Geo, f64::INFINITY)], 10.0).contains("weight inf of geo"));
-    assert!(err(&[(Geo, 1)], &[], -1.0).contains("rtt tolerance -1"));
-    assert!(err(&[(Geo, 1)], &[], f64::NAN).contains("rtt tolerance NaN"));
-    assert!(err(&[(Random, 1)], &[(Random, 1.0)], 10.0).contains("random takes no weight"));
-    assert!(err(&[(Random, 1), (Geo, 1)], &[], 10.0)
+    assert!(err(&[(Geo, 1), (Geo, 2)], &[], 10).contains("geo is given two priorities"));
+    assert!(err(&[], &[(Geo, 1.0), (Geo, 2.0)], 10).contains("geo is given two weights"));
+    assert!(err(&[(Geo, 0)], &[], 10).contains("priority 0 of geo is not from 1 to 100"));
+    assert!(err(&[(Geo, 101)], &[], 10).contains("priority 101 of geo"));
+    assert!(err(&[], &[(Geo, -1.0)], 10).contains("weight -1 of geo"));
+    assert!(err(&[], &[(Geo, f64::NAN)], 10).contains("weight NaN of geo"));
+    assert!(err(&[], &[(Geo, f64::INFINITY)], 10).contains("weight inf of geo"));
+    assert!(err(&[(Geo, 1)], &[], 101).contains("rtt tolerance 101 is not from 0 to 100"));
+    assert!(err(&[(Random, 1), (Geo, 1)], &[], 10)
         .contains("random cannot share priority 1 with geo"));
     assert_eq!("geo".parse::<Metric>(), Ok(Geo));
     assert!("speed"
@@ -329,16 +279,16 @@ fn missing_data_ranks_last_and_never_panics() {
         cand(
             3,
             Metrics {
-                rtt: Some(f64::NAN),
+                geo: Some(f64::NAN),
                 ..m()
             },
         ),
     ];
     assert_eq!(tiers(&p, &c), [vec![1, 2, 3]]);
     let every = Policy::new(
-        &[(Ext, 1), (Med, 2), (Int, 3), (Rtt, 4), (Geo, 5), (Admin, 6)],
+        &[(Ext, 1), (Int, 3), (Rtt, 4), (Geo, 5), (Admin, 6)],
         &[(Ser, 1.0)],
-        10.0,
+        10,
         true,
     )
     .unwrap();
@@ -348,7 +298,7 @@ fn missing_data_ranks_last_and_never_panics() {
     assert_eq!(to_decision(&rank(&every, &[]), &[], 24).count, 0);
     // Extreme values: no overflow into NaN.
     let huge = Metrics {
-        rtt: Some(f64::MAX),
+        rtt: Some(Ns(u64::MAX - 1)),
         geo: Some(-f64::MAX),
         ..m()
     };
@@ -360,7 +310,7 @@ fn missing_data_ranks_last_and_never_panics() {
             3,
             Metrics {
                 geo: Some(1.0),
-                ..rtt(-f64::MAX)
+                ..rtt(0.0)
             },
         ),
     ];
@@ -419,12 +369,12 @@ fn random_is_recorded_and_ends_the_sort() {
         cand(3, geo_admin(50.0, 0)),
     ];
     let r = rank(&p, &c);
-    assert!(r.random() && p.random());
+    assert!(r.draw() == Some(Random) && p.draw() == Some(Random));
     // Admin would split 1 and 2; after random it is not reached.
     assert_eq!(r.to_vecs(), vec![vec![0, 1], vec![2]]);
-    assert!(!rank(&pol(&[(Geo, 1)], &[]), &c).random());
+    assert_eq!(rank(&pol(&[(Geo, 1)], &[]), &c).draw(), None);
     let e = explain(&p, &c);
-    assert_eq!(e.tiers[0].steps[1].outcome, Outcome::Random);
+    assert_eq!(e.tiers[0].steps[1].outcome, Outcome::Draw);
     assert_eq!(e.tiers[0].steps[2].outcome, Outcome::NotReached);
 }
 
@@ -436,8 +386,8 @@ fn empty_policy_makes_everyone_equal() {
 }
 
 #[test]
-fn portions_become_weights() {
-    let p = pol(&[(Geo, 1)], &[]);
+fn portions_become_weights_when_the_sort_ends_in_portion() {
+    let p = pol(&[(Geo, 1), (Portion, 2)], &[]);
     let mut c = [
         cand(7, geo_admin(1.0, 0)),
         cand(8, geo_admin(1.0, 0)),
@@ -449,8 +399,11 @@ fn portions_become_weights() {
     let d = to_decision(&rank(&p, &c), &c, 24);
     assert_eq!((d.prefix_len, d.count, d.primary), (24, 3, 2));
     assert_eq!(d.servers[..3], [7, 8, 9]);
-    assert_eq!(d.weights[..3], [3, 1, 40]);
+    assert_eq!(d.weights[..3], [3, 0, 40]);
     assert_eq!(decide(&p, &c, 24, &mut Ranking::new()), d);
+    // Without portion in the policy the portions do not count: an even share.
+    let d = to_decision(&rank(&pol(&[(Geo, 1)], &[]), &c), &c, 24);
+    assert_eq!(d.weights[..3], [1, 1, 1]);
 }
 
 #[test]
@@ -506,36 +459,30 @@ fn fallback_tiers_follow_in_rank_order_and_at_most_eight() {
 
 #[test]
 fn explain_replays_the_sort_readably() {
-    let p = Policy::new(
-        &[(Ext, 1), (Med, 2), (Int, 3)],
-        &[(Rtt, 2.0), (Geo, 0.1)],
-        10.0,
-        true,
-    )
-    .unwrap();
+    let p = Policy::new(&[(Ext, 1), (Int, 3)], &[(Rtt, 2.0), (Geo, 0.1)], 10, true).unwrap();
     let mut c = [
         cand(
             1,
             Metrics {
-                rtt: Some(20.0),
+                rtt: Some(ms(20.0)),
                 geo: Some(100.0),
-                ..bgp(2, 5, 64500, 50)
+                ..bgp(2, 5, 64500, 1, 50)
             },
         ),
         cand(
             2,
             Metrics {
-                rtt: Some(21.0),
+                rtt: Some(ms(21.0)),
                 geo: Some(300.0),
-                ..bgp(2, 5, 64501, 10)
+                ..bgp(2, 5, 64501, 2, 10)
             },
         ),
         cand(
             3,
             Metrics {
-                rtt: Some(10.0),
+                rtt: Some(ms(10.0)),
                 geo: Some(10.0),
-                ..bgp(3, 5, 64500, 0)
+                ..bgp(3, 5, 64502, 3, 0)
             },
         ),
         cand(4, m()),
@@ -549,8 +496,8 @@ fn explain_replays_the_sort_readably() {
         .collect();
     assert_eq!(got, rank(&p, &c).to_vecs());
     // 1: 2*20 + 10 = 50; 2: 2*20 (21 counts as 20) + 30 = 70.
-    let sum = &e.tiers[0].steps[3];
-    assert_eq!(sum.rtt_lowest, Some(20.0));
+    let sum = &e.tiers[0].steps[2];
+    assert_eq!(sum.rtt_lowest, Some(ms(20.0)));
     assert_eq!(
         sum.rows.iter().map(|r| r.key).collect::<Vec<_>>(),
         [Some(50.0), Some(70.0)]
@@ -559,12 +506,12 @@ fn explain_replays_the_sort_readably() {
     let sort = crate::controller::explain::sort(&e, &|id| format!("#{id}"));
     let text = crate::cli::print::sort(&sort);
     for want in [
-        "sort by 1: ext, 2: med, 3: int, 101: 2*rtt + 0.1*geo",
+        "sort by 1: ext, 3: int, 101: 2*rtt + 0.1*geo, after the med step (rtt tolerance 10%)",
         "tier 0",
-        "exit AS",
+        "exit point",
         "out (no data)",
-        "lowest rtt 20, up to 22 counts as 20",
-        "=> #1 (portion 1)",
+        "lowest rtt 20 ms, up to 22 ms counts as 20",
+        "=> #1",
     ] {
         assert!(text.contains(want), "{want:?} not in\n{text}");
     }
@@ -572,7 +519,8 @@ fn explain_replays_the_sort_readably() {
     let named = crate::cli::print::sort(&named);
     assert!(named.contains("srv-2"), "{named}");
     let json = serde_json::to_value(&sort).unwrap();
-    assert_eq!(json["levels"][1]["metrics"][0]["metric"], "med");
+    assert_eq!(json["levels"][1]["metrics"][0]["metric"], "int");
+    assert_eq!(json["med"], true);
     println!("{text}");
 }
 
@@ -587,10 +535,10 @@ fn naive(p: &Policy, c: &[Candidate]) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
             Ext => x.ext.map(|v| v as f64),
             Int => x.int.map(|v| v as f64),
             Ser => x.ser.map(|v| v as f64),
-            Rtt => x.rtt,
+            Rtt => x.rtt.map(Ns::ms),
             Geo => x.geo,
             Admin => x.admin.map(|v| v as f64),
-            Med | Random => unreachable!(),
+            Portion | Random => unreachable!(),
         };
         v.filter(|v| v.is_finite())
     };
@@ -599,33 +547,28 @@ fn naive(p: &Policy, c: &[Candidate]) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
     let mut compared0 = Vec::new();
     while !left.is_empty() {
         let mut set = left.clone();
+        if p.med() {
+            // DD: same AS, different exit points: the lower MED is selected.
+            let routed: Vec<(usize, MedRoute)> = set
+                .iter()
+                .filter_map(|&i| c[i].metrics.med.map(|m| (i, m)))
+                .collect();
+            set.retain(|&i| {
+                let Some(me) = c[i].metrics.med else {
+                    return true;
+                };
+                let peers = routed.iter().filter(|(_, m)| m.site_as == me.site_as);
+                let differ = peers.clone().any(|(_, m)| m.exit != me.exit);
+                let lowest = peers.map(|(_, m)| m.med).min().unwrap();
+                !(differ && me.med > lowest)
+            });
+        }
         for (_, ms) in p.levels() {
             if out.is_empty() {
                 compared0.push(set.clone());
             }
-            if ms[0].0 == Random {
+            if ms[0].0.is_draw() {
                 break;
-            }
-            if ms[0].0 == Med {
-                let has: Vec<usize> = set
-                    .iter()
-                    .copied()
-                    .filter(|&i| c[i].metrics.med.is_some())
-                    .collect();
-                if !has.is_empty() {
-                    set = has
-                        .iter()
-                        .copied()
-                        .filter(|&i| {
-                            let (a, m) = c[i].metrics.med.unwrap();
-                            has.iter().all(|&j| {
-                                let (b, n) = c[j].metrics.med.unwrap();
-                                a != b || n >= m
-                            })
-                        })
-                        .collect();
-                }
-                continue;
             }
             let complete: Vec<usize> = set
                 .iter()
@@ -635,11 +578,9 @@ fn naive(p: &Policy, c: &[Candidate]) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
             if complete.is_empty() {
                 continue;
             }
-            let low = complete
-                .iter()
-                .filter_map(|&i| val(i, Rtt))
-                .fold(f64::INFINITY, f64::min);
-            let lim = low + low.abs() * (p.rtt_tolerance_percent() / 100.0);
+            let low = complete.iter().filter_map(|&i| c[i].metrics.rtt).min();
+            let tol = u128::from(p.rtt_tolerance_percent());
+            let within = |v: Ns| low.is_some_and(|l| v.0 as u128 * 100 <= l.0 as u128 * (100 + tol));
             // The other metrics in order, then rtt (the engine's order of additions).
             let key = |i: usize| -> f64 {
                 let others: f64 = ms
@@ -648,8 +589,8 @@ fn naive(p: &Policy, c: &[Candidate]) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
                     .map(|&(m, w)| w * val(i, m).unwrap())
                     .sum();
                 let rtt = ms.iter().find(|(m, _)| *m == Rtt).map(|&(_, w)| {
-                    let v = val(i, Rtt).unwrap();
-                    w * if v <= lim { low } else { v }
+                    let v = c[i].metrics.rtt.unwrap();
+                    w * if within(v) { low.unwrap() } else { v }.ms()
                 });
                 others + rtt.unwrap_or(0.0)
             };
@@ -680,6 +621,26 @@ fn naive(p: &Policy, c: &[Candidate]) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
 fn opt_u32(max: u32) -> impl Strategy<Value = Option<u32>> {
     prop_oneof![1 => Just(None), 6 => (0..=max).prop_map(Some)]
 }
+fn opt_rtt() -> impl Strategy<Value = Option<Ns>> {
+    let ns = vec![
+        0,
+        10_000_000,
+        10_200_000,
+        10_500_000,
+        11_000_000,
+        11_000_001,
+        11_220_000,
+        11_220_001,
+        12_000_000,
+        20_000_000,
+        21_900_000,
+        22_000_000,
+        22_000_001,
+        25_000_000,
+        100_000_000,
+    ];
+    prop_oneof![1 => Just(None), 6 => prop::sample::select(ns).prop_map(|v| Some(Ns(v)))]
+}
 fn opt_f64() -> impl Strategy<Value = Option<f64>> {
     prop_oneof![
         1 => Just(None),
@@ -693,8 +654,8 @@ fn metrics() -> impl Strategy<Value = Metrics> {
         opt_u32(3),
         opt_u32(3),
         opt_u32(3),
-        opt_f64(),
-        prop::option::of((0..3u32, 0..3u32)),
+        opt_rtt(),
+        prop::option::of((0..3u32, 0..3u8, 0..3u32)),
         opt_f64(),
         opt_u32(3),
     )
@@ -703,7 +664,11 @@ fn metrics() -> impl Strategy<Value = Metrics> {
             int,
             ser,
             rtt,
-            med,
+            med: med.map(|(site_as, exit, med)| MedRoute {
+                site_as,
+                exit: IpAddr::V4(Ipv4Addr::new(192, 0, 2, exit)),
+                med,
+            }),
             geo,
             admin,
         })
@@ -733,24 +698,25 @@ fn policy() -> impl Strategy<Value = Policy> {
             ),
             6,
         ),
-        prop::option::of(1..7u32),
+        any::<bool>(),
         prop::option::of(1..8u32),
-        prop::sample::select(vec![0.0, 10.0, 50.0]),
+        prop::option::of(1..8u32),
+        prop::sample::select(vec![0, 10, 50, 100]),
     )
-        .prop_filter_map("not a valid policy", move |(pw, med, random, tol)| {
+        .prop_filter_map("not a valid policy", move |(pw, med, random, portion, tol)| {
             let prio: Vec<(Metric, u32)> = plain
                 .iter()
                 .zip(&pw)
                 .filter_map(|(m, (p, _))| p.map(|p| (*m, p)))
-                .chain(med.map(|p| (Med, p)))
                 .chain(random.map(|p| (Random, p)))
+                .chain(portion.map(|p| (Portion, p)))
                 .collect();
             let w: Vec<(Metric, f64)> = plain
                 .iter()
                 .zip(&pw)
                 .filter_map(|(m, (_, w))| w.map(|w| (*m, w)))
                 .collect();
-            Policy::new(&prio, &w, tol, med.is_some()).ok()
+            Policy::new(&prio, &w, tol, med).ok()
         })
 }
 
@@ -765,7 +731,7 @@ proptest! {
         prop_assert_eq!(all, (0..c.len()).collect::<Vec<_>>());
         prop_assert!(r.tiers().all(|t| !t.is_empty()));
         prop_assert_eq!(r.tier_count() == 0, c.is_empty());
-        prop_assert_eq!(r.random(), p.random());
+        prop_assert_eq!(r.draw(), p.draw());
         let (want, _) = naive(&p, &c);
         prop_assert_eq!(r.to_vecs(), want);
         // Reusing a buffer gives the same.
@@ -787,7 +753,8 @@ proptest! {
         prop_assert_eq!(d.primary as usize, r.tier(0).len().min(n));
         for (k, &i) in r.order().iter().take(n).enumerate() {
             prop_assert_eq!(d.servers[k], c[i].server);
-            prop_assert_eq!(d.weights[k], c[i].portion.max(1));
+            let w = if p.draw() == Some(Portion) { c[i].portion } else { 1 };
+            prop_assert_eq!(d.weights[k], w);
         }
     }
 
@@ -804,7 +771,7 @@ proptest! {
             for &i in &t0 {
                 prop_assert!(set.contains(&i));
             }
-            if ms[0].0 == Random || ms[0].0 == Med {
+            if ms[0].0.is_draw() {
                 continue;
             }
             let mut s = SortBuffers::default();
@@ -898,19 +865,17 @@ fn quantize_keeps_order_and_ties_rounding_errors() {
 
 #[test]
 fn rtt_first_with_extreme_values_ranks_like_the_rules() {
-    let p = Policy::new(&[(Rtt, 1), (Admin, 2)], &[(Rtt, 10.0)], 10.0, false).unwrap();
+    let p = Policy::new(&[(Rtt, 1), (Admin, 2)], &[(Rtt, 10.0)], 10, false).unwrap();
     let values = [
-        -f64::MAX,
-        -1e300,
-        -5.0,
-        0.0,
-        -0.0,
-        1.0,
-        1.05,
-        1.2,
-        1e300,
-        f64::MAX,
-        f64::NAN,
+        0,
+        1,
+        1_000_000,
+        1_050_000,
+        1_100_000,
+        1_100_001,
+        1_200_000,
+        100_000_000_000,
+        u64::MAX - 1,
     ];
     let c: Vec<Candidate> = values
         .iter()
@@ -919,8 +884,8 @@ fn rtt_first_with_extreme_values_ranks_like_the_rules() {
             cand(
                 i as u16,
                 Metrics {
-                    rtt: Some(v),
-                    admin: Some((i % 3) as u32),
+                    rtt: Some(Ns(v)),
+                    admin: Some((i % 3 == 2) as u32),
                     ..m()
                 },
             )
@@ -928,15 +893,10 @@ fn rtt_first_with_extreme_values_ranks_like_the_rules() {
         .collect();
     let r = rank(&p, &c);
     assert_eq!(r.to_vecs(), naive(&p, &c).0);
-    // 10 × -1e300 is the lowest; 10 × ±f64::MAX overflows: missing like NaN, last, and
-    // then told apart by admin.
-    assert_eq!(r.tier(0), [1]);
-    assert_eq!(r.to_vecs()[r.tier_count() - 2..], [vec![0, 9], vec![10]]);
-    let text =
-        crate::cli::print::sort(&crate::controller::explain::sort(&explain(&p, &c), &|id| {
-            format!("#{id}")
-        }));
-    assert!(text.contains("-1.8e308"), "{text}");
+    // 0 ties only with 0, and 1 ns only with itself (10 % of it is below a nanosecond).
+    assert_eq!(r.to_vecs()[..2], [vec![0], vec![1]]);
+    // 1 ms: 1.1 ms ties, 1.100001 ms does not; admin then splits the tie.
+    assert_eq!(r.to_vecs()[2..6], [vec![3, 4], vec![2], vec![6], vec![5]]);
 }
 
 // ---- timing ------------------------------------------------------------------------
@@ -945,11 +905,10 @@ fn rtt_first_with_extreme_values_ranks_like_the_rules() {
 fn bench_policies() -> [(&'static str, Policy); 2] {
     [
         (
-            "ext, med, int, 0.1*geo + rtt (10%), admin, random",
+            "med step, ext, int, 0.1*geo + rtt (10%), admin, random",
             Policy::new(
                 &[
                     (Ext, 1),
-                    (Med, 2),
                     (Int, 3),
                     (Geo, 4),
                     (Rtt, 4),
@@ -957,14 +916,14 @@ fn bench_policies() -> [(&'static str, Policy); 2] {
                     (Random, 6),
                 ],
                 &[(Geo, 0.1), (Rtt, 1.0)],
-                10.0,
+                10,
                 true,
             )
             .unwrap(),
         ),
         (
             "geo, admin",
-            Policy::new(&[(Geo, 1), (Admin, 2)], &[], 10.0, false).unwrap(),
+            Policy::new(&[(Geo, 1), (Admin, 2)], &[], 10, false).unwrap(),
         ),
     ]
 }
@@ -991,9 +950,13 @@ fn bench(p: &Policy, n_cands: usize) -> std::time::Duration {
                         rtt: if next(10) == 0 {
                             None
                         } else {
-                            Some(5.0 + next(200) as f64)
+                            Some(ms(5.0 + next(200) as f64))
                         },
-                        med: Some((64500 + next(3) as u32, next(3) as u32)),
+                        med: Some(MedRoute {
+                            site_as: 64500 + next(3) as u32,
+                            exit: IpAddr::V4(Ipv4Addr::new(192, 0, 2, next(3) as u8)),
+                            med: next(3) as u32,
+                        }),
                         geo: Some(next(10000) as f64),
                         admin: Some(next(3) as u32),
                     },

@@ -4,7 +4,8 @@
 //! whose first non-blank character is '#' are ignored, and so is a first line whose first
 //! field is `prefix` (a header). Every error names `file:line` and what is wrong.
 //!
-//! - RTT: `prefix,site,rtt_ms`, e.g. `192.0.2.0/24,fra,12.5` (rtt a finite number >= 0).
+//! - RTT: `prefix,site,rtt_ms`, e.g. `192.0.2.0/24,fra,12.5`: a plain decimal >= 0 with at
+//!   most six decimals (whole nanoseconds), read exactly (see [`parse_rtt`]).
 //! - Locations: `prefix,lat,lon` (degrees, -90..90 and -180..180) or `prefix,location-name`
 //!   (a node of the location graph, see [`super::graph`]).
 //!
@@ -14,10 +15,11 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
+use crate::controller::engine::Rtt;
 use crate::controller::model::{GeoPoint, IpNet, Location};
 
 /// `prefix,site,rtt_ms` lines.
-pub fn load_rtt(path: &Path) -> Result<Vec<(IpNet, String, f64)>> {
+pub fn load_rtt(path: &Path) -> Result<Vec<(IpNet, String, Rtt)>> {
     let mut out = Vec::new();
     for_each_line(path, |fields| {
         let [p, site, rtt] = fields else {
@@ -28,11 +30,7 @@ pub fn load_rtt(path: &Path) -> Result<Vec<(IpNet, String, f64)>> {
         };
         let prefix = parse_prefix(p)?;
         let site = name(site, "site")?;
-        let rtt = number(rtt, "rtt_ms")?;
-        if rtt < 0.0 {
-            bail!("rtt_ms {rtt} is negative");
-        }
-        out.push((prefix, site, rtt));
+        out.push((prefix, site, parse_rtt(rtt)?));
         Ok(())
     })?;
     Ok(out)
@@ -99,6 +97,45 @@ pub(crate) fn parse_prefix(text: &str) -> Result<IpNet> {
     Ok(net)
 }
 
+/// Highest RTT a file may give: 100 s, far above any network's. The bound keeps a
+/// nanosecond apart in the sort's keys too (40 significant bits resolve 0.1 ns at 100 s).
+const MAX_RTT_MS: u64 = 100_000;
+
+/// Milliseconds as a plain decimal (`12`, `12.5`, `0.000001`) into exact nanoseconds: no
+/// float is involved, so the rtt tolerance compares exactly the values the file holds.
+/// Refused: a sign, an exponent, more than six decimals, more than 100 s.
+pub(crate) fn parse_rtt(text: &str) -> Result<Rtt> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if text.starts_with('-') && text.len() > 1 {
+        bail!("rtt_ms {text} is negative");
+    }
+    if int.is_empty() && frac.is_empty() || !digits(int) || !digits(frac) {
+        bail!("bad number {text:?} for rtt_ms: expected a plain decimal such as 12.5");
+    }
+    if frac.len() > 6 {
+        bail!(
+            "rtt_ms {text} has {} decimals: at most 6 (whole nanoseconds) are kept exactly",
+            frac.len()
+        );
+    }
+    let ms: u64 = match int.trim_start_matches('0') {
+        "" => 0,
+        i if i.len() <= 9 => i.parse().unwrap_or(u64::MAX),
+        _ => u64::MAX,
+    };
+    if ms > MAX_RTT_MS || ms == MAX_RTT_MS && frac.bytes().any(|b| b != b'0') {
+        bail!("rtt_ms {text} is more than {MAX_RTT_MS} ms");
+    }
+    let mut ns = ms * Rtt::NS_PER_MS;
+    let mut scale = Rtt::NS_PER_MS;
+    for b in frac.bytes() {
+        scale /= 10;
+        ns += u64::from(b - b'0') * scale;
+    }
+    Ok(Rtt(ns))
+}
+
 fn number(text: &str, what: &str) -> Result<f64> {
     match text.parse::<f64>() {
         Ok(x) if x.is_finite() => Ok(x),
@@ -155,9 +192,9 @@ mod tests {
         assert_eq!(
             v,
             vec![
-                ("192.0.2.0/24".parse().unwrap(), "fra".to_string(), 12.5),
-                ("2001:db8::/32".parse().unwrap(), "ams".to_string(), 0.0),
-                ("10.0.0.0/8".parse().unwrap(), "lon".to_string(), 3.0),
+                ("192.0.2.0/24".parse().unwrap(), "fra".to_string(), Rtt(12_500_000)),
+                ("2001:db8::/32".parse().unwrap(), "ams".to_string(), Rtt(0)),
+                ("10.0.0.0/8".parse().unwrap(), "lon".to_string(), Rtt(3_000_000)),
             ]
         );
     }
@@ -184,6 +221,16 @@ mod tests {
             ),
             ("10.0.0.0/8,fra,NaN\n", ":1: bad number \"NaN\" for rtt_ms"),
             ("10.0.0.0/8,fra,-1\n", ":1: rtt_ms -1 is negative"),
+            ("10.0.0.0/8,fra,1e3\n", ":1: bad number \"1e3\" for rtt_ms"),
+            ("10.0.0.0/8,fra,.\n", ":1: bad number \".\" for rtt_ms"),
+            (
+                "10.0.0.0/8,fra,1.0000001\n",
+                ":1: rtt_ms 1.0000001 has 7 decimals",
+            ),
+            (
+                "10.0.0.0/8,fra,100000.5\n",
+                ":1: rtt_ms 100000.5 is more than 100000 ms",
+            ),
             (
                 "10.0.0.0/8,fra\n",
                 ":1: expected 3 fields (prefix,site,rtt_ms), found 2",
@@ -202,6 +249,28 @@ mod tests {
         }
         let e = err(load_rtt(Path::new("/nonexistent/rtt.csv")));
         assert!(e.contains("/nonexistent/rtt.csv"), "{e}");
+    }
+
+    #[test]
+    fn rtt_decimals_are_read_exactly() {
+        let ns = |t: &str| parse_rtt(t).unwrap().0;
+        assert_eq!(ns("10.2"), 10_200_000);
+        assert_eq!(ns("11.22"), 11_220_000);
+        assert_eq!(ns("0.000001"), 1);
+        assert_eq!(ns("007.5"), 7_500_000);
+        assert_eq!(ns("5."), 5_000_000);
+        assert_eq!(ns(".5"), 500_000);
+        assert_eq!(ns("100000"), 100_000 * 1_000_000);
+        assert_eq!(ns("100000.000"), 100_000 * 1_000_000);
+    }
+
+    proptest::proptest! {
+        /// Every value a file can hold reads back to exactly the nanoseconds it spells.
+        #[test]
+        fn any_six_decimal_rtt_is_exact(ms in 0u64..100_000, frac in 0u64..1_000_000) {
+            let text = format!("{ms}.{frac:06}");
+            proptest::prop_assert_eq!(parse_rtt(&text).unwrap().0, ms * 1_000_000 + frac);
+        }
     }
 
     #[test]

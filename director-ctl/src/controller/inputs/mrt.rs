@@ -480,6 +480,7 @@ impl State {
                     Route {
                         path_len: best.attrs.path_len,
                         neighbor_as: best.attrs.neighbor_as,
+                        peer_as: info.asn,
                         next_hop: best.attrs.next_hop.unwrap_or(info.ip),
                         med: best.attrs.med,
                     },
@@ -1226,6 +1227,7 @@ mod tests {
             &Route {
                 path_len: 4,
                 neighbor_as: 65001,
+                peer_as: A.1,
                 next_hop: nh(A.0),
                 med: None
             }
@@ -1239,6 +1241,7 @@ mod tests {
             &Route {
                 path_len: 2,
                 neighbor_as: 65001,
+                peer_as: A2.1,
                 next_hop: nh(A2.0),
                 med: Some(10)
             }
@@ -1252,6 +1255,7 @@ mod tests {
             &Route {
                 path_len: 2,
                 neighbor_as: 65009,
+                peer_as: B.1,
                 next_hop: nh(B.0),
                 med: None
             }
@@ -1262,6 +1266,7 @@ mod tests {
             &Route {
                 path_len: 0,
                 neighbor_as: 65001,
+                peer_as: A.1,
                 next_hop: nh(A.0),
                 med: None
             }
