@@ -136,20 +136,42 @@ pub fn check(path: &Path, s: &api::Check) -> String {
 /// The servers' data with its sources, the sort in the manner of Cisco's `debug ip
 /// director sort`, then the kernel's pick among the winners.
 pub fn explain(e: &api::Explain) -> String {
+    // Only what the sort looks at: no route for a geo-only service, no portion without
+    // the portion draw.
+    let used: Vec<Metric> = e
+        .sort
+        .levels
+        .iter()
+        .flat_map(|l| l.metrics.iter().map(|t| t.metric))
+        .collect();
+    let uses = |m: Metric| used.contains(&m);
+    let bgp_used = e.sort.med || uses(Metric::Ext) || uses(Metric::Int);
     let mut o = String::new();
     let _ = writeln!(o, "{} for {}", e.service, e.client);
-    if let Some(l) = e.servers.iter().find_map(|s| s.location.as_ref()) {
-        let at = match (l.lat, l.lon) {
-            (Some(lat), Some(lon)) => format!("({lat:.2},{lon:.2})"),
-            _ => format!("node {}", l.node.as_deref().unwrap_or("?")),
-        };
-        let file = l.file.as_ref().map_or("-".into(), |f| f.display().to_string());
-        let _ = writeln!(o, "  client located by {} at {at}, from {file}", l.prefix);
+    if uses(Metric::Geo) {
+        match e.servers.iter().find_map(|s| s.location.as_ref()) {
+            Some(l) => {
+                let at = match (l.lat, l.lon) {
+                    (Some(lat), Some(lon)) => format!("({lat:.2},{lon:.2})"),
+                    _ => format!("node {}", l.node.as_deref().unwrap_or("?")),
+                };
+                let file = l
+                    .file
+                    .as_ref()
+                    .map_or("-".into(), |f| f.display().to_string());
+                let _ = writeln!(o, "  client located by {} at {at}, from {file}", l.prefix);
+            }
+            None => o.push_str("  client location unknown\n"),
+        }
     }
     for s in &e.servers {
-        let _ = writeln!(o, "  {} (site {}, portion {})", s.server, s.site, s.portion);
+        let _ = write!(o, "  {} (site {}", s.server, s.site);
+        if e.sort.draw == Some(Metric::Portion) {
+            let _ = write!(o, ", portion {}", s.portion);
+        }
+        o.push_str(")\n");
         match &s.bgp {
-            Some(b) => {
+            Some(b) if bgp_used => {
                 let med = b.med.map_or("none (counts as 0)".into(), |m| m.to_string());
                 let files: Vec<String> = b.files.iter().map(|f| f.display().to_string()).collect();
                 let _ = writeln!(
@@ -164,24 +186,41 @@ pub fn explain(e: &api::Explain) -> String {
                     files.join(", ")
                 );
             }
-            None => o.push_str("    bgp: no route\n"),
+            None if bgp_used => o.push_str("    bgp: no route\n"),
+            _ => {}
         }
-        if let Some(r) = &s.rtt {
-            let file = r.file.as_ref().map_or("-".into(), |f| f.display().to_string());
-            let _ = writeln!(o, "    rtt {} ms for {} ({file})", r.ms, r.prefix);
+        if uses(Metric::Rtt) {
+            match &s.rtt {
+                Some(r) => {
+                    let file = r
+                        .file
+                        .as_ref()
+                        .map_or("-".into(), |f| f.display().to_string());
+                    let _ = writeln!(o, "    rtt {} ms for {} ({file})", r.ms, r.prefix);
+                }
+                None => o.push_str("    rtt: not measured\n"),
+            }
         }
         let m = &s.metrics;
         let v = |x: Option<u32>| x.map_or("-".into(), |x| x.to_string());
-        let _ = writeln!(
-            o,
-            "    ext {} int {} ser {} rtt {} geo {} admin {}",
-            v(m.ext),
-            v(m.int),
-            v(m.ser),
-            m.rtt.map_or("-".into(), |r| r.to_string()),
-            opt(m.geo),
-            v(m.admin)
-        );
+        let values: Vec<String> = used
+            .iter()
+            .filter_map(|&metric| {
+                let text = match metric {
+                    Metric::Ext => v(m.ext),
+                    Metric::Int => v(m.int),
+                    Metric::Ser => v(m.ser),
+                    Metric::Rtt => m.rtt.map_or("-".into(), |r| r.to_string()),
+                    Metric::Geo => opt(m.geo),
+                    Metric::Admin => v(m.admin),
+                    Metric::Portion | Metric::Random => return None,
+                };
+                Some(format!("{metric} {text}"))
+            })
+            .collect();
+        if !values.is_empty() {
+            let _ = writeln!(o, "    {}", values.join(", "));
+        }
     }
     o += &sort(&e.sort);
     o += &pick(&e.pick, e.select);
@@ -274,9 +313,7 @@ pub fn sort(s: &api::Sort) -> String {
 }
 
 fn med_step(o: &mut String, rows: &[api::MedRow]) {
-    o.push_str(
-        "  med: servers of one AS with different exit points keep only the lowest MED\n",
-    );
+    o.push_str("  med: servers of one AS with different exit points keep only the lowest MED\n");
     let _ = writeln!(
         o,
         "    {:<16} {:>10} {:>24} {:>10}  result",

@@ -292,9 +292,15 @@ impl Config {
         ] {
             if !empty {
                 let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow::anyhow!("{e}"));
-                let prio = self.default_priority.iter().map(|(m, p)| Ok((metric(m)?, *p)));
+                let prio = self
+                    .default_priority
+                    .iter()
+                    .map(|(m, p)| Ok((metric(m)?, *p)));
                 let prio = prio.collect::<Result<Vec<_>>>().context(what)?;
-                let w = self.default_weights.iter().map(|(m, w)| Ok((metric(m)?, *w)));
+                let w = self
+                    .default_weights
+                    .iter()
+                    .map(|(m, w)| Ok((metric(m)?, *w)));
                 let w = w.collect::<Result<Vec<_>>>().context(what)?;
                 Policy::new(&prio, &w, 10, false).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
             }
@@ -325,7 +331,10 @@ impl Config {
             for (what, names) in [("admin", keys(&s.admin)), ("portion", keys(&s.portion))] {
                 for n in names {
                     if !s.servers.contains(n) {
-                        bail!("{}: {what} names {n:?}, which is not one of its servers", at());
+                        bail!(
+                            "{}: {what} names {n:?}, which is not one of its servers",
+                            at()
+                        );
                     }
                 }
             }
@@ -416,5 +425,97 @@ priority = { geo = 1, admin = 2 }
         );
         assert!(refused(&format!("{GOOD}\nbogus = 1\n")).contains("bogus"));
         assert!(refused("").contains("at least one service"));
+    }
+
+    fn with_service(extra: &str) -> String {
+        GOOD.replace("priority = { geo = 1, admin = 2 }", extra)
+    }
+
+    /// DD: "If you want to return a random IP address in the case of a tie, use metric
+    /// priority with the random metric": without it the pick must not be random.
+    #[test]
+    fn select_follows_the_policy() {
+        let mode = |extra: &str| {
+            let c = Config::parse(&with_service(extra)).unwrap();
+            let s = &c.services[0];
+            s.select_mode(&s.policy(&c).unwrap()).unwrap()
+        };
+        assert_eq!(mode("priority = { geo = 1 }"), Mode::Client);
+        assert_eq!(
+            mode("priority = { geo = 1 }\nselect = \"name\""),
+            Mode::Name
+        );
+        assert_eq!(mode("priority = { geo = 1, random = 2 }"), Mode::Random);
+        assert_eq!(mode("priority = { geo = 1, portion = 2 }"), Mode::Random);
+        let sticky = "priority = { geo = 1, portion = 2 }\nselect = \"client\"";
+        assert_eq!(mode(sticky), Mode::Client);
+        let e = refused(&with_service("priority = { geo = 1 }\nselect = \"random\""));
+        assert!(
+            e.contains("[[service]] #1") && e.contains("add random to priority"),
+            "{e}"
+        );
+        let e = refused(&with_service(
+            "priority = { geo = 1, random = 2 }\nselect = \"client\"",
+        ));
+        assert!(e.contains("contradicts the random metric"), "{e}");
+    }
+
+    #[test]
+    fn defaults_and_per_service_overrides() {
+        // No priority or weights: the top-level defaults.
+        let text = format!(
+            "default_weights = {{ geo = 2 }}\n{}",
+            with_service("admin = { \"fra-1\" = 7 }\nportion = { \"fra-1\" = 3 }")
+        );
+        let c = Config::parse(&text).unwrap();
+        let p = c.services[0].policy(&c).unwrap();
+        assert_eq!(p.levels(), vec![(101, vec![(Metric::Geo, 2.0)])]);
+        assert_eq!(c.services[0].admin["fra-1"], 7);
+        assert_eq!(c.services[0].portion["fra-1"], 3);
+        let e = refused(&with_service("admin = { \"nyc-1\" = 7 }"));
+        assert!(
+            e.contains("admin names \"nyc-1\", which is not one of its servers"),
+            "{e}"
+        );
+        let e = refused(&format!("default_weights = {{ speed = 1 }}\n{GOOD}"));
+        assert!(
+            e.contains("default_weights") && e.contains("unknown metric"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn policy_errors_name_the_entry_and_reason() {
+        let cases = [
+            ("priority = { med = 1 }", "not weightable or prioritizable"),
+            (
+                "priority = { geo = 1 }\nrtt_tolerance = 101",
+                "not from 0 to 100",
+            ),
+            (
+                "priority = { geo = 1 }\nrtt_tolerance = 12.5",
+                "rtt_tolerance",
+            ),
+            (
+                "priority = { geo = 1 }\nmed = true",
+                "med needs ext and int",
+            ),
+            (
+                "weights = { geo = 1, random = 1 }",
+                "give random a priority of its own",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = refused(&with_service(extra));
+            assert!(e.contains(want), "{extra}: {e}");
+        }
+        // Through load, the file is named first.
+        let dir = std::env::temp_dir().join(format!("director-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, with_service("priority = { med = 1 }")).unwrap();
+        let e = format!("{:#}", Config::load(&path).unwrap_err());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(e.starts_with(&path.display().to_string()) && e.contains("[[service]] #1"));
     }
 }

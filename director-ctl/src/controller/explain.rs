@@ -120,7 +120,10 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
 /// the database.
 fn location_file(cfg: &Config, prefix: &IpNet) -> Result<Option<PathBuf>> {
     if let Some(f) = &cfg.geo.locations {
-        if inputs::csv::load_locations(f)?.iter().any(|(p, _)| p == prefix) {
+        if inputs::csv::load_locations(f)?
+            .iter()
+            .any(|(p, _)| p == prefix)
+        {
             return Ok(Some(f.clone()));
         }
     }
@@ -289,4 +292,3 @@ fn step(s: &engine::Step, name: &dyn Fn(u16) -> String) -> api::Step {
             .collect(),
     }
 }
-

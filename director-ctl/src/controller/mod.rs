@@ -107,4 +107,86 @@ mod tests {
             .collect();
         assert_eq!(winners, ["nyc-1"]);
     }
+
+    /// explain shows every value with its source, the true rtt limit (10.2 ms, tolerance
+    /// 10: 11.22 ms, which keeps the row beneath it), the pick and its odds, and nothing
+    /// that does not apply (no rtt tolerance for a service without rtt).
+    #[test]
+    fn explain_shows_sources_true_limits_and_the_pick() {
+        let dir = std::env::temp_dir().join(format!("director-explain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+        write("locations.csv", "192.0.2.0/24,50.0,8.0\n");
+        write(
+            "rtt.csv",
+            "192.0.2.0/24,fra,10.2\n192.0.2.0/24,ams,11.22\n192.0.2.0/24,nyc,11.220001\n",
+        );
+        write(
+            "director.toml",
+            "[geo]\nlocations = \"locations.csv\"\n[rtt]\nfiles = [\"rtt.csv\"]\n\
+             [[site]]\nname = \"fra\"\nlat = 50.1\nlon = 8.7\n\
+             [[site]]\nname = \"ams\"\nlat = 52.4\nlon = 4.9\n\
+             [[site]]\nname = \"nyc\"\nlat = 40.7\nlon = -74.0\n\
+             [[server]]\nname = \"fra-1\"\nsite = \"fra\"\nipv4 = \"198.51.100.10\"\n\
+             [[server]]\nname = \"ams-1\"\nsite = \"ams\"\nipv4 = \"198.51.100.20\"\n\
+             [[server]]\nname = \"nyc-1\"\nsite = \"nyc\"\nipv4 = \"198.51.100.30\"\n\
+             [[service]]\nname = \"rtt.example.com\"\nservers = [\"fra-1\", \"ams-1\", \"nyc-1\"]\n\
+             priority = { rtt = 1, portion = 2 }\nportion = { \"fra-1\" = 1, \"ams-1\" = 3 }\n\
+             [[service]]\nname = \"geo.example.com\"\nservers = [\"fra-1\", \"ams-1\"]\n\
+             priority = { admin = 1 }\n",
+        );
+        let client = "192.0.2.7".parse().unwrap();
+        let path = dir.join("director.toml");
+        let rtt = explain(&path, "rtt.example.com", client);
+        let geo = explain(&path, "geo.example.com", client);
+        let _ = std::fs::remove_dir_all(&dir);
+        let (rtt, geo) = (rtt.unwrap(), geo.unwrap());
+        let fra = &rtt.servers[0];
+        let m = fra.rtt.as_ref().unwrap();
+        assert_eq!(
+            (m.ms, m.file.as_ref().unwrap().ends_with("rtt.csv")),
+            (10.2, true)
+        );
+        let loc = fra.location.as_ref().unwrap();
+        assert!(loc.file.as_ref().unwrap().ends_with("locations.csv"));
+        let step = &rtt.sort.tiers[0].steps[0];
+        assert_eq!((step.rtt_lowest, step.rtt_limit), (Some(10.2), Some(11.22)));
+        let kept: Vec<_> = step.rows.iter().map(|r| r.result).collect();
+        assert_eq!(
+            kept,
+            [
+                api::RowResult::Kept,
+                api::RowResult::Kept,
+                api::RowResult::Out
+            ]
+        );
+        assert_eq!(rtt.sort.draw, Some(engine::Metric::Portion));
+        assert_eq!(rtt.pick.rule, api::PickRule::PortionDraw);
+        let odds: Vec<(&str, f64)> = rtt
+            .pick
+            .odds
+            .iter()
+            .map(|o| (o.server.as_str(), o.share))
+            .collect();
+        assert_eq!(odds, [("fra-1", 0.25), ("ams-1", 0.75)]);
+        let text = crate::cli::print::explain(&rtt);
+        for want in [
+            "up to 11.22 ms counts as 10.2",
+            "rtt 10.2 ms for 192.0.2.0/24",
+            "drawn per query by portion: fra-1 25.0%, ams-1 75.0%",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
+        // No rtt in the policy: no tolerance; a tie without a draw: the client hash.
+        assert_eq!(geo.sort.rtt_tolerance_percent, None);
+        assert_eq!(geo.select, director_common::select::Mode::Client);
+        assert_eq!(geo.pick.rule, api::PickRule::ClientHash);
+        assert!(geo.pick.this_client.is_some());
+        let text = crate::cli::print::explain(&geo);
+        assert!(!text.contains("tolerance"), "{text}");
+        assert!(
+            text.contains("a hash of the client's address picks"),
+            "{text}"
+        );
+    }
 }

@@ -46,7 +46,10 @@ fn rtt_exactly_on_the_limit_stays_in() {
     let e = explain(&p, &c);
     assert_eq!(e.tiers[0].steps[0].rtt_limit, Some(ms(11.22)));
     let p20 = Policy::new(&[(Rtt, 1)], &[], 20, false).unwrap();
-    let c = [cand(1, rtt_admin(ms(100.0), 0)), cand(2, rtt_admin(ms(120.0), 0))];
+    let c = [
+        cand(1, rtt_admin(ms(100.0), 0)),
+        cand(2, rtt_admin(ms(120.0), 0)),
+    ];
     assert_eq!(tiers(&p20, &c), [vec![1, 2]]);
 }
 
@@ -88,7 +91,10 @@ proptest! {
 // Without random the ranking asks for no draw (the kernel hashes the client instead).
 #[test]
 fn a_tie_without_random_is_no_draw() {
-    let c = [cand(1, rtt_admin(ms(10.0), 1)), cand(2, rtt_admin(ms(10.0), 1))];
+    let c = [
+        cand(1, rtt_admin(ms(10.0), 1)),
+        cand(2, rtt_admin(ms(10.0), 1)),
+    ];
     let p = Policy::new(&[(Admin, 1)], &[], 10, false).unwrap();
     let r = rank(&p, &c);
     assert_eq!((r.draw(), r.to_vecs()), (None, vec![vec![0, 1]]));
@@ -126,21 +132,30 @@ fn random_and_portion_are_metrics_that_end_the_sort() {
         "{e}"
     );
     let e = Policy::new(&[(Portion, 2), (Admin, 2)], &[], 10, false).unwrap_err();
-    assert!(e.contains("portion cannot share priority 2 with admin"), "{e}");
+    assert!(
+        e.contains("portion cannot share priority 2 with admin"),
+        "{e}"
+    );
 }
 
 // DD on med: "is not weightable or prioritizable".
 #[test]
 fn med_is_no_metric_to_prioritise_or_weigh() {
     let e = "med".parse::<Metric>().unwrap_err();
-    assert!(e.contains("not weightable or prioritizable") && e.contains("med = true"), "{e}");
+    assert!(
+        e.contains("not weightable or prioritizable") && e.contains("med = true"),
+        "{e}"
+    );
 }
 
 // DD: med "requires" int and ext.
 #[test]
 fn med_needs_ext_and_int() {
     let e = Policy::new(&[(Ext, 1)], &[], 10, true).unwrap_err();
-    assert!(e.contains("med needs ext and int") && e.contains("int is not"), "{e}");
+    assert!(
+        e.contains("med needs ext and int") && e.contains("int is not"),
+        "{e}"
+    );
     assert!(Policy::new(&[(Int, 1)], &[(Ext, 1.0)], 10, true).is_ok());
     assert!(Policy::new(&[(Int, 1)], &[(Ext, 0.0)], 10, true).is_err());
 }
@@ -153,14 +168,20 @@ fn med_policy() -> Policy {
 // DD: "If no two servers are in the same AS, regular address sorting proceeds."
 #[test]
 fn med_no_two_servers_in_the_same_as() {
-    let c = [cand(1, bgp(2, 5, 64500, 1, 900)), cand(2, bgp(2, 9, 64501, 2, 0))];
+    let c = [
+        cand(1, bgp(2, 5, 64500, 1, 900)),
+        cand(2, bgp(2, 9, 64501, 2, 0)),
+    ];
     assert_eq!(tiers(&med_policy(), &c), [vec![1], vec![2]]);
 }
 
 // DD: "If both … share a common AS exit point, regular address sorting proceeds."
 #[test]
 fn med_same_as_and_a_common_exit_point() {
-    let c = [cand(1, bgp(2, 5, 64500, 7, 900)), cand(2, bgp(2, 9, 64500, 7, 0))];
+    let c = [
+        cand(1, bgp(2, 5, 64500, 7, 900)),
+        cand(2, bgp(2, 9, 64500, 7, 0)),
+    ];
     assert_eq!(tiers(&med_policy(), &c), [vec![1], vec![2]]);
 }
 
@@ -169,7 +190,10 @@ fn med_same_as_and_a_common_exit_point() {
 // MED value is then selected as the best server."
 #[test]
 fn med_same_as_different_exit_points_lower_med_is_selected() {
-    let c = [cand(1, bgp(2, 5, 64500, 1, 900)), cand(2, bgp(2, 9, 64500, 2, 0))];
+    let c = [
+        cand(1, bgp(2, 5, 64500, 1, 900)),
+        cand(2, bgp(2, 9, 64500, 2, 0)),
+    ];
     assert_eq!(tiers(&med_policy(), &c), [vec![2], vec![1]]);
     // Servers of other ASes are not touched and the regular sort goes on with them.
     let c = [

@@ -86,10 +86,12 @@ impl FromStr for Metric {
     type Err = String;
     fn from_str(s: &str) -> Result<Metric, String> {
         if s == "med" {
-            return Err("med is not a metric to prioritise or weigh (DistributedDirector: \"not \
+            return Err(
+                "med is not a metric to prioritise or weigh (DistributedDirector: \"not \
                         weightable or prioritizable\"): turn it on with `med = true`, a step \
                         before the sort"
-                .into());
+                    .into(),
+            );
         }
         Metric::ALL
             .into_iter()

@@ -65,8 +65,6 @@ pub use explain::{
     explain, Chosen, Explanation, LevelInfo, MedRow, MedStep, Outcome, Row, Step, Term,
     TierExplanation,
 };
-pub use metric::{
-    Candidate, MedRoute, Metric, Metrics, Rtt, MAX_PRIORITY, UNPRIORITISED,
-};
+pub use metric::{Candidate, MedRoute, Metric, Metrics, Rtt, MAX_PRIORITY, UNPRIORITISED};
 pub use policy::{Policy, MAX_RTT_TOLERANCE};
 pub use rank::{decide, rank, rank_into, to_decision, Ranking};

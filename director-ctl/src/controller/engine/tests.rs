@@ -212,8 +212,9 @@ fn bad_policies_are_refused_with_the_reason() {
     assert!(err(&[], &[(Geo, f64::NAN)], 10).contains("weight NaN of geo"));
     assert!(err(&[], &[(Geo, f64::INFINITY)], 10).contains("weight inf of geo"));
     assert!(err(&[(Geo, 1)], &[], 101).contains("rtt tolerance 101 is not from 0 to 100"));
-    assert!(err(&[(Random, 1), (Geo, 1)], &[], 10)
-        .contains("random cannot share priority 1 with geo"));
+    assert!(
+        err(&[(Random, 1), (Geo, 1)], &[], 10).contains("random cannot share priority 1 with geo")
+    );
     assert_eq!("geo".parse::<Metric>(), Ok(Geo));
     assert!("speed"
         .parse::<Metric>()
@@ -580,7 +581,8 @@ fn naive(p: &Policy, c: &[Candidate]) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
             }
             let low = complete.iter().filter_map(|&i| c[i].metrics.rtt).min();
             let tol = u128::from(p.rtt_tolerance_percent());
-            let within = |v: Ns| low.is_some_and(|l| v.0 as u128 * 100 <= l.0 as u128 * (100 + tol));
+            let within =
+                |v: Ns| low.is_some_and(|l| v.0 as u128 * 100 <= l.0 as u128 * (100 + tol));
             // The other metrics in order, then rtt (the engine's order of additions).
             let key = |i: usize| -> f64 {
                 let others: f64 = ms
@@ -703,21 +705,24 @@ fn policy() -> impl Strategy<Value = Policy> {
         prop::option::of(1..8u32),
         prop::sample::select(vec![0, 10, 50, 100]),
     )
-        .prop_filter_map("not a valid policy", move |(pw, med, random, portion, tol)| {
-            let prio: Vec<(Metric, u32)> = plain
-                .iter()
-                .zip(&pw)
-                .filter_map(|(m, (p, _))| p.map(|p| (*m, p)))
-                .chain(random.map(|p| (Random, p)))
-                .chain(portion.map(|p| (Portion, p)))
-                .collect();
-            let w: Vec<(Metric, f64)> = plain
-                .iter()
-                .zip(&pw)
-                .filter_map(|(m, (_, w))| w.map(|w| (*m, w)))
-                .collect();
-            Policy::new(&prio, &w, tol, med).ok()
-        })
+        .prop_filter_map(
+            "not a valid policy",
+            move |(pw, med, random, portion, tol)| {
+                let prio: Vec<(Metric, u32)> = plain
+                    .iter()
+                    .zip(&pw)
+                    .filter_map(|(m, (p, _))| p.map(|p| (*m, p)))
+                    .chain(random.map(|p| (Random, p)))
+                    .chain(portion.map(|p| (Portion, p)))
+                    .collect();
+                let w: Vec<(Metric, f64)> = plain
+                    .iter()
+                    .zip(&pw)
+                    .filter_map(|(m, (_, w))| w.map(|w| (*m, w)))
+                    .collect();
+                Policy::new(&prio, &w, tol, med).ok()
+            },
+        )
 }
 
 proptest! {

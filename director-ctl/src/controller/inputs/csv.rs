@@ -192,9 +192,17 @@ mod tests {
         assert_eq!(
             v,
             vec![
-                ("192.0.2.0/24".parse().unwrap(), "fra".to_string(), Rtt(12_500_000)),
+                (
+                    "192.0.2.0/24".parse().unwrap(),
+                    "fra".to_string(),
+                    Rtt(12_500_000)
+                ),
                 ("2001:db8::/32".parse().unwrap(), "ams".to_string(), Rtt(0)),
-                ("10.0.0.0/8".parse().unwrap(), "lon".to_string(), Rtt(3_000_000)),
+                (
+                    "10.0.0.0/8".parse().unwrap(),
+                    "lon".to_string(),
+                    Rtt(3_000_000)
+                ),
             ]
         );
     }
