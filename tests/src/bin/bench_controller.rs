@@ -218,6 +218,34 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
         sleep(Duration::from_millis(5));
     };
     let latency = changed.elapsed().as_secs_f64();
+    // The server answering now goes down (CLI): the kernel skips it from the next query
+    // on; run then re-sorts every decision without it (DD's sort over what is available).
+    let octet: usize = after.rsplit('.').next().unwrap_or("").parse()?;
+    let down = format!("{}-1", SITES[octet - 10].to_lowercase());
+    let resorts = run.count("re-sorted");
+    let t = Instant::now();
+    let out = lab.ctl(&["server", "set", &down, "--down"]);
+    if !out.status.success() {
+        bail!("server set {down} --down failed: {}", netns::describe(&out));
+    }
+    let skip = loop {
+        if answer(&lab).is_some_and(|a| a != after) {
+            break t.elapsed().as_secs_f64();
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            bail!("the answer did not move off {down} within 60 s");
+        }
+        sleep(Duration::from_millis(1));
+    };
+    let converged = loop {
+        if run.count("re-sorted") > resorts {
+            break t.elapsed().as_secs_f64();
+        }
+        if t.elapsed() > Duration::from_secs(300) {
+            bail!("run did not re-sort within 300 s");
+        }
+        sleep(Duration::from_millis(5));
+    };
     let log = run.log();
     drop(run);
     Ok(vec![
@@ -231,6 +259,14 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
                 "{:.0} ms ({before} -> {after}; aim <= 50 ms)",
                 latency * 1000.0
             ),
+        ),
+        Row(
+            "server set --down -> answer off it",
+            format!("{:.0} ms (the kernel skips a down server)", skip * 1000.0),
+        ),
+        Row(
+            "server set --down -> table re-sorted",
+            format!("{converged:.2} s (every decision sorted again without it)"),
         ),
         Row("run's log", log.lines().last().unwrap_or("").to_string()),
     ])
