@@ -98,9 +98,10 @@ impl ServerRecord {
 
 /// Value of the decision tries: the ranked candidates for one service and client prefix.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Decision {
-    /// The client prefix length this entry was written for: the ECS scope of its answers.
+    /// The ECS scope of this entry's answers: a prefix length over which every address
+    /// gets the same answer (the controller's minimal table sets it, see its `minimal`).
     pub prefix_len: u8,
     /// Candidates in use.
     pub count: u8,

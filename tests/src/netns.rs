@@ -129,6 +129,7 @@ fn sweep_stale() {
 }
 
 /// A running knotd, stopped (by pid) and its files removed on drop.
+/// A daemon a lab runs (knotd, unbound), with its own directory.
 struct Knot {
     child: Child,
     dir: PathBuf,
@@ -185,6 +186,7 @@ pub struct Lab {
     /// director's pin directory (the pass-through program pins into `<pin_dir>-pass`).
     pub pin_dir: PathBuf,
     knot: Option<Knot>,
+    unbound: Option<Knot>,
 }
 
 impl Lab {
@@ -204,6 +206,7 @@ impl Lab {
             client_if: format!("dc{}x{n}", pid % 10000),
             pin_dir: pins::dir(&id),
             knot: None,
+            unbound: None,
             id,
         };
         lab.setup_network();
@@ -442,6 +445,82 @@ impl Lab {
     }
 }
 
+/// Where [`Lab::start_unbound`] listens, in the client namespace.
+pub const RESOLVER: &str = "127.0.0.1";
+pub const RESOLVER_PORT: &str = "5353";
+
+impl Lab {
+    /// Starts unbound in the client namespace as an ECS-caching resolver (its subnetcache
+    /// module, RFC 7871): it listens on 127.0.0.1:5353, resolves `zone` from director at
+    /// 192.0.2.1 (a stub zone), forwards the client's ECS option (at most /24 and /56),
+    /// and caches answers by the scope director returns. Waits until it answers `probe`.
+    pub fn start_unbound(&mut self, zone: &str, probe: &str) {
+        assert!(
+            self.unbound.is_none(),
+            "unbound already runs in lab {}",
+            self.id
+        );
+        let dir = std::env::temp_dir().join(format!("{}-unbound", self.id));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("creating unbound's directory");
+        let conf = format!(
+            "server:\n  interface: {RESOLVER}@{RESOLVER_PORT}\n  port: {RESOLVER_PORT}\n\
+             \x20 do-ip6: no\n  access-control: 127.0.0.0/8 allow\n\
+             \x20 username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n\
+             \x20 pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n  logfile: \"\"\n\
+             \x20 verbosity: 1\n  num-threads: 1\n  qname-minimisation: no\n\
+             \x20 module-config: \"subnetcache iterator\"\n\
+             \x20 send-client-subnet: {EDGE_V4}\n\
+             \x20 max-client-subnet-ipv4: 24\n  max-client-subnet-ipv6: 56\n\
+             stub-zone:\n  name: \"{zone}\"\n  stub-addr: {EDGE_V4}\n",
+            d = dir.display()
+        );
+        let conf_path = dir.join("unbound.conf");
+        fs::write(&conf_path, conf).expect("writing unbound.conf");
+        let log = fs::File::create(dir.join("unbound.log")).expect("creating unbound.log");
+        // nsenter execs unbound (-d: in the foreground), so the child's pid is unbound's.
+        let child = nsenter(&self.client_ns, "unbound")
+            .args(["-d", "-c"])
+            .arg(&conf_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting unbound");
+        self.unbound = Some(Knot { child, dir });
+        let u = self.unbound.as_mut().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(st)) = u.child.try_wait() {
+                let log = fs::read_to_string(u.dir.join("unbound.log")).unwrap_or_default();
+                panic!("unbound exited ({st}):\n{log}");
+            }
+            let out = run(nsenter(&self.client_ns, "dig").args([
+                "+tries=1",
+                "+timeout=1",
+                &format!("@{RESOLVER}"),
+                "-p",
+                RESOLVER_PORT,
+                probe,
+                "A",
+            ]));
+            if String::from_utf8_lossy(&out.stdout).contains("status:") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "unbound does not answer");
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// unbound's log so far (for failure messages).
+    pub fn unbound_log(&self) -> String {
+        self.unbound
+            .as_ref()
+            .map(|u| fs::read_to_string(u.dir.join("unbound.log")).unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
 impl Default for Lab {
     fn default() -> Self {
         Lab::new()
@@ -450,8 +529,9 @@ impl Default for Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        // Stop knot first: a process left in a namespace keeps the namespace alive.
+        // Stop knot and unbound first: a process left in a namespace keeps it alive.
         drop(self.knot.take());
+        drop(self.unbound.take());
         // Best effort: the test may have detached already, or failed before attaching.
         if CTL_BIN.get().is_some() {
             let _ = self.ctl(&["detach", "--iface", &self.edge_if]);

@@ -302,7 +302,6 @@ struct Expect {
     client: IpAddr,
     location_prefix: String,
     location: (f64, f64),
-    bgp_prefix: Option<String>,
     /// The server `explain` puts first (tier 0); must be a single one.
     winner: Vec<String>,
     /// Index into `sites()` of the nearest site by the test's own computation.
@@ -383,6 +382,23 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
         .iter()
         .find(|s| s.site == BGP_SITE)
         .and_then(|s| s.bgp.as_ref().map(|b| b.prefix.to_string()));
+    // explain names the route it used: a prefix holding the client, from the site's file.
+    if let Some(p) = &bgp_prefix {
+        assert!(
+            contains(p, client),
+            "{}: BGP prefix {p} does not hold it",
+            c.addr
+        );
+    }
+    // The location came from the GeoIP database named in the config.
+    assert!(
+        loc.file
+            .as_ref()
+            .is_some_and(|f| f.ends_with("GeoLite2-City.mmdb")),
+        "{}: location source {:?}",
+        c.addr,
+        loc.file
+    );
     let distances: Vec<f64> = sites.iter().map(|s| km(s.at, location)).collect();
     let mut order: Vec<usize> = (0..sites.len()).collect();
     order.sort_by(|a, b| distances[*a].total_cmp(&distances[*b]));
@@ -414,7 +430,6 @@ fn explain(config: &Path, sites: &[Site], c: &Client) -> Expect {
         client,
         location_prefix: prefix.to_string(),
         location,
-        bgp_prefix,
         winner,
         nearest,
         distances,
@@ -608,8 +623,10 @@ fn run_on_real_data_answers_the_nearest_site() {
             c.addr,
             r.text
         );
-        // "193.0.0.0/24/21": source and scope; the scope is the length of the decision
-        // entry that matched, which must be a prefix holding the client.
+        // "193.0.0.0/24/21": source and scope. The scope must be true: every address of
+        // the client's network of that length gets the same answer (a resolver caches it
+        // for all of them, RFC 7871 §7.3). Asked for the last address of the queried
+        // subnet's network of that length, the kernel must answer the same.
         let ecs = r
             .client_subnet
             .as_deref()
@@ -619,20 +636,31 @@ fn run_on_real_data_answers_the_nearest_site() {
             .next()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("ECS {ecs:?}"));
-        let holding: Vec<&String> = std::iter::once(&e.location_prefix)
-            .chain(e.bgp_prefix.as_ref())
-            .filter(|p| contains(p, e.client))
-            .collect();
-        let lens: Vec<u8> = holding
-            .iter()
-            .map(|p| p.rsplit('/').next().unwrap().parse().unwrap())
-            .collect();
+        let queried: IpAddr = subnet
+            .split('/')
+            .next()
+            .and_then(|a| a.parse().ok())
+            .unwrap();
+        let (bits, width) = bits(queried);
         assert!(
-            scope > 0 && lens.contains(&scope),
-            "{} (ECS {subnet}): scope /{scope}, but the prefixes holding the client are \
-             {holding:?}\n{}",
+            (8..=width).contains(&scope),
+            "{} (ECS {subnet}): scope /{scope} is not a network size\n{}",
             c.addr,
             r.text
+        );
+        let last = bits | !mask(width, scope) & mask(width, width);
+        let last: IpAddr = if width == 32 {
+            IpAddr::V4((last as u32).into())
+        } else {
+            IpAddr::V6(last.into())
+        };
+        let other = answer(&lab, rtype, Some(&format!("{last}/{width}")));
+        assert_eq!(
+            &other,
+            &r.data(rtype),
+            "{} (ECS {subnet}) got scope /{scope}, but {last} in that network is answered \
+             otherwise",
+            c.addr
         );
         eprintln!(
             "dig {rtype} +subnet={subnet}: {} ({}), scope /{scope}",

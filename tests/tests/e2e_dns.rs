@@ -8,7 +8,9 @@ use std::process::Command;
 
 use director_common::select::Mode;
 use director_ctl::api;
-use director_tests::netns::{describe, Lab, Reply, Zone, EDGE_V4, EDGE_V6};
+use director_tests::netns::{
+    describe, Lab, Reply, Zone, EDGE_V4, EDGE_V6, RESOLVER, RESOLVER_PORT,
+};
 
 const FRA_V4: &str = "198.51.100.10";
 const FRA_V6: &str = "2001:db8:100::10";
@@ -180,8 +182,9 @@ fn client_subnet_picks_the_route_and_echoes_its_scope() {
         ("A", "203.0.113.0/24", NYC_V4, "203.0.113.0/24/24"),
         // A longer source prefix than the route: the scope is the route's /24.
         ("A", "203.0.113.7/32", NYC_V4, "203.0.113.7/32/24"),
-        // No specific route: the default, which covers the whole address space.
-        ("A", "198.51.100.0/24", FRA_V4, "198.51.100.0/24/0"),
+        // No specific route: the default, scoped to /24 because 203.0.113.0/24 inside it
+        // answers otherwise (a resolver must not reuse this answer for that network).
+        ("A", "198.51.100.0/24", FRA_V4, "198.51.100.0/24/24"),
         ("A", "2001:db8:aaaa::/48", NYC_V4, "2001:db8:aaaa::/48/48"),
         (
             "AAAA",
@@ -189,7 +192,12 @@ fn client_subnet_picks_the_route_and_echoes_its_scope() {
             NYC_V6,
             "2001:db8:aaaa::/48/48",
         ),
-        ("AAAA", "2001:db8:bbbb::/48", FRA_V6, "2001:db8:bbbb::/48/0"),
+        (
+            "AAAA",
+            "2001:db8:bbbb::/48",
+            FRA_V6,
+            "2001:db8:bbbb::/48/48",
+        ),
     ];
     for _ in 0..TRIES {
         for server in [EDGE_V4, EDGE_V6] {
@@ -203,6 +211,57 @@ fn client_subnet_picks_the_route_and_echoes_its_scope() {
             }
         }
     }
+}
+
+/// A real ECS-caching resolver in front of director (unbound with subnetcache, RFC 7871
+/// §7.3: an answer is cached for the network its scope names). Routes 0.0.0.0/0 -> fra-1
+/// and 203.0.113.0/24 -> nyc-1: a client in 198.51.100.0/24 asks first and gets fra-1; a
+/// client in 203.0.113.0/24 then asks the same resolver and must get nyc-1, not fra-1 from
+/// the cache (with scope 0 on the first answer, it did).
+#[test]
+fn an_ecs_caching_resolver_gives_each_network_its_own_server() {
+    let mut lab = www_lab();
+    lab.start_unbound("example.com", WWW);
+    let via_resolver = |subnet: &str| -> Reply {
+        let out = lab.client(&[
+            "dig",
+            "+tries=1",
+            "+timeout=3",
+            &format!("@{RESOLVER}"),
+            "-p",
+            RESOLVER_PORT,
+            WWW,
+            "A",
+            &format!("+subnet={subnet}"),
+        ]);
+        Reply::parse(&String::from_utf8_lossy(&out.stdout))
+    };
+    let answered = || lab.stats().get("answered");
+    let before = answered();
+    for (subnet, want) in [
+        ("198.51.100.0/24", FRA_V4),
+        ("203.0.113.0/24", NYC_V4),
+        // Asked again: both from the cache now, each still its own.
+        ("198.51.100.0/24", FRA_V4),
+        ("203.0.113.0/24", NYC_V4),
+        // Another network outside 203.0.113.0/24: the default's server.
+        ("192.0.2.0/24", FRA_V4),
+    ] {
+        let r = via_resolver(subnet);
+        assert_eq!(
+            r.data("A"),
+            vec![want.to_string()],
+            "client in {subnet} via unbound:\n{}\nunbound's log:\n{}",
+            r.text,
+            lab.unbound_log()
+        );
+    }
+    // Three networks, three answers from director: the repeats came from the cache.
+    assert_eq!(
+        answered() - before,
+        3,
+        "director answered other than once per network"
+    );
 }
 
 #[test]

@@ -18,6 +18,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("ethtool", "ethtool"),
     ("dnsperf", "dnsperf"),
+    ("unbound", "unbound"),
 ];
 
 pub fn root() -> PathBuf {
@@ -68,10 +69,27 @@ pub fn packages() -> Result<()> {
     }
     println!("xtask: installing Debian packages: {}", missing.join(" "));
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get")
+    // The tests start knotd and unbound themselves, in namespaces: the packages' own
+    // services must not start (unbound's would fetch the root trust anchor from the
+    // Internet). policy-rc.d says so to invoke-rc.d; one already there is left alone.
+    let policy = Path::new("/usr/sbin/policy-rc.d");
+    let ours = !policy.exists();
+    if ours {
+        std::fs::write(
+            policy,
+            "#!/bin/sh\n# xtask setup: no services while installing\nexit 101\n",
+        )
+        .context("writing /usr/sbin/policy-rc.d")?;
+        run(Command::new("chmod").args(["755", "/usr/sbin/policy-rc.d"]))?;
+    }
+    let r = run(Command::new("apt-get")
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+        .env("DEBIAN_FRONTEND", "noninteractive"));
+    if ours {
+        let _ = std::fs::remove_file(policy);
+    }
+    r
 }
 
 /// Adds the rustup components a toolchain lacks.

@@ -1,6 +1,7 @@
 //! Decisions to kernel entries: the fewest LPM entries that give every address exactly the
-//! decision computed for its most specific prefix, and the difference between two such
-//! tables (what to rewrite when an input changes).
+//! decision computed for its most specific prefix ([`minimal`]), each with a true ECS
+//! scope, and the difference between two such tables (what to rewrite when an input
+//! changes).
 //!
 //! Pure: no aya. `kernel::Maps::apply_decisions` writes what this produces.
 
@@ -8,7 +9,8 @@ use std::collections::HashMap;
 
 use director_common::maps::Decision;
 
-use super::sweep::sort_key;
+use super::minimal::{self, Interner};
+use super::sweep::{sort_key, Sweep};
 use ipnet::IpNet;
 
 /// What an entry answers, without the prefix length it is stored under (entries for
@@ -22,9 +24,10 @@ fn same_ranking(a: &Decision, b: &Decision) -> bool {
 /// One service's table.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Table {
-    /// Entries to write, in [`sort_key`] order; each value's `prefix_len` is its prefix's length.
+    /// Entries to write, in [`sort_key`] order; each value's `prefix_len` is its ECS scope
+    /// (see [`minimal`]).
     pub entries: Vec<(IpNet, Decision)>,
-    /// Input prefixes left out because the entry covering them already gives their decision.
+    /// Input prefixes (client networks with a decision of their own) minus entries.
     pub saved: usize,
 }
 
@@ -38,6 +41,7 @@ pub fn compress(mut decisions: Vec<(IpNet, Decision)>) -> Table {
         c.push(p, d);
     }
     c.finish()
+        .expect("the minimal table answers like its inputs")
 }
 
 /// [`compress`] for decisions that arrive already in [`sort_key`] order (the controller computes
@@ -51,12 +55,6 @@ pub struct Compressor {
 }
 
 impl Compressor {
-    /// Starts below `p`: what covers the prefixes pushed next. Not an entry itself.
-    pub fn seed(&mut self, p: IpNet, mut d: Decision) {
-        d.prefix_len = p.prefix_len();
-        self.stack.push((p, d));
-    }
-
     pub fn push(&mut self, p: IpNet, mut d: Decision) {
         while self.stack.last().is_some_and(|(a, _)| !a.contains(&p)) {
             self.stack.pop();
@@ -76,9 +74,160 @@ impl Compressor {
         self.stack.push((p, d));
     }
 
-    pub fn finish(self) -> Table {
-        self.out
+    /// The minimal table for what was pushed (the entries kept so far already give every
+    /// address its decision; the minimal construction merges what they leave apart).
+    /// Checked against them before it is returned (see [`equivalent`]): a table that
+    /// answered any address otherwise is an error, never written.
+    pub fn finish(self) -> anyhow::Result<Table> {
+        let inputs = self.out.entries.len() + self.out.saved;
+        let entries = minimize(&self.out.entries);
+        equivalent(&self.out.entries, &entries)
+            .map_err(|e| anyhow::anyhow!("internal error in the minimal table: {e}"))?;
+        Ok(Table {
+            saved: inputs.saturating_sub(entries.len()),
+            entries,
+        })
     }
+}
+
+/// The minimal table with scopes for `entries` (sorted, both families at most; their
+/// lookups define the function kept).
+pub fn minimize(entries: &[(IpNet, Decision)]) -> Vec<(IpNet, Decision)> {
+    let mut ids = Interner::default();
+    let split = entries.partition_point(|(p, _)| matches!(p, IpNet::V4(_)));
+    let mut out = Vec::with_capacity(entries.len() / 4);
+    for (part, root) in [
+        (&entries[..split], "0.0.0.0/0"),
+        (&entries[split..], "::/0"),
+    ] {
+        if part.is_empty() {
+            continue;
+        }
+        let inputs: Vec<(IpNet, minimal::Id)> = part.iter().map(|(p, d)| (*p, ids.id(d))).collect();
+        let root: IpNet = root.parse().expect("a root prefix");
+        let mut e = minimal::minimize_under(root, &inputs, u32::MAX);
+        minimal::set_scopes(&mut e);
+        out.extend(e.into_iter().map(|(p, id, scope)| (p, ids.get(id, scope))));
+    }
+    out
+}
+
+/// Whether two tables (sorted) give every address the same ranking. Every address has a
+/// most specific prefix among both tables' prefixes, and gets from each table what that
+/// table answers for the whole of that prefix; so it is enough to compare the tables at
+/// every prefix that holds addresses no more specific prefix holds. Returns how many
+/// prefixes were compared.
+pub fn equivalent(a: &[(IpNet, Decision)], b: &[(IpNet, Decision)]) -> Result<usize, String> {
+    /// An open prefix: what each table answers for it, and how much of it (in addresses)
+    /// more specific prefixes cover; `None` once that overflows (all of ::/0).
+    struct Open {
+        p: IpNet,
+        same: bool,
+        covered: Option<u128>,
+    }
+    let size = |p: &IpNet| 1u128.checked_shl(u32::from(p.max_prefix_len() - p.prefix_len()));
+    let mut compared = 0;
+    let mut close = |o: Open| -> Result<(), String> {
+        let full = match (size(&o.p), o.covered) {
+            (Some(s), Some(c)) => c >= s,
+            (None, c) => c.is_none(),
+            (Some(_), None) => true,
+        };
+        if !full {
+            compared += 1;
+            if !o.same {
+                return Err(format!("{} is answered differently", o.p));
+            }
+        }
+        Ok(())
+    };
+    let (mut sa, mut sb) = (Sweep::new(a), Sweep::new(b));
+    let (mut i, mut j) = (0, 0);
+    let mut stack: Vec<Open> = Vec::with_capacity(129);
+    while i < a.len() || j < b.len() {
+        let p = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if sort_key(&x.0) <= sort_key(&y.0) => x.0,
+            (Some(_) | None, Some(y)) => y.0,
+            (Some(x), None) => x.0,
+            (None, None) => unreachable!("loop condition"),
+        };
+        while a.get(i).is_some_and(|x| x.0 == p) {
+            i += 1;
+        }
+        while b.get(j).is_some_and(|y| y.0 == p) {
+            j += 1;
+        }
+        while stack.last().is_some_and(|t| !t.p.contains(&p)) {
+            close(stack.pop().expect("not empty"))?;
+        }
+        if let Some(t) = stack.last_mut() {
+            t.covered = match (t.covered, size(&p)) {
+                (Some(c), Some(s)) => c.checked_add(s),
+                _ => None,
+            };
+        }
+        let same = match (sa.at(&p), sb.at(&p)) {
+            (Some(x), Some(y)) => same_ranking(x, y),
+            (None, None) => true,
+            _ => false,
+        };
+        stack.push(Open {
+            p,
+            same,
+            covered: Some(0),
+        });
+    }
+    while let Some(o) = stack.pop() {
+        close(o)?;
+    }
+    Ok(compared)
+}
+
+/// Replaces the entries under `root` (inclusive) in `table` by the minimal ones for the
+/// client networks `inputs` under it (`root` among them, sorted), given what covers `root`,
+/// and fixes the scope of the entry directly above. Returns what to write.
+pub fn replace_subtree(table: &mut Table, root: &IpNet, inputs: &[(IpNet, Decision)]) -> Diff {
+    let range = subtree_range(&table.entries, root);
+    // What addresses under root get from the entries outside it: the nearest entry above.
+    let above_at = (0..root.prefix_len()).rev().find_map(|len| {
+        let q = IpNet::new(root.addr(), len).ok()?.trunc();
+        table.entries[..range.start]
+            .binary_search_by_key(&sort_key(&q), |e| sort_key(&e.0))
+            .ok()
+    });
+    let mut ids = Interner::default();
+    let above = above_at.map_or(u32::MAX, |i| ids.id(&table.entries[i].1));
+    let ins: Vec<(IpNet, minimal::Id)> = inputs.iter().map(|(p, d)| (*p, ids.id(d))).collect();
+    let mut e = minimal::minimize_under(*root, &ins, above);
+    minimal::set_scopes(&mut e);
+    let fresh: Vec<(IpNet, Decision)> = e
+        .into_iter()
+        .map(|(p, id, scope)| (p, ids.get(id, scope)))
+        .collect();
+    let mut d = diff(&table.entries[range.clone()], &fresh);
+    table.entries.splice(range, fresh);
+    if let Some(i) = above_at {
+        let scope = direct_scope(&table.entries, i);
+        if table.entries[i].1.prefix_len != scope {
+            table.entries[i].1.prefix_len = scope;
+            d.put.push(table.entries[i]);
+        }
+    }
+    d
+}
+
+/// max(length of entry `i`, its longest directly nested entry), walking its direct
+/// children and skipping their subtrees.
+fn direct_scope(entries: &[(IpNet, Decision)], i: usize) -> u8 {
+    let top = entries[i].0;
+    let mut scope = top.prefix_len();
+    let mut k = i + 1;
+    while k < entries.len() && top.contains(&entries[k].0) {
+        let child = entries[k].0;
+        scope = scope.max(child.prefix_len());
+        k += subtree_range(&entries[k..], &child).len();
+    }
+    scope
 }
 
 /// What changes between two tables of one service.
@@ -158,7 +307,8 @@ mod tests {
         let written: Vec<String> = t.entries.iter().map(|(p, _)| p.to_string()).collect();
         assert_eq!(written, ["0.0.0.0/0", "10.1.0.0/16", "10.1.2.0/24"]);
         assert_eq!(t.saved, 2);
-        assert_eq!(t.entries[1].1.prefix_len, 16);
+        // The /16 holds a /24 that answers otherwise: its answers are scoped to /24.
+        assert_eq!(t.entries[1].1.prefix_len, 24);
     }
 
     #[test]
@@ -187,7 +337,107 @@ mod tests {
         })
     }
 
+    /// The resolver case: routes 0.0.0.0/0 -> 1 and 203.0.113.0/24 -> 2; a client
+    /// in 203.0.0.0/16 gets 1, scoped to /24, not 0 (a resolver would serve 1 to
+    /// 203.0.113.0/24 too).
+    #[test]
+    fn an_answer_from_a_broad_entry_is_scoped_to_its_nested_entries() {
+        let t = compress(vec![
+            (net("0.0.0.0/0"), dec(1)),
+            (net("203.0.113.0/24"), dec(2)),
+        ]);
+        let host = crate::controller::sweep::host("203.0.0.1".parse().unwrap());
+        let d = lookup(&t.entries, &host).unwrap();
+        assert_eq!((d.servers[0], d.prefix_len), (1, 24));
+    }
+
+    #[test]
+    fn equivalence_is_judged_where_addresses_are() {
+        // 10.0.0.0/16 is covered by its two halves: what a table says for it as a whole
+        // answers no address.
+        let a = vec![
+            (net("0.0.0.0/0"), dec(9)),
+            (net("10.0.0.0/16"), dec(2)),
+            (net("10.0.0.0/17"), dec(1)),
+        ];
+        let b = vec![(net("0.0.0.0/0"), dec(9)), (net("10.0.128.0/17"), dec(2))];
+        assert!(equivalent(&a, &b).is_err(), "10.0.0.0/17 differs");
+        let b = vec![
+            (net("0.0.0.0/0"), dec(9)),
+            (net("10.0.0.0/17"), dec(1)),
+            (net("10.0.128.0/17"), dec(2)),
+        ];
+        assert_eq!(equivalent(&a, &b), Ok(3));
+        let c = vec![
+            (net("::/0"), dec(1)),
+            (net("::/1"), dec(1)),
+            (net("8000::/1"), dec(1)),
+        ];
+        assert_eq!(equivalent(&c, &c[..1]), Ok(2));
+    }
+
     proptest! {
+        /// After a subtree's decisions change, replacing it gives the same lookups as
+        /// building the table again, scopes stay true, and the diff turns the old table
+        /// into the new one.
+        #[test]
+        fn replacing_a_subtree_equals_rebuilding(
+            input in proptest::collection::vec((arb_prefix(), 1u16..4), 1..50),
+            changed in proptest::collection::vec((arb_prefix(), 1u16..4), 0..10),
+            root_at in 0u32..256,
+            root_len in 8u8..=16,
+            probes in proptest::collection::vec(0u32..0x1_0000, 1..100),
+        ) {
+            let root = IpNet::V4(ipnet::Ipv4Net::new(
+                std::net::Ipv4Addr::from(0x0a00_0000u32 | (root_at << 8)), 8 + root_len,
+            ).unwrap().trunc());
+            let mut before: Vec<(IpNet, Decision)> =
+                input.into_iter().map(|(p, s)| (p, dec(s))).collect();
+            before.push((net("0.0.0.0/0"), dec(9)));
+            before.push((root, dec(5)));
+            let norm = |mut v: Vec<(IpNet, Decision)>| {
+                v.sort_by_key(|(p, _)| sort_key(p));
+                v.dedup_by_key(|(p, _)| *p);
+                v
+            };
+            let before = norm(before);
+            let mut after = before.clone();
+            after.retain(|(p, _)| !root.contains(p) || changed.iter().all(|(c, _)| c != p));
+            after.extend(changed.into_iter().filter(|(p, _)| root.contains(p)).map(|(p, s)| (p, dec(s))));
+            let after = norm(after);
+            let mut table = compress(before.clone());
+            let old = table.entries.clone();
+            let under: Vec<(IpNet, Decision)> =
+                after.iter().filter(|(p, _)| root.contains(p)).copied().collect();
+            let d = replace_subtree(&mut table, &root, &under);
+            // The diff applied to the old entries gives the new ones.
+            let mut applied: std::collections::BTreeMap<_, _> =
+                old.iter().map(|(p, d)| (sort_key(p), (*p, *d))).collect();
+            for p in &d.delete {
+                applied.remove(&sort_key(p));
+            }
+            for (p, x) in &d.put {
+                applied.insert(sort_key(p), (*p, *x));
+            }
+            let applied: Vec<(IpNet, Decision)> = applied.into_values().collect();
+            prop_assert_eq!(&applied, &table.entries);
+            for x in probes {
+                let a = std::net::Ipv4Addr::from(0x0a00_0000u32 | x);
+                let host = crate::controller::sweep::host(a.into());
+                let want = lookup(&after, &host).unwrap();
+                let got = lookup(&table.entries, &host).unwrap();
+                prop_assert!(same_ranking(want, got), "{a}: {got:?} != {want:?}");
+                // The scope is true: the network of that length around the address agrees.
+                let span = 1u64 << (32 - u32::from(got.prefix_len));
+                let first = u64::from(u32::from(a)) & !(span - 1);
+                for k in 0..16u64 {
+                    let b = (first + (span - 1) * k / 15) as u32;
+                    let hb = crate::controller::sweep::host(std::net::Ipv4Addr::from(b).into());
+                    prop_assert!(same_ranking(lookup(&table.entries, &hb).unwrap(), got));
+                }
+            }
+        }
+
         /// Every address resolves to the decision of its most specific input prefix.
         #[test]
         fn compressed_table_answers_like_the_full_one(

@@ -251,8 +251,8 @@ pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &HashSet<u16>) -> Res
     let tables = plans
         .iter()
         .zip(out)
-        .map(|(p, c)| (p.id, p.name.clone(), c.finish()))
-        .collect();
+        .map(|(p, c)| Ok((p.id, p.name.clone(), c.finish()?)))
+        .collect::<Result<_>>()?;
     Ok(Computed {
         tables,
         prefixes: prefixes.len(),
@@ -261,10 +261,10 @@ pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &HashSet<u16>) -> Res
     })
 }
 
-/// Decisions for the prefixes under `root` only, after an input changed there. Each
-/// source is matched by direct longest-prefix lookup, so this is for small subtrees.
-/// Returns the new entries of `root`'s subtree for each service, compressed against what
-/// covers `root`, or None when `root` is not a prefix the full computation knew.
+/// Decisions for the client networks under `root` (inclusive) only, after an input
+/// changed there, per service; `root` must be one the full computation knew (None
+/// otherwise, or when the subtree holds more than `limit` networks). Each source is matched
+/// by direct longest-prefix lookup, so this is for small subtrees.
 pub fn subtree(
     plans: &[ServicePlan],
     data: &Data,
@@ -284,7 +284,8 @@ pub fn subtree(
     let mut views = vec![SiteView::default(); data.sites.len()];
     let mut cands = Vec::with_capacity(8);
     let mut ranking = Ranking::new();
-    let mut decide_at = |p: &IpNet, plan: &ServicePlan| -> Decision {
+    let mut out = vec![Vec::with_capacity(end - start); plans.len()];
+    for p in &all[start..end] {
         let loc = sweep::lookup(&data.locations, p);
         for (i, site) in data.sites.iter().enumerate() {
             views[i] = SiteView {
@@ -293,26 +294,13 @@ pub fn subtree(
                 geo: loc.and_then(|l| data.geo_km(site, l)),
             };
         }
-        candidates(plan, data, &views, &mut cands);
-        engine::decide(&plan.policy, &cands, p.prefix_len(), &mut ranking)
-    };
-    // What covers the subtree: the nearest prefix above `root` that the computation knew.
-    let parent = (0..root.prefix_len()).rev().find_map(|len| {
-        let q = IpNet::new(root.addr(), len).ok()?.trunc();
-        all.binary_search_by_key(&sort_key(&q), sort_key)
-            .ok()
-            .map(|_| q)
-    });
-    let mut out = Vec::with_capacity(plans.len());
-    for plan in plans {
-        let mut c = Compressor::default();
-        if let Some(q) = parent {
-            c.seed(q, decide_at(&q, plan));
+        for (plan, o) in plans.iter().zip(out.iter_mut()) {
+            candidates(plan, data, &views, &mut cands);
+            o.push((
+                *p,
+                engine::decide(&plan.policy, &cands, p.prefix_len(), &mut ranking),
+            ));
         }
-        for p in &all[start..end] {
-            c.push(*p, decide_at(p, plan));
-        }
-        out.push(c.finish().entries);
     }
     Some(out)
 }

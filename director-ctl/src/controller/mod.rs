@@ -14,6 +14,7 @@ pub mod decide;
 pub mod engine;
 pub mod explain;
 pub mod inputs;
+pub mod minimal;
 pub mod model;
 pub mod run;
 pub mod sweep;

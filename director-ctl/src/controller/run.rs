@@ -18,7 +18,7 @@ use anyhow::{anyhow, Context, Result};
 use ipnet::IpNet;
 
 use super::apply::{apply_full, assign_ids};
-use super::compile::{diff, subtree_range, Diff, Table};
+use super::compile::{diff, replace_subtree, Diff, Table};
 use super::config::Config;
 use super::data::Data;
 use super::decide::{compute, plans, subtree, Computed, Ids};
@@ -300,10 +300,8 @@ impl State {
         }
         for (root, fresh) in updates {
             for ((id, name, table), new) in self.computed.tables.iter_mut().zip(fresh) {
-                let range = subtree_range(&table.entries, &root);
-                let d = diff(&table.entries[range.clone()], &new);
+                let d = replace_subtree(table, &root, &new);
                 write_diff(m, self.log, *id, name, Some(root), &d)?;
-                table.entries.splice(range, new);
             }
         }
         Ok(())

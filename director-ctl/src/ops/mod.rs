@@ -16,6 +16,7 @@ use ipnet::IpNet;
 
 use crate::api;
 use crate::checked;
+use crate::controller::{minimal, sweep::sort_key};
 use crate::kernel::{program, DecisionChange, Maps, ServerEntry, ServiceEntry};
 
 /// A route's servers: the first `primary` are equally good and share answers by weight;
@@ -182,13 +183,7 @@ pub fn route_set(m: &mut Maps, dnsname: &str, prefix: IpNet, list: &ServerList) 
         d.servers[i] = require_server(m, name)?.id;
         d.weights[i] = *weight;
     }
-    let put = [(prefix, d)];
-    m.apply_decisions(DecisionChange::Update {
-        service,
-        put: &put,
-        delete: &[],
-    })?;
-    Ok(())
+    write_routes(m, service, Some((prefix, d)), None)
 }
 
 pub fn route_del(m: &mut Maps, dnsname: &str, prefix: IpNet) -> Result<()> {
@@ -196,10 +191,40 @@ pub fn route_del(m: &mut Maps, dnsname: &str, prefix: IpNet) -> Result<()> {
     if !m.has_decision(service, &prefix)? {
         bail!("no route for {dnsname} {prefix}");
     }
+    write_routes(m, service, None, Some(prefix))
+}
+
+/// Puts and/or deletes one route of `service`, with every route's ECS scope kept true:
+/// a route's answers hold over max(its length, its longest directly nested route), so a
+/// route added or removed inside another changes the scope of the one around it.
+fn write_routes(
+    m: &mut Maps,
+    service: u32,
+    put: Option<(IpNet, Decision)>,
+    delete: Option<IpNet>,
+) -> Result<()> {
+    let mut table: Vec<(IpNet, Decision)> = m
+        .decisions()?
+        .into_iter()
+        .filter(|(s, _, _)| *s == service)
+        .map(|(_, p, d)| (p, d))
+        .collect();
+    table.retain(|(p, _)| Some(*p) != delete && Some(*p) != put.map(|e| e.0));
+    table.extend(put);
+    table.sort_by_key(|(p, _)| sort_key(p));
+    let prefixes: Vec<IpNet> = table.iter().map(|e| e.0).collect();
+    let mut changed = Vec::new();
+    for ((p, mut d), scope) in table.into_iter().zip(minimal::scopes(&prefixes)) {
+        if d.prefix_len != scope || Some(p) == put.map(|e| e.0) {
+            d.prefix_len = scope;
+            changed.push((p, d));
+        }
+    }
+    let delete: Vec<IpNet> = delete.into_iter().collect();
     m.apply_decisions(DecisionChange::Update {
         service,
-        put: &[],
-        delete: &[prefix],
+        put: &changed,
+        delete: &delete,
     })?;
     Ok(())
 }
