@@ -357,10 +357,13 @@ pub struct RunEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    /// The first full computation is in the kernel.
+    /// The first computation is in the kernel.
     Applied {
         prefixes: usize,
+        /// Entries in the table now.
         entries: usize,
+        /// Entries written or deleted to get there (0 on a restart with the same inputs).
+        written: usize,
         saved: usize,
         compute_s: f64,
         apply_s: f64,

@@ -769,6 +769,12 @@ impl Controller {
     pub fn stop(&mut self) {
         stop_child(&mut self.child, Duration::from_secs(5));
     }
+
+    /// SIGKILL, by pid: no chance to finish what it was writing.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Controller {

@@ -917,6 +917,87 @@ fn run_swaps_tables_atomically_under_queries() {
     eprintln!("swap test total {:.1} s", t0.elapsed().as_secs_f64());
 }
 
+/// `run` killed with SIGKILL at any moment and started again, on the same config or on
+/// the other one, while queries keep coming: every query is answered, always with x or y
+/// (the old table or the new one, never nothing and never a third answer), and a restart
+/// on unchanged inputs writes nothing.
+#[test]
+fn run_killed_and_restarted_never_breaks_answers() {
+    let dir = TempDir::new("kill");
+    let config = dir.path("director.toml");
+    replace_file(&config, &swap_config(false));
+    let lab = Lab::new();
+    lab.attach();
+    let mut run = Controller::start(&lab, &config, &dir.path("run-0.log"));
+    run.wait_for("entries written", 1, Duration::from_secs(20));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ns = lab.client_ns.clone();
+    let flag = stop.clone();
+    let querier =
+        std::thread::spawn(move || query_loop(&ns, &flag, 2_000_000, Duration::from_secs(60)));
+    sleep(Duration::from_millis(200));
+    const ROUNDS: usize = 10;
+    let mut unchanged_writes = Vec::new();
+    for i in 1..=ROUNDS {
+        // Odd rounds switch config (the restart writes the difference), even rounds restart
+        // on the same one; half of them are killed again a few ms into their start.
+        let b = i.div_ceil(2) % 2 == 1;
+        let same = i % 2 == 0;
+        run.kill();
+        replace_file(&config, &swap_config(b));
+        run = Controller::start(&lab, &config, &dir.path(&format!("run-{i}.log")));
+        if i % 4 == 1 {
+            sleep(Duration::from_millis(2 * i as u64));
+            run.kill();
+            run = Controller::start(&lab, &config, &dir.path(&format!("run-{i}b.log")));
+        }
+        run.wait_for("entries written", 1, Duration::from_secs(20));
+        if same {
+            let log = run.log();
+            unchanged_writes.push(log.contains(" 0 entries written"));
+        }
+        sleep(Duration::from_millis(150));
+    }
+    sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let t = querier.join().expect("the query thread panicked");
+    run.assert_alive();
+    eprintln!(
+        "{ROUNDS} kills and restarts: {} queries, x {}, y {}, empty {}, other {}, timeouts {}, \
+         refused {}",
+        t.queries,
+        t.x,
+        t.y,
+        t.empty.len(),
+        t.other.len(),
+        t.timeouts,
+        t.refused
+    );
+    assert!(t.queries >= 200, "only {} queries", t.queries);
+    assert!(
+        t.x > 0 && t.y > 0,
+        "answers never changed: x {} y {}",
+        t.x,
+        t.y
+    );
+    assert!(
+        t.timeouts == 0 && t.refused == 0 && t.empty.is_empty() && t.other.is_empty(),
+        "{} timed out, {} passed, {} empty ({:?}), {} other ({:?})",
+        t.timeouts,
+        t.refused,
+        t.empty.len(),
+        t.empty.iter().take(3).collect::<Vec<_>>(),
+        t.other.len(),
+        t.other.iter().take(3).collect::<Vec<_>>()
+    );
+    assert!(
+        unchanged_writes.iter().all(|&w| w),
+        "a restart on unchanged inputs wrote entries: {unchanged_writes:?}\n{}",
+        run.log()
+    );
+    run.stop();
+}
+
 // ---------------------------------------------------------------------------------------
 // 4. bad input keeps the last good decisions
 

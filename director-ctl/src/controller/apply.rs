@@ -2,7 +2,7 @@
 //! decisions, then the removal of what the config no longer has. The only part of the
 //! controller that writes, and it writes through `kernel::Maps`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use anyhow::{anyhow, Context, Result};
 use director_common::{
@@ -10,8 +10,10 @@ use director_common::{
     name,
 };
 
+use super::compile::diff;
 use super::config::Config;
 use super::decide::{Computed, Ids};
+use super::sweep::sort_key;
 use crate::kernel::{DecisionChange, Maps, ServerEntry, ServiceEntry};
 
 /// Ids for the config's servers and services: the kernel's id for a name it already has,
@@ -54,36 +56,90 @@ fn fresh(used: &mut HashSet<u32>, max: u32) -> Result<u32> {
     Ok(id)
 }
 
-/// Writes the config's servers and services at their ids. Nothing is removed here: the
-/// decisions in use may still point at servers the config dropped. A server the operator
-/// set down with `server set --down` stays down.
+/// Writes the config's servers and services at their ids, those that differ from what the
+/// kernel holds. Nothing is removed here: the decisions in use may still point at servers
+/// the config dropped. A server the operator set down with `server set --down` stays down.
 fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
-    let down: HashSet<String> = m
-        .servers()?
-        .into_iter()
+    let now: HashMap<u16, ServerEntry> = m.servers()?.into_iter().map(|s| (s.id, s)).collect();
+    let down: HashSet<&str> = now
+        .values()
         .filter(|s| !s.up)
-        .map(|s| s.name)
+        .map(|s| s.name.as_str())
         .collect();
+    let mut put = Vec::new();
     for (s, &id) in cfg.servers.iter().zip(&ids.servers) {
-        m.put_server(&ServerEntry {
+        let e = ServerEntry {
             id,
             name: s.name.clone(),
             ipv4: s.ipv4,
             ipv6: s.ipv6,
-            up: !down.contains(&s.name),
-        })?;
+            up: !down.contains(s.name.as_str()),
+        };
+        if now.get(&id) != Some(&e) {
+            put.push(e);
+        }
     }
+    for e in &put {
+        m.put_server(e)?;
+    }
+    let now: HashMap<u32, ServiceEntry> = m.services()?.into_iter().map(|s| (s.id, s)).collect();
     for (s, &id) in cfg.services.iter().zip(&ids.services) {
         let select = s.select_mode(&s.policy(cfg)?)?;
-        m.put_service(&ServiceEntry {
+        let e = ServiceEntry {
             id,
             name: s.name.trim_end_matches('.').to_string(),
             ttl: s.ttl,
             answers: s.answers,
             select,
-        })?;
+        };
+        if now.get(&id) != Some(&e) {
+            m.put_service(&e)?;
+        }
     }
     Ok(())
+}
+
+/// Brings the kernel to a computed state by writing only what differs, in the table
+/// queries read now (see `Maps::apply_decisions`: every address keeps its old answer or
+/// gets its new one at every moment). A restart of `run` on unchanged config and inputs
+/// writes nothing, and answering never pauses. Returns the number of entries written or
+/// deleted.
+pub fn sync(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize> {
+    c.fits()?;
+    write_objects(m, cfg, ids)?;
+    let mut current: BTreeMap<u32, Vec<(ipnet::IpNet, director_common::maps::Decision)>> =
+        BTreeMap::new();
+    for (service, p, d) in m.decisions()? {
+        current.entry(service).or_default().push((p, d));
+    }
+    let mut n = 0;
+    for (id, _, t) in &c.tables {
+        let mut old = current.remove(id).unwrap_or_default();
+        old.sort_unstable_by_key(|(p, _)| sort_key(p));
+        let d = diff(&old, &t.entries);
+        n += d.put.len() + d.delete.len();
+        if !d.is_empty() {
+            m.apply_decisions(DecisionChange::Update {
+                service: *id,
+                put: &d.put,
+                delete: &d.delete,
+            })?;
+        }
+    }
+    let services: HashSet<u32> = ids.services.iter().copied().collect();
+    let servers: HashSet<u16> = ids.servers.iter().copied().collect();
+    m.retain(&services, &servers)?;
+    // Services the config dropped: their names are gone, so their entries answer nothing.
+    for (id, old) in current {
+        let delete: Vec<_> = old.into_iter().map(|(p, _)| p).collect();
+        n += delete.len();
+        m.apply_decisions(DecisionChange::Update {
+            service: id,
+            put: &[],
+            delete: &delete,
+        })?;
+    }
+    Ok(n)
 }
 
 /// Applies a full computation: new objects, then the decisions atomically (see

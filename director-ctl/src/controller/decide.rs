@@ -248,10 +248,21 @@ pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &HashSet<u16>) -> Res
             c.push(*p, d);
         }
     }
+    // Each service's minimal table is built and checked on a thread of its own.
+    let finished: Vec<Result<Table>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = out
+            .into_iter()
+            .map(|c| scope.spawn(move || c.finish()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
     let tables = plans
         .iter()
-        .zip(out)
-        .map(|(p, c)| Ok((p.id, p.name.clone(), c.finish()?)))
+        .zip(finished)
+        .map(|(p, t)| Ok((p.id, p.name.clone(), t?)))
         .collect::<Result<_>>()?;
     Ok(Computed {
         tables,

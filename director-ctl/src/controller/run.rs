@@ -17,7 +17,7 @@ use std::{
 use anyhow::{anyhow, Context, Result};
 use ipnet::IpNet;
 
-use super::apply::{apply_full, assign_ids};
+use super::apply::{apply_full, assign_ids, sync};
 use super::compile::{diff, replace_subtree, Diff, Table};
 use super::config::Config;
 use super::data::Data;
@@ -122,7 +122,14 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
     let down = down_servers(&m, &ids)?;
     let computed = compute(&cfg, &data, &ids, &down)?;
     let t = Instant::now();
-    let entries = apply_full(&mut m, &cfg, &computed, &ids)?;
+    // Only the difference to what the kernel holds: a restart on the same inputs writes
+    // nothing and queries are answered throughout.
+    let written = sync(&mut m, &cfg, &computed, &ids)?;
+    let entries = computed
+        .tables
+        .iter()
+        .map(|t| t.2.entries.len())
+        .sum::<usize>();
     let saved = computed.tables.iter().map(|t| t.2.saved).sum::<usize>();
     let (prefixes, compute_s, apply_s) = (
         computed.prefixes,
@@ -133,13 +140,14 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
         Event::Applied {
             prefixes,
             entries,
+            written,
             saved,
             compute_s,
             apply_s,
         },
         format!(
-            "{prefixes} prefixes, {entries} entries written ({saved} saved) in {compute_s:.1} s \
-             compute + {apply_s:.1} s apply"
+            "{prefixes} prefixes, {entries} entries ({saved} saved), {written} entries written \
+             in {compute_s:.1} s compute + {apply_s:.1} s apply"
         ),
     );
     install_signals();

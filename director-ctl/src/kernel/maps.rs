@@ -353,8 +353,11 @@ impl Maps {
     /// Writes decisions. `Replace` fills the table queries do not read, then flips
     /// `DIR_CONFIG` so that the next query reads the new one: a query sees the old table or
     /// the new one, never a mix (the old one is cleared before its next use). `Update`
-    /// rewrites entries in place, each atomically, puts before deletions so that no covered
-    /// address loses its answer on the way. Returns the number of entries written.
+    /// rewrites entries in place, each atomically, in an order that gives every address its
+    /// old answer or its new one at every moment (so a controller killed half way leaves a
+    /// table that answers correctly): puts from the most specific prefix to the least,
+    /// then deletions from the least specific to the most. Returns the number of entries
+    /// written.
     pub fn apply_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
         match change {
             DecisionChange::Replace(tables) => {
@@ -380,7 +383,8 @@ impl Maps {
                 delete,
             } => {
                 let t = self.active_table()?;
-                for (net, d) in put {
+                let (put, delete) = update_order(put, delete);
+                for (net, d) in &put {
                     self.put(t, service, net, d)?;
                 }
                 for net in delete {
@@ -441,19 +445,19 @@ impl Maps {
         }
     }
 
-    /// Whether `service` has an entry for exactly `net` (not just one covering it).
+    /// Whether `service` has an entry for exactly `net` (not just one covering it). A
+    /// lookup in the trie answers with the longest match, so this walks the keys.
     pub fn has_decision(&self, service: u32, net: &IpNet) -> Result<bool> {
         let t = self.active_table()?;
         let found = match key(service, net) {
-            DecisionKey::V4(k) => self.dec4[t].get(&k, 0),
-            DecisionKey::V6(k) => self.dec6[t].get(&k, 0),
+            DecisionKey::V4(want) => self.dec4[t].keys().any(|k| {
+                k.is_ok_and(|k| k.prefix_len() == want.prefix_len() && k.data() == want.data())
+            }),
+            DecisionKey::V6(want) => self.dec6[t].keys().any(|k| {
+                k.is_ok_and(|k| k.prefix_len() == want.prefix_len() && k.data() == want.data())
+            }),
         };
-        match found {
-            // The trie answers with the longest match; each value records its own length.
-            Ok(d) => Ok(d.prefix_len == net.prefix_len()),
-            Err(MapError::KeyNotFound | MapError::SyscallError(_)) => Ok(false),
-            Err(e) => Err(e).context("reading the decision table"),
-        }
+        Ok(found)
     }
 
     // --- counters ------------------------------------------------------------------------
@@ -505,5 +509,90 @@ fn key(service: u32, net: &IpNet) -> DecisionKey {
                 addr: n.network().octets(),
             },
         )),
+    }
+}
+
+/// The order an in-place update writes in: puts from the most specific prefix to the
+/// least, then deletions from the least specific to the most. Then every address gets its
+/// old answer or its new one after every single write. During the puts, an address whose
+/// most specific entry already holds its new value has every more specific new entry
+/// written (they went first), so that entry is its new answer; one whose most specific
+/// entry is not rewritten yet still has all old entries, so that is its old answer. During
+/// the deletions every new entry is in; an address's most specific entry is either new,
+/// or an old one going away whose more specific old entries are all still there (they go
+/// later), so it is the old answer.
+pub fn update_order<'a>(
+    put: &'a [(IpNet, Decision)],
+    delete: &'a [IpNet],
+) -> (Vec<&'a (IpNet, Decision)>, Vec<&'a IpNet>) {
+    let mut put: Vec<&(IpNet, Decision)> = put.iter().collect();
+    put.sort_by_key(|(p, _)| std::cmp::Reverse(p.prefix_len()));
+    let mut delete: Vec<&IpNet> = delete.iter().collect();
+    delete.sort_by_key(|p| p.prefix_len());
+    (put, delete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn lookup(t: &BTreeMap<IpNet, u16>, a: u32) -> Option<u16> {
+        let host = IpNet::from(std::net::IpAddr::V4(a.into()));
+        t.iter()
+            .filter(|(p, _)| p.contains(&host))
+            .max_by_key(|(p, _)| p.prefix_len())
+            .map(|(_, v)| *v)
+    }
+
+    fn arb_table() -> impl Strategy<Value = BTreeMap<IpNet, u16>> {
+        proptest::collection::btree_map(
+            (0u32..64, 0u8..=6).prop_map(|(a, len)| {
+                let addr = Ipv4Addr::from(0x0a00_0000u32 | (a << 18));
+                IpNet::V4(ipnet::Ipv4Net::new(addr, 8 + len).unwrap().trunc())
+            }),
+            1u16..4,
+            0..12,
+        )
+    }
+
+    proptest! {
+        /// Written one entry at a time in this order, every address answers with its old
+        /// or its new decision after every write.
+        #[test]
+        fn each_write_leaves_old_or_new_answers(old in arb_table(), new in arb_table()) {
+            let dec = |s: u16| {
+                let mut d = Decision { count: 1, primary: 1, ..Default::default() };
+                d.servers[0] = s;
+                d
+            };
+            let put: Vec<(IpNet, Decision)> = new
+                .iter()
+                .filter(|(p, v)| old.get(p) != Some(v))
+                .map(|(p, v)| (*p, dec(*v)))
+                .collect();
+            let delete: Vec<IpNet> = old.keys().filter(|p| !new.contains_key(p)).copied().collect();
+            let (put, delete) = update_order(&put, &delete);
+            let mut t = old.clone();
+            let probes: Vec<u32> = (0..256u32).map(|i| 0x0a00_0000 | (i << 16)).collect();
+            let check = |t: &BTreeMap<IpNet, u16>| -> Result<(), TestCaseError> {
+                for &a in &probes {
+                    let got = lookup(t, a);
+                    prop_assert!(got == lookup(&old, a) || got == lookup(&new, a),
+                        "{}: {got:?}", Ipv4Addr::from(a));
+                }
+                Ok(())
+            };
+            for (p, d) in put {
+                t.insert(*p, d.servers[0]);
+                check(&t)?;
+            }
+            for p in delete {
+                t.remove(p);
+                check(&t)?;
+            }
+            prop_assert_eq!(t, new);
+        }
     }
 }
