@@ -80,36 +80,34 @@ impl Compressor {
     /// answered any address otherwise is an error, never written.
     pub fn finish(self) -> anyhow::Result<Table> {
         let inputs = self.out.entries.len() + self.out.saved;
-        let entries = minimize(&self.out.entries);
-        equivalent(&self.out.entries, &entries)
-            .map_err(|e| anyhow::anyhow!("internal error in the minimal table: {e}"))?;
+        // Decisions become small ids first, and the full values are dropped: at full
+        // scale that halves what each service's construction holds at once.
+        let mut ids = Interner::default();
+        let table: Vec<(IpNet, minimal::Id)> = self
+            .out
+            .entries
+            .into_iter()
+            .map(|(p, d)| (p, ids.id(&d)))
+            .collect();
+        let split = table.partition_point(|(p, _)| matches!(p, IpNet::V4(_)));
+        let mut entries = Vec::with_capacity(table.len() / 4);
+        for (part, root) in [(&table[..split], "0.0.0.0/0"), (&table[split..], "::/0")] {
+            if part.is_empty() {
+                continue;
+            }
+            let root: IpNet = root.parse().expect("a root prefix");
+            let mut e = minimal::minimize_under(root, part, u32::MAX);
+            minimal::set_scopes(&mut e);
+            let min: Vec<(IpNet, minimal::Id)> = e.iter().map(|(p, id, _)| (*p, *id)).collect();
+            equivalent_by(part, &min, |a, b| a == b)
+                .map_err(|e| anyhow::anyhow!("internal error in the minimal table: {e}"))?;
+            entries.extend(e.into_iter().map(|(p, id, scope)| (p, ids.get(id, scope))));
+        }
         Ok(Table {
             saved: inputs.saturating_sub(entries.len()),
             entries,
         })
     }
-}
-
-/// The minimal table with scopes for `entries` (sorted, both families at most; their
-/// lookups define the function kept).
-pub fn minimize(entries: &[(IpNet, Decision)]) -> Vec<(IpNet, Decision)> {
-    let mut ids = Interner::default();
-    let split = entries.partition_point(|(p, _)| matches!(p, IpNet::V4(_)));
-    let mut out = Vec::with_capacity(entries.len() / 4);
-    for (part, root) in [
-        (&entries[..split], "0.0.0.0/0"),
-        (&entries[split..], "::/0"),
-    ] {
-        if part.is_empty() {
-            continue;
-        }
-        let inputs: Vec<(IpNet, minimal::Id)> = part.iter().map(|(p, d)| (*p, ids.id(d))).collect();
-        let root: IpNet = root.parse().expect("a root prefix");
-        let mut e = minimal::minimize_under(root, &inputs, u32::MAX);
-        minimal::set_scopes(&mut e);
-        out.extend(e.into_iter().map(|(p, id, scope)| (p, ids.get(id, scope))));
-    }
-    out
 }
 
 /// Whether two tables (sorted) give every address the same ranking. Every address has a
@@ -118,6 +116,15 @@ pub fn minimize(entries: &[(IpNet, Decision)]) -> Vec<(IpNet, Decision)> {
 /// every prefix that holds addresses no more specific prefix holds. Returns how many
 /// prefixes were compared.
 pub fn equivalent(a: &[(IpNet, Decision)], b: &[(IpNet, Decision)]) -> Result<usize, String> {
+    equivalent_by(a, b, same_ranking)
+}
+
+/// [`equivalent`] with `same` saying whether two values answer alike.
+pub fn equivalent_by<V>(
+    a: &[(IpNet, V)],
+    b: &[(IpNet, V)],
+    same: impl Fn(&V, &V) -> bool,
+) -> Result<usize, String> {
     /// An open prefix: what each table answers for it, and how much of it (in addresses)
     /// more specific prefixes cover; `None` once that overflows (all of ::/0).
     struct Open {
@@ -167,7 +174,7 @@ pub fn equivalent(a: &[(IpNet, Decision)], b: &[(IpNet, Decision)]) -> Result<us
             };
         }
         let same = match (sa.at(&p), sb.at(&p)) {
-            (Some(x), Some(y)) => same_ranking(x, y),
+            (Some(x), Some(y)) => same(x, y),
             (None, None) => true,
             _ => false,
         };

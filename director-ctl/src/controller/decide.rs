@@ -248,17 +248,28 @@ pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &HashSet<u16>) -> Res
             c.push(*p, d);
         }
     }
-    // Each service's minimal table is built and checked on a thread of its own.
-    let finished: Vec<Result<Table>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = out
-            .into_iter()
-            .map(|c| scope.spawn(move || c.finish()))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
+    // The services' minimal tables are built and checked on as many threads as there are
+    // CPUs (not more: each holds its trie while it works).
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let mut finished: Vec<Result<Table>> = Vec::with_capacity(out.len());
+    let mut left = out.into_iter();
+    loop {
+        let wave: Vec<Compressor> = left.by_ref().take(threads).collect();
+        if wave.is_empty() {
+            break;
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = wave
+                .into_iter()
+                .map(|c| scope.spawn(move || c.finish()))
+                .collect();
+            finished.extend(
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+            );
+        });
+    }
     let tables = plans
         .iter()
         .zip(finished)
