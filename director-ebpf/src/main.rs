@@ -11,6 +11,7 @@ mod packet;
 mod parse;
 mod policy;
 mod rewrite;
+mod turnaround;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::debug;
@@ -78,4 +79,14 @@ static LICENSE: [u8; 4] = *b"GPL\0";
 #[xdp]
 pub fn director_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// The bench's ceiling (see `turnaround`): DNS queries turned around in place, nothing
+/// answered. Never attached by director itself; `director-ctl ceiling` attaches it.
+#[xdp]
+pub fn director_turnaround(ctx: XdpContext) -> u32 {
+    match turnaround::turn(&ctx) {
+        Ok(()) => xdp_action::XDP_TX,
+        Err(_) => xdp_action::XDP_PASS,
+    }
 }

@@ -56,19 +56,36 @@ impl Fixture {
         &mut self.maps
     }
 
-    fn program(&self) -> Result<&Xdp> {
+    fn program(&self, name: &str) -> Result<&Xdp> {
         let prog = self
             .ebpf
-            .program(PROGRAM)
-            .context("no program named director")?;
+            .program(name)
+            .with_context(|| format!("no program named {name}"))?;
         Ok(prog.try_into()?)
     }
 
-    /// Runs the program once over `frame`: (verdict, frame as the program left it).
+    /// Loads (and so verifies) another program of director's object, to run with
+    /// [`Fixture::try_run_program`].
+    pub fn load_program(&mut self, name: &str) -> Result<()> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(name)
+            .with_context(|| format!("no program named {name}"))?
+            .try_into()?;
+        prog.load().with_context(|| format!("loading {name}"))?;
+        Ok(())
+    }
+
+    /// Runs director once over `frame`: (verdict, frame as the program left it).
     pub fn try_run(&self, frame: &[u8]) -> Result<(u32, Vec<u8>)> {
+        self.try_run_program(PROGRAM, frame)
+    }
+
+    /// Runs the loaded program `name` once over `frame`.
+    pub fn try_run_program(&self, name: &str, frame: &[u8]) -> Result<(u32, Vec<u8>)> {
         let mut out = vec![0u8; OUT_BUF];
         let result = self
-            .program()?
+            .program(name)?
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 data_out: Some(&mut out),

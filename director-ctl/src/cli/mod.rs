@@ -74,6 +74,14 @@ enum Cmd {
         #[arg(long)]
         detach: bool,
     },
+    /// Attach (or --detach) the turn-around-only program: the bench's ceiling, which turns
+    /// DNS queries around in place and answers nothing. Not for production.
+    Ceiling {
+        #[arg(long)]
+        iface: String,
+        #[arg(long)]
+        detach: bool,
+    },
     /// Compute decisions from a config (BGP, GeoIP, RTT, preferences), write them to the
     /// kernel, and keep them equal to the inputs: a changed file or SIGHUP recomputes and
     /// rewrites what changed.
@@ -302,6 +310,14 @@ fn run(cli: Cli) -> Result<()> {
                 program::detach_pass(&dir, &iface)?;
             } else {
                 program::attach_pass(&dir, &iface)?;
+            }
+        }
+        Cmd::Ceiling { iface, detach } => {
+            let helper = program::Helper::Turnaround;
+            if detach {
+                program::detach_helper(&dir, &iface, helper)?;
+            } else {
+                program::attach_helper(&dir, &iface, helper)?;
             }
         }
         Cmd::Log => kernel::log::follow(&dir)?,

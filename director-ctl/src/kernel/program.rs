@@ -198,8 +198,43 @@ pub fn pass_dir(pin_dir: &Path) -> PathBuf {
     PathBuf::from(d)
 }
 
+/// The helper programs of director's object, each attached on its own (pinned beside
+/// director's pins, so a lab's clean-up finds them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Helper {
+    /// `director_pass`, for the far end of a veth pair.
+    Pass,
+    /// `director_turnaround`, the bench's ceiling: queries turned around, nothing answered.
+    Turnaround,
+}
+
+impl Helper {
+    fn program(self) -> &'static str {
+        match self {
+            Helper::Pass => "director_pass",
+            Helper::Turnaround => "director_turnaround",
+        }
+    }
+    fn what(self) -> &'static str {
+        match self {
+            Helper::Pass => "pass-through program",
+            Helper::Turnaround => "turn-around program",
+        }
+    }
+}
+
 /// Attaches the pass-through program to `iface` (the client end of a veth pair).
 pub fn attach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
+    attach_helper(pin_dir, iface, Helper::Pass)
+}
+
+pub fn detach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
+    detach_helper(pin_dir, iface, Helper::Pass)
+}
+
+/// Attaches a helper program to `iface` in driver mode, its link pinned under
+/// [`pass_dir`].
+pub fn attach_helper(pin_dir: &Path, iface: &str, helper: Helper) -> Result<()> {
     let dir = pass_dir(pin_dir);
     ensure_bpffs_dir(&dir)?;
     let link_path = dir.join(iface);
@@ -207,9 +242,10 @@ pub fn attach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
         return Ok(());
     }
     let mut ebpf = open_object(&dir, 0)?;
+    let name = helper.program();
     let prog: &mut Xdp = ebpf
-        .program_mut("director_pass")
-        .context("the object has no program named director_pass")?
+        .program_mut(name)
+        .with_context(|| format!("the object has no program named {name}"))?
         .try_into()?;
     prog.load()?;
     let id = prog
@@ -220,11 +256,11 @@ pub fn attach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn detach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
+pub fn detach_helper(pin_dir: &Path, iface: &str, helper: Helper) -> Result<()> {
     let dir = pass_dir(pin_dir);
     let link_path = dir.join(iface);
     if !link_path.exists() {
-        bail!("no pass-through program on {iface}");
+        bail!("no {} on {iface}", helper.what());
     }
     drop(PinnedLink::from_pin(&link_path)?.unpin()?);
     Ok(())

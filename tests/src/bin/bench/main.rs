@@ -119,7 +119,9 @@ fn main() -> Result<()> {
     let mut gen = a.generator.unwrap_or(Generator::Kxdpgun);
     let mut log = String::new();
     let mut points = Vec::new();
-    for server in [Server::Director, Server::Knot] {
+    // In this order: knot's point removes director's service (director stays attached and
+    // passes), the ceiling's detaches director.
+    for server in [Server::Director, Server::Knot, Server::Ceiling] {
         points.push(w.point(
             server,
             &mut gen,

@@ -169,6 +169,20 @@ pub fn threaded_napi(ns: &str, ifname: &str) -> Result<u32> {
     }
 }
 
+/// The threaded NAPI thread `ifname` has now (a veth gets a new NAPI instance when its XDP
+/// program is replaced), waiting up to 3 s for exactly one.
+pub fn current_napi(ifname: &str) -> Result<u32> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let now: Vec<u32> = napi_threads(ifname).into_iter().collect();
+        match now.as_slice() {
+            [tid] => return Ok(*tid),
+            _ if Instant::now() < deadline => sleep(Duration::from_millis(20)),
+            _ => bail!("expected one NAPI thread for {ifname}, found {now:?}"),
+        }
+    }
+}
+
 /// Moves the calling thread (only) into network namespace `ns`.
 pub fn enter_netns(ns: &str) -> Result<()> {
     let f = fs::File::open(format!("/run/netns/{ns}"))

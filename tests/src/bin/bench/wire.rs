@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use director_tests::netns::{ctl_binary, Lab, Reply, Zone, CLIENT_V4, EDGE_V4};
+use director_tests::netns::{ctl_binary, Lab, Reply, Stats, Zone, CLIENT_V4, EDGE_V4};
 
 use crate::sys::{self, TempDir};
 use crate::table::{thousands, Spread, Table};
@@ -32,6 +32,8 @@ pub enum Generator {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Server {
+    /// director's turn-around-only program (`director-ctl ceiling`): no answering at all.
+    Ceiling,
     Director,
     Knot,
 }
@@ -39,6 +41,7 @@ pub enum Server {
 impl Server {
     fn name(self) -> &'static str {
         match self {
+            Server::Ceiling => "turn-around only (ceiling)",
             Server::Director => "director (XDP)",
             Server::Knot => "knotd (UDP, 1 worker)",
         }
@@ -52,7 +55,8 @@ pub struct Wire<'a> {
     query_file: PathBuf,
     edge_mac: String,
     client_mac: String,
-    edge_napi: u32,
+    /// The edge veth's NAPI thread (it changes when the edge's XDP program is replaced).
+    edge_napi: std::cell::Cell<u32>,
     knotd: u32,
     /// Whether the pass-through program is on the client end now (Lab::attach puts it there).
     client_pass: std::cell::Cell<bool>,
@@ -220,7 +224,7 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
         query_file,
         edge_mac,
         client_mac,
-        edge_napi,
+        edge_napi: std::cell::Cell::new(edge_napi),
         knotd,
         client_pass: true.into(),
     })
@@ -250,13 +254,22 @@ impl Wire<'_> {
         Ok(())
     }
 
+    /// director's answered counter; 0 while director is not attached (the ceiling runs).
     fn answered(&self) -> u64 {
-        self.lab.stats().get("answered")
+        let out = self.lab.ctl(&["stats", "--json"]);
+        if !out.status.success() {
+            return 0;
+        }
+        Stats::parse(&String::from_utf8_lossy(&out.stdout)).get("answered")
     }
 
     /// dig from the client: the reply must hold fra-1's address, and director's counter
     /// must show whether director or knot gave it.
     fn sanity(&self, server: Server) -> Result<()> {
+        if server == Server::Ceiling {
+            // It sends the query back as its own response: nothing for dig to check.
+            return Ok(());
+        }
         self.client_pass(true)?;
         let before = self.answered();
         let reply = Reply::parse(&self.lab.dig(&[&format!("@{EDGE_V4}"), NAME, "A"]));
@@ -279,7 +292,7 @@ impl Wire<'_> {
     /// knotd's threads (it may have started more since the last look), pinned to the
     /// server CPU, plus the edge NAPI thread.
     fn server_threads(&self, server: Server) -> Result<Vec<u32>> {
-        let mut tids = vec![self.edge_napi];
+        let mut tids = vec![self.edge_napi.get()];
         if server == Server::Knot {
             for t in sys::threads(self.knotd) {
                 sys::pin_to_cpu(t, SERVER_CPU)?;
@@ -292,14 +305,14 @@ impl Wire<'_> {
     fn sample(&self, server: Server, gen: Generator, seconds: u32) -> Result<Sample> {
         let tids = self.server_threads(server)?;
         let answered0 = self.answered();
-        let (cpu0, napi0) = (sys::cpu_ns(&tids), sys::cpu_ns(&[self.edge_napi]));
-        let watch = watch_load(self.edge_napi, tids.clone(), seconds);
+        let (cpu0, napi0) = (sys::cpu_ns(&tids), sys::cpu_ns(&[self.edge_napi.get()]));
+        let watch = watch_load(self.edge_napi.get(), tids.clone(), seconds);
         let (sent, replies, secs) = match gen {
             Generator::Kxdpgun => self.kxdpgun(seconds)?,
             Generator::Dnsperf => self.dnsperf(seconds)?,
         };
         let cpu_ns = sys::cpu_ns(&tids) - cpu0;
-        let napi_ns = sys::cpu_ns(&[self.edge_napi]) - napi0;
+        let napi_ns = sys::cpu_ns(&[self.edge_napi.get()]) - napi0;
         let director_answered = self.answered() - answered0;
         let window = watch
             .join()
@@ -456,6 +469,32 @@ impl Wire<'_> {
             // real deployment where knot answers whatever director does not own.
             self.lab.ctl_ok(&["service", "del", NAME]);
         }
+        let edge_if = self.lab.edge_if.clone();
+        if server == Server::Ceiling {
+            // Last: detaching director drops its maps.
+            self.lab.ctl_ok(&["detach", "--iface", &edge_if]);
+            self.lab.ctl_ok(&["ceiling", "--iface", &edge_if]);
+            let napi = sys::current_napi(&edge_if)?;
+            sys::pin_to_cpu(napi, SERVER_CPU)?;
+            self.edge_napi.set(napi);
+        }
+        let point = self.point_on(server, gen, auto, seconds, runs, log);
+        if server == Server::Ceiling {
+            self.lab
+                .ctl_ok(&["ceiling", "--iface", &edge_if, "--detach"]);
+        }
+        point
+    }
+
+    fn point_on(
+        &self,
+        server: Server,
+        gen: &mut Generator,
+        auto: bool,
+        seconds: u32,
+        runs: usize,
+        log: &mut String,
+    ) -> Result<Point> {
         self.sanity(server)?;
         let mut samples = Vec::new();
         while samples.len() < runs {
@@ -511,7 +550,7 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
     let mut t = Table::new(
         format!(
             "2. Answers per second over a veth pair: {how}, {runs} runs of {seconds} s; `{NAME} A` \
-             from both servers"
+             from each server"
         ),
         &[
             "server",
@@ -548,7 +587,16 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
             thousands(p.director_answered.median as u64),
         ]);
     }
-    if let [d, k] = points {
+    let of = |s: Server| points.iter().find(|p| p.server == s);
+    if let (Some(c), Some(d)) = (of(Server::Ceiling), of(Server::Director)) {
+        t.note(format!(
+            "director/ceiling: CPU per answer x{:.2} (aim <= 1.10), answers/s {:.0}% of the \
+             ceiling's (aim >= 90%) (medians, same run).",
+            d.cpu_us.median / c.cpu_us.median,
+            100.0 * d.answers.median / c.answers.median
+        ));
+    }
+    if let (Some(d), Some(k)) = (of(Server::Director), of(Server::Knot)) {
         t.note(format!(
             "director/knot: answers/s x{:.2}, CPU per answer x{:.2} (medians).",
             d.answers.median / k.answers.median,
