@@ -12,12 +12,16 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
+use aya::programs::{TestRun, TestRunOptions, Xdp};
 use director_ctl::{
     controller::{self, config::Config, inputs::sites::load_pops},
     kernel,
 };
+use director_tests::fixture::{XDP_PASS, XDP_TX};
 use director_tests::netns::{self, workspace_root, Controller, Lab, Reply, EDGE_V4};
+use director_tests::packets::{self, Flow};
 use director_tests::pins::PinDir;
+use hickory_proto::rr::RecordType;
 
 const SITES: [&str; 5] = ["FRA", "IAD", "GRU", "SIN", "SYD"];
 
@@ -131,7 +135,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     // killed; removed on return however it ends.
     let pins = PinDir::new(netns::PREFIX, "controller");
     let slab0 = slab_kb()?;
-    let _ebpf = kernel::program::load(pins.path(), 0)?;
+    let mut ebpf = kernel::program::load(pins.path(), 0)?;
     let mut m = kernel::Maps::open(pins.path())?;
     let t = Instant::now();
     let written = controller::apply::apply_full(&mut m, &cfg, &c, &ids)?;
@@ -140,6 +144,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     // A second full apply fills the other table; the first stays until its next use.
     controller::apply::apply_full(&mut m, &cfg, &c, &ids)?;
     let both_tables = slab_kb()?.saturating_sub(slab0) as f64 / 1024.0;
+    let lookup = per_packet_full_table(&mut ebpf)?;
     // What a restart of run on the same inputs writes.
     let t = Instant::now();
     let resync = controller::apply::sync(&mut m, &cfg, &c, &ids)?;
@@ -191,6 +196,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
                 one_table * 1024.0 * 1024.0 / written.max(1) as f64
             ),
         ),
+        Row("per answer, full table (PROG_TEST_RUN)", lookup),
         Row(
             "restart on the same inputs",
             format!("{resync} entries written, {resync_s:.2} s to compare (aim: 0 written)"),
@@ -203,6 +209,68 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
         ));
     }
     Ok(rows)
+}
+
+/// director's cost per answer with the full-scale table loaded (the lookup walks a deep
+/// trie): A queries with ECS from client networks spread over the address space, one
+/// fresh frame per BPF_PROG_TEST_RUN call, minus the empty program's cost per call.
+fn per_packet_full_table(ebpf: &mut aya::Ebpf) -> Result<String> {
+    const CALLS: u32 = 20_000;
+    let pass: &mut Xdp = ebpf
+        .program_mut("director_pass")
+        .context("no director_pass program")?
+        .try_into()?;
+    pass.load().context("loading director_pass")?;
+    let subnets = [
+        "1.1.1.0",
+        "8.8.8.0",
+        "31.13.64.0",
+        "81.2.69.0",
+        "103.86.96.0",
+        "151.101.1.0",
+        "177.71.128.0",
+        "193.0.0.0",
+        "203.0.113.0",
+        "212.58.224.0",
+    ];
+    let flow = Flow::v4(std::net::Ipv4Addr::new(192, 0, 2, 2));
+    let frames: Vec<Vec<u8>> = subnets
+        .iter()
+        .map(|a| {
+            let q = packets::query(0x5eed, "video.example.com.", RecordType::A);
+            let q = packets::with_ecs(q, a.parse().expect("an address"), 24, 0);
+            packets::udp_frame(&flow, &packets::wire(&q))
+        })
+        .collect();
+    let mean = |name: &str, want: u32| -> Result<f64> {
+        let prog: &Xdp = ebpf
+            .program(name)
+            .with_context(|| format!("no program {name}"))?
+            .try_into()?;
+        let mut total = 0u128;
+        for k in 0..CALLS {
+            let r = prog.test_run(TestRunOptions {
+                data_in: Some(&frames[k as usize % frames.len()]),
+                ..TestRunOptions::new()
+            })?;
+            if r.return_value != want {
+                bail!(
+                    "{name}: verdict {} where {want} was expected",
+                    r.return_value
+                );
+            }
+            total += r.duration.as_nanos();
+        }
+        Ok(total as f64 / f64::from(CALLS))
+    };
+    let floor = mean("director_pass", XDP_PASS)?;
+    let director = mean(director_common::maps::PROGRAM, XDP_TX)?;
+    Ok(format!(
+        "{:.0} ns minus floor ({director:.0} - {floor:.0} ns; {CALLS} calls over {} client \
+         /24s; compare section 1's 2-entry table)",
+        director - floor,
+        frames.len()
+    ))
 }
 
 /// The kernel's slab memory, kB (/proc/meminfo): BPF map elements live there.
