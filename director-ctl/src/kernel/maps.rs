@@ -69,6 +69,9 @@ pub struct Maps {
     servers: Array<MapData, ServerRecord>,
     dec4: [Dec4; 2],
     dec6: [Dec6; 2],
+    /// The same decision maps again, for batched writes (aya has no batch API).
+    batch4: [MapData; 2],
+    batch6: [MapData; 2],
     config: Array<MapData, TableSwitch>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
@@ -86,6 +89,11 @@ fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> 
     let data = MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
     let map = Map::from_map_data(data).with_context(|| format!("reading {}", path.display()))?;
     T::try_from(map).with_context(|| format!("{} has an unexpected type", path.display()))
+}
+
+fn open_data(dir: &Path, name: &str) -> Result<MapData> {
+    let path = dir.join(name);
+    MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))
 }
 
 fn empty_server() -> ServerRecord {
@@ -121,6 +129,8 @@ impl Maps {
             servers: open(dir, MAP_SERVERS)?,
             dec4: [open(dir, MAP_DEC4[0])?, open(dir, MAP_DEC4[1])?],
             dec6: [open(dir, MAP_DEC6[0])?, open(dir, MAP_DEC6[1])?],
+            batch4: [open_data(dir, MAP_DEC4[0])?, open_data(dir, MAP_DEC4[1])?],
+            batch6: [open_data(dir, MAP_DEC6[0])?, open_data(dir, MAP_DEC6[1])?],
             config: open(dir, MAP_CONFIG)?,
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
@@ -363,13 +373,12 @@ impl Maps {
             DecisionChange::Replace(tables) => {
                 let spare = 1 - self.active_table()?;
                 self.remove_decisions(spare, |_| true)?;
-                let mut n = 0;
+                let mut all: Vec<(u32, &IpNet, &Decision)> = Vec::new();
                 for (service, entries) in tables {
-                    for (net, d) in entries.iter() {
-                        self.put(spare, *service, net, d)?;
-                        n += 1;
-                    }
+                    all.extend(entries.iter().map(|(p, d)| (*service, p, d)));
                 }
+                let n = all.len();
+                self.put_all(spare, &all)?;
                 let mut c = self.config.get(&0, 0).context("reading the config map")?;
                 c.active_table = spare as u32;
                 self.config
@@ -384,9 +393,9 @@ impl Maps {
             } => {
                 let t = self.active_table()?;
                 let (put, delete) = update_order(put, delete);
-                for (net, d) in &put {
-                    self.put(t, service, net, d)?;
-                }
+                let put: Vec<(u32, &IpNet, &Decision)> =
+                    put.iter().map(|(p, d)| (service, p, d)).collect();
+                self.put_all(t, &put)?;
                 for net in delete {
                     self.delete(t, service, net)?;
                 }
@@ -399,27 +408,79 @@ impl Maps {
     fn remove_decisions(&mut self, t: usize, which: impl Fn(u32) -> bool) -> Result<()> {
         let keys: Vec<_> = self.dec4[t]
             .keys()
-            .collect::<Result<_, _>>()
-            .context("listing IPv4 decisions")?;
-        for k in keys
+            .collect::<Result<Vec<_>, _>>()
+            .context("listing IPv4 decisions")?
             .into_iter()
             .filter(|k| which(u32::from_be_bytes(k.data().service)))
-        {
-            self.dec4[t]
-                .remove(&k)
-                .context("removing an IPv4 decision")?;
+            .collect();
+        if !delete_batched(&self.batch4[t], &keys)? {
+            for k in keys {
+                self.dec4[t]
+                    .remove(&k)
+                    .context("removing an IPv4 decision")?;
+            }
         }
         let keys: Vec<_> = self.dec6[t]
             .keys()
-            .collect::<Result<_, _>>()
-            .context("listing IPv6 decisions")?;
-        for k in keys
+            .collect::<Result<Vec<_>, _>>()
+            .context("listing IPv6 decisions")?
             .into_iter()
             .filter(|k| which(u32::from_be_bytes(k.data().service)))
-        {
-            self.dec6[t]
-                .remove(&k)
-                .context("removing an IPv6 decision")?;
+            .collect();
+        if !delete_batched(&self.batch6[t], &keys)? {
+            for k in keys {
+                self.dec6[t]
+                    .remove(&k)
+                    .context("removing an IPv6 decision")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes entries to table `t` in the given order: batched (BPF_MAP_UPDATE_BATCH, one
+    /// system call per chunk; the kernel still inserts them one at a time, in order), and
+    /// one by one where the kernel takes no batch.
+    fn put_all(&mut self, t: usize, entries: &[(u32, &IpNet, &Decision)]) -> Result<()> {
+        const CHUNK: usize = 4096;
+        let mut i = 0;
+        while i < entries.len() {
+            // A chunk of one family, keeping the order.
+            let v6 = matches!(entries[i].1, IpNet::V6(_));
+            let end = entries[i..]
+                .iter()
+                .take(CHUNK)
+                .position(|e| matches!(e.1, IpNet::V6(_)) != v6)
+                .map_or((i + CHUNK).min(entries.len()), |k| i + k);
+            let chunk = &entries[i..end];
+            let (mut keys, mut values) = (Vec::new(), Vec::new());
+            for (service, net, d) in chunk {
+                match key(*service, net) {
+                    DecisionKey::V4(k) => keys.extend_from_slice(pod_bytes(&k)),
+                    DecisionKey::V6(k) => keys.extend_from_slice(pod_bytes(&k)),
+                }
+                values.extend_from_slice(pod_bytes(*d));
+            }
+            let map = if v6 { &self.batch6[t] } else { &self.batch4[t] };
+            match batch(
+                BPF_MAP_UPDATE_BATCH,
+                map,
+                &keys,
+                Some(&values),
+                chunk.len() as u32,
+            ) {
+                Ok(()) => {}
+                Err(e) if batch_unsupported(&e) => {
+                    for (service, net, d) in chunk {
+                        self.put(t, *service, net, d)?;
+                    }
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("writing {} decisions from {}", chunk.len(), chunk[0].1)
+                    })
+                }
+            }
+            i = end;
         }
         Ok(())
     }
@@ -530,6 +591,93 @@ pub fn update_order<'a>(
     let mut delete: Vec<&IpNet> = delete.iter().collect();
     delete.sort_by_key(|p| p.prefix_len());
     (put, delete)
+}
+
+/// The bytes of a plain-old-data value (map keys and values are `#[repr(C)]`).
+fn pod_bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is a repr(C) map key or value without padding bytes that could be
+    // uninitialised (the layouts spell their padding out), read as bytes for its size.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
+
+/// Deletes keys (all present) in batches; false when the kernel takes no batch (then
+/// nothing was deleted).
+fn delete_batched<K: Copy>(map: &MapData, keys: &[K]) -> Result<bool> {
+    for (i, chunk) in keys.chunks(4096).enumerate() {
+        let bytes: Vec<u8> = chunk.iter().flat_map(|k| pod_bytes(k).to_vec()).collect();
+        match batch(BPF_MAP_DELETE_BATCH, map, &bytes, None, chunk.len() as u32) {
+            Ok(()) => {}
+            // Only the first call can find batches unsupported: nothing is deleted yet.
+            Err(e) if i == 0 && batch_unsupported(&e) => return Ok(false),
+            Err(e) => return Err(e).context("deleting decisions"),
+        }
+    }
+    Ok(true)
+}
+
+/// A batch command (`cmd`) over `count` keys (and values) laid out back to back.
+fn batch(
+    cmd: libc::c_long,
+    map: &MapData,
+    keys: &[u8],
+    values: Option<&[u8]>,
+    count: u32,
+) -> std::io::Result<()> {
+    use std::os::fd::{AsFd, AsRawFd};
+    /// The `batch` member of `union bpf_attr`.
+    #[repr(C)]
+    struct BatchAttr {
+        in_batch: u64,
+        out_batch: u64,
+        keys: u64,
+        values: u64,
+        count: u32,
+        map_fd: u32,
+        elem_flags: u64,
+        flags: u64,
+    }
+    let mut attr = BatchAttr {
+        in_batch: 0,
+        out_batch: 0,
+        keys: keys.as_ptr() as u64,
+        values: values.map_or(0, |v| v.as_ptr() as u64),
+        count,
+        map_fd: map.fd().as_fd().as_raw_fd() as u32,
+        elem_flags: 0,
+        flags: 0,
+    };
+    // SAFETY: attr points at a valid bpf_attr prefix of the size given, keys and values
+    // hold `count` elements of the map's key and value sizes and outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            &mut attr as *mut BatchAttr,
+            size_of::<BatchAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if attr.count != count {
+        return Err(std::io::Error::other(format!(
+            "the kernel took {} of {count} decisions",
+            attr.count
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a batch call failed because the kernel or map takes no batches.
+fn batch_unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        // 524: the kernel's own ENOTSUPP, which bpf(2) lets through.
+        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS | 524)
+    )
 }
 
 #[cfg(test)]
