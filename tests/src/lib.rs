@@ -3,3 +3,4 @@ pub mod fixture;
 pub mod netns;
 pub mod packets;
 pub mod pins;
+pub mod tempdir;

@@ -130,7 +130,7 @@ fn sweep_stale() {
 
 /// A running knotd, stopped (by pid) and its files removed on drop.
 /// A daemon a lab runs (knotd, unbound), with its own directory.
-struct Knot {
+struct Daemon {
     child: Child,
     dir: PathBuf,
 }
@@ -153,7 +153,7 @@ fn stop_child(child: &mut Child, grace: Duration) {
     let _ = child.wait();
 }
 
-impl Knot {
+impl Daemon {
     fn stop(&mut self) {
         stop_child(&mut self.child, Duration::from_secs(3));
     }
@@ -163,7 +163,7 @@ impl Knot {
     }
 }
 
-impl Drop for Knot {
+impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
         let _ = fs::remove_dir_all(&self.dir);
@@ -185,8 +185,8 @@ pub struct Lab {
     pub client_if: String,
     /// director's pin directory (the pass-through program pins into `<pin_dir>-pass`).
     pub pin_dir: PathBuf,
-    knot: Option<Knot>,
-    unbound: Option<Knot>,
+    knot: Option<Daemon>,
+    unbound: Option<Daemon>,
 }
 
 impl Lab {
@@ -414,7 +414,7 @@ impl Lab {
             .spawn()
             .expect("starting knotd");
         let first = zones.first().expect("knot needs a zone").origin;
-        self.knot = Some(Knot { child, dir });
+        self.knot = Some(Daemon { child, dir });
         let knot = self.knot.as_mut().unwrap();
         // Probe from inside the edge namespace: loopback traffic does not cross director.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -487,7 +487,7 @@ impl Lab {
             .stderr(log)
             .spawn()
             .expect("starting unbound");
-        self.unbound = Some(Knot { child, dir });
+        self.unbound = Some(Daemon { child, dir });
         let u = self.unbound.as_mut().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

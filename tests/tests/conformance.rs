@@ -15,6 +15,7 @@ use std::{
 };
 
 use director_tests::netns::{describe, Controller, Lab, EDGE_V4};
+use director_tests::tempdir::TempDir;
 
 /// Queries per judged sample: enough for the chi-square test to see a 10 % deviation.
 const QUERIES: usize = 2000;
@@ -28,28 +29,6 @@ const SERVERS: [(&str, &str); 3] = [
     ("s2", "198.51.100.12"),
     ("s3", "198.51.100.13"),
 ];
-
-/// A directory of this test's own, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("dconf-{}-{what}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
-        TempDir(p)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Three sites a, b, c with one server each (s1, s2, s3), RTTs 100, 109 and 115 ms from
 /// every client, and `services` appended.
@@ -156,7 +135,7 @@ fn per_client(name: &str, n: usize) -> Vec<String> {
 // Without random a client's answer never changes; a hash of the client spreads clients.
 #[test]
 fn a_tie_without_random_answers_each_client_the_same_and_spreads_clients() {
-    let dir = TempDir::new("tie");
+    let dir = TempDir::new("dconf", "tie");
     let config = config(
         &dir,
         "[[service]]\nname = \"tie.example.com\"\nservers = [\"s1\", \"s2\", \"s3\"]\n\
@@ -197,7 +176,7 @@ fn a_tie_without_random_answers_each_client_the_same_and_spreads_clients() {
 // uniformly. Both draw per query, so one client sees the distribution.
 #[test]
 fn portion_and_random_draw_per_query_as_documented() {
-    let dir = TempDir::new("draws");
+    let dir = TempDir::new("dconf", "draws");
     let config = config(
         &dir,
         "[[service]]\nname = \"portion.example.com\"\nservers = [\"s1\", \"s2\", \"s3\"]\n\
@@ -232,7 +211,7 @@ fn portion_and_random_draw_per_query_as_documented() {
 // random draws between them. Precomputed fallback order alone would give B only.
 #[test]
 fn after_a_server_goes_down_answers_converge_to_the_re_sorted_set() {
-    let dir = TempDir::new("failover");
+    let dir = TempDir::new("dconf", "failover");
     let config = config(
         &dir,
         "[[service]]\nname = \"fail.example.com\"\nservers = [\"s1\", \"s2\", \"s3\"]\n\

@@ -30,6 +30,7 @@ use director_tests::netns::{
     ctl_binary, describe, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
 };
 use director_tests::packets::{query, wire};
+use director_tests::tempdir::TempDir;
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
 use serde::de::DeserializeOwned;
@@ -48,28 +49,6 @@ fn data(rel: &str) -> PathBuf {
         p.display()
     );
     p.canonicalize().unwrap_or(p)
-}
-
-/// A directory of this test's own under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("dctl-{}-{what}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
-        TempDir(p)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Replaces a file in one step (write aside, rename), as an operator's deploy tool would:
@@ -464,7 +443,7 @@ fn answer(lab: &Lab, rtype: &str, subnet: Option<&str>) -> Vec<String> {
 #[test]
 fn check_and_explain_on_real_data() {
     let t0 = Instant::now();
-    let dir = TempDir::new("real-check");
+    let dir = TempDir::new("dctl", "real-check");
     let sites = sites();
     let config = dir.path("director.toml");
     fs::write(&config, real_config_text(&sites)).unwrap();
@@ -560,7 +539,7 @@ fn check_and_explain_on_real_data() {
 #[test]
 fn run_on_real_data_answers_the_nearest_site() {
     let t0 = Instant::now();
-    let dir = TempDir::new("real-run");
+    let dir = TempDir::new("dctl", "real-run");
     let sites = sites();
     let config = dir.path("director.toml");
     fs::write(&config, real_config_text(&sites)).unwrap();
@@ -819,10 +798,30 @@ fn query_loop(ns: &str, stop: &AtomicBool, max: usize, limit: Duration) -> Tally
     t
 }
 
+/// [`query_loop`] on a thread of its own, until [`Querier::finish`].
+struct Querier {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Tally>,
+}
+
+impl Querier {
+    fn start(lab: &Lab, limit: Duration) -> Querier {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ns, flag) = (lab.client_ns.clone(), stop.clone());
+        let thread = std::thread::spawn(move || query_loop(&ns, &flag, 2_000_000, limit));
+        Querier { stop, thread }
+    }
+
+    fn finish(self) -> Tally {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the query thread panicked")
+    }
+}
+
 #[test]
 fn run_swaps_tables_atomically_under_queries() {
     let t0 = Instant::now();
-    let dir = TempDir::new("swap");
+    let dir = TempDir::new("dctl", "swap");
     let config = dir.path("director.toml");
     replace_file(&config, &swap_config(false));
     let lab = Lab::new();
@@ -831,11 +830,7 @@ fn run_swaps_tables_atomically_under_queries() {
     run.wait_for("entries written", 1, Duration::from_secs(20));
     assert_eq!(answer(&lab, "A", None), [X_V4]);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let ns = lab.client_ns.clone();
-    let flag = stop.clone();
-    let querier =
-        std::thread::spawn(move || query_loop(&ns, &flag, 2_000_000, Duration::from_secs(40)));
+    let querier = Querier::start(&lab, Duration::from_secs(40));
     let started = Instant::now();
     // (when the new config was written, since the querier started; whether it was B)
     let mut swaps: Vec<(Duration, bool)> = Vec::new();
@@ -855,8 +850,7 @@ fn run_swaps_tables_atomically_under_queries() {
         }
     }
     sleep(Duration::from_millis(200));
-    stop.store(true, Ordering::Relaxed);
-    let t = querier.join().expect("the query thread panicked");
+    let t = querier.finish();
     let swap_s = started.elapsed().as_secs_f64();
     run.assert_alive();
     eprintln!(
@@ -932,18 +926,14 @@ fn run_swaps_tables_atomically_under_queries() {
 /// on unchanged inputs writes nothing.
 #[test]
 fn run_killed_and_restarted_never_breaks_answers() {
-    let dir = TempDir::new("kill");
+    let dir = TempDir::new("dctl", "kill");
     let config = dir.path("director.toml");
     replace_file(&config, &swap_config(false));
     let lab = Lab::new();
     lab.attach();
     let mut run = Controller::start(&lab, &config, &dir.path("run-0.log"));
     run.wait_for("entries written", 1, Duration::from_secs(20));
-    let stop = Arc::new(AtomicBool::new(false));
-    let ns = lab.client_ns.clone();
-    let flag = stop.clone();
-    let querier =
-        std::thread::spawn(move || query_loop(&ns, &flag, 2_000_000, Duration::from_secs(60)));
+    let querier = Querier::start(&lab, Duration::from_secs(60));
     sleep(Duration::from_millis(200));
     const ROUNDS: usize = 10;
     let mut unchanged_writes = Vec::new();
@@ -968,8 +958,7 @@ fn run_killed_and_restarted_never_breaks_answers() {
         sleep(Duration::from_millis(150));
     }
     sleep(Duration::from_millis(200));
-    stop.store(true, Ordering::Relaxed);
-    let t = querier.join().expect("the query thread panicked");
+    let t = querier.finish();
     run.assert_alive();
     eprintln!(
         "{ROUNDS} kills and restarts: {} queries, x {}, y {}, empty {}, other {}, timeouts {}, \
@@ -1032,7 +1021,7 @@ fn rtt_config(rtt: &Path, extra_server: Option<&str>, x_preference: u32) -> Stri
 #[test]
 fn run_keeps_the_last_good_decisions_on_bad_input() {
     let t0 = Instant::now();
-    let dir = TempDir::new("bad-input");
+    let dir = TempDir::new("dctl", "bad-input");
     let config = dir.path("director.toml");
     let rtt = dir.path("rtt.csv");
     // The client's own network is nearer a (x); nothing is measured elsewhere, where the
@@ -1208,7 +1197,7 @@ fn check_fails_naming(dir: &TempDir, what: &str, text: String, file: &Path) {
 
 #[test]
 fn check_reports_damaged_and_refuses_wrong_input_files() {
-    let dir = TempDir::new("check-inputs");
+    let dir = TempDir::new("dctl", "check-inputs");
     // A real RIPE file with broken record boundaries: read, damage skipped and counted.
     let damaged = data("bgp/damaged.updates.20000325.0345.gz");
     let config = dir.path("damaged.toml");

@@ -76,7 +76,7 @@ impl Compressor {
 
     /// The minimal table for what was pushed (the entries kept so far already give every
     /// address its decision; the minimal construction merges what they leave apart).
-    /// Checked against them before it is returned (see [`equivalent`]): a table that
+    /// Checked against them before it is returned (see [`equivalent_by`]): a table that
     /// answered any address otherwise is an error, never written.
     pub fn finish(self) -> anyhow::Result<Table> {
         let inputs = self.out.entries.len() + self.out.saved;
@@ -110,16 +110,12 @@ impl Compressor {
     }
 }
 
-/// Whether two tables (sorted) give every address the same ranking. Every address has a
+/// Whether two tables (sorted) give every address the same answer (`same` says whether
+/// two values answer alike). Every address has a
 /// most specific prefix among both tables' prefixes, and gets from each table what that
 /// table answers for the whole of that prefix; so it is enough to compare the tables at
 /// every prefix that holds addresses no more specific prefix holds. Returns how many
 /// prefixes were compared.
-pub fn equivalent(a: &[(IpNet, Decision)], b: &[(IpNet, Decision)]) -> Result<usize, String> {
-    equivalent_by(a, b, same_ranking)
-}
-
-/// [`equivalent`] with `same` saying whether two values answer alike.
 pub fn equivalent_by<V>(
     a: &[(IpNet, V)],
     b: &[(IpNet, V)],
@@ -368,19 +364,22 @@ mod tests {
             (net("10.0.0.0/17"), dec(1)),
         ];
         let b = vec![(net("0.0.0.0/0"), dec(9)), (net("10.0.128.0/17"), dec(2))];
-        assert!(equivalent(&a, &b).is_err(), "10.0.0.0/17 differs");
+        assert!(
+            equivalent_by(&a, &b, same_ranking).is_err(),
+            "10.0.0.0/17 differs"
+        );
         let b = vec![
             (net("0.0.0.0/0"), dec(9)),
             (net("10.0.0.0/17"), dec(1)),
             (net("10.0.128.0/17"), dec(2)),
         ];
-        assert_eq!(equivalent(&a, &b), Ok(3));
+        assert_eq!(equivalent_by(&a, &b, same_ranking), Ok(3));
         let c = vec![
             (net("::/0"), dec(1)),
             (net("::/1"), dec(1)),
             (net("8000::/1"), dec(1)),
         ];
-        assert_eq!(equivalent(&c, &c[..1]), Ok(2));
+        assert_eq!(equivalent_by(&c, &c[..1], same_ranking), Ok(2));
     }
 
     proptest! {

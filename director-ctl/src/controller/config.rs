@@ -117,16 +117,7 @@ impl Service {
         } else {
             (&self.priority, &self.weights)
         };
-        let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow::anyhow!("{e}"));
-        let prio = prio
-            .iter()
-            .map(|(m, p)| Ok((metric(m)?, *p)))
-            .collect::<Result<Vec<_>>>()?;
-        let weights = weights
-            .iter()
-            .map(|(m, w)| Ok((metric(m)?, *w)))
-            .collect::<Result<Vec<_>>>()?;
-        Policy::new(&prio, &weights, self.rtt_tolerance, self.med).map_err(|e| anyhow::anyhow!(e))
+        policy_of(prio, weights, self.rtt_tolerance, self.med)
     }
 
     /// How the kernel picks among the final equals. With `random` ending the sort: a
@@ -286,24 +277,9 @@ impl Config {
                 MAX_SERVICES - 1
             );
         }
-        for (what, empty) in [
-            ("default_priority", self.default_priority.is_empty()),
-            ("default_weights", self.default_weights.is_empty()),
-        ] {
-            if !empty {
-                let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow::anyhow!("{e}"));
-                let prio = self
-                    .default_priority
-                    .iter()
-                    .map(|(m, p)| Ok((metric(m)?, *p)));
-                let prio = prio.collect::<Result<Vec<_>>>().context(what)?;
-                let w = self
-                    .default_weights
-                    .iter()
-                    .map(|(m, w)| Ok((metric(m)?, *w)));
-                let w = w.collect::<Result<Vec<_>>>().context(what)?;
-                Policy::new(&prio, &w, 10, false).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-            }
+        if !(self.default_priority.is_empty() && self.default_weights.is_empty()) {
+            policy_of(&self.default_priority, &self.default_weights, 10, false)
+                .context("default_priority and default_weights")?;
         }
         let mut names = HashSet::new();
         for (i, s) in self.services.iter().enumerate() {
@@ -343,6 +319,25 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A policy from priority and weight tables as the config spells them (metric names).
+fn policy_of(
+    priority: &BTreeMap<String, u32>,
+    weights: &BTreeMap<String, f64>,
+    rtt_tolerance: u32,
+    med: bool,
+) -> Result<Policy> {
+    let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow::anyhow!("{e}"));
+    let prio = priority
+        .iter()
+        .map(|(m, p)| Ok((metric(m)?, *p)))
+        .collect::<Result<Vec<_>>>()?;
+    let weights = weights
+        .iter()
+        .map(|(m, w)| Ok((metric(m)?, *w)))
+        .collect::<Result<Vec<_>>>()?;
+    Policy::new(&prio, &weights, rtt_tolerance, med).map_err(|e| anyhow::anyhow!(e))
 }
 
 fn keys<V>(m: &BTreeMap<String, V>) -> Vec<&String> {

@@ -70,6 +70,13 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         })
     });
     let location = location.transpose()?;
+    // Which file each measurement came from: every RTT file read once, here.
+    let rtt_files = cfg
+        .rtt
+        .files
+        .iter()
+        .map(|f| Ok((f, inputs::csv::load_rtt(f)?)))
+        .collect::<Result<Vec<_>>>()?;
     let servers = plan
         .servers
         .iter()
@@ -77,7 +84,7 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         .map(|(s, c)| {
             let (route, rtt) = found[s.site];
             let site = &cfg.sites[s.site];
-            Ok(api::ExplainServer {
+            api::ExplainServer {
                 server: server_name(s.id),
                 site: site.name.clone(),
                 bgp: route.map(|(prefix, r)| api::BgpSource {
@@ -90,19 +97,16 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
                     med: r.med,
                 }),
                 location: location.clone(),
-                rtt: match rtt {
-                    Some(&(prefix, rtt)) => Some(api::RttMeasurement {
-                        prefix,
-                        ms: rtt.ms(),
-                        file: rtt_file(cfg, &site.name, &prefix)?,
-                    }),
-                    None => None,
-                },
+                rtt: rtt.map(|&(prefix, rtt)| api::RttMeasurement {
+                    prefix,
+                    ms: rtt.ms(),
+                    file: rtt_file(&rtt_files, &site.name, &prefix),
+                }),
                 portion: c.portion,
                 metrics: metric_values(&c.metrics),
-            })
+            }
         })
-        .collect::<Result<_>>()?;
+        .collect();
     let replay = engine::explain(&plan.policy, &cands);
     let decision = engine::decide(&plan.policy, &cands, 0, &mut engine::Ranking::new());
     Ok(api::Explain {
@@ -131,17 +135,15 @@ fn location_file(cfg: &Config, prefix: &IpNet) -> Result<Option<PathBuf>> {
 }
 
 /// The last RTT file that measures `prefix` from `site` (the last one wins when loading).
-fn rtt_file(cfg: &Config, site: &str, prefix: &IpNet) -> Result<Option<PathBuf>> {
-    let mut found = None;
-    for f in &cfg.rtt.files {
-        if inputs::csv::load_rtt(f)?
-            .iter()
-            .any(|(p, s, _)| p == prefix && s == site)
-        {
-            found = Some(f.clone());
-        }
-    }
-    Ok(found)
+/// An RTT file and its lines (prefix, site, rtt).
+type RttFile<'a> = (&'a PathBuf, Vec<(IpNet, String, Rtt)>);
+
+fn rtt_file(files: &[RttFile<'_>], site: &str, prefix: &IpNet) -> Option<PathBuf> {
+    files
+        .iter()
+        .rev()
+        .find(|(_, lines)| lines.iter().any(|(p, s, _)| p == prefix && s == site))
+        .map(|(f, _)| (*f).clone())
 }
 
 fn metric_values(m: &Metrics) -> api::MetricValues {

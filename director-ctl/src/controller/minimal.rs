@@ -54,11 +54,6 @@ impl Interner {
         d.prefix_len = scope;
         d
     }
-
-    /// How many distinct decisions.
-    pub fn count(&self) -> usize {
-        self.decisions.len()
-    }
 }
 
 /// A prefix as left-aligned bits: IPv4 in the top 32 bits.

@@ -506,21 +506,6 @@ impl Maps {
         }
     }
 
-    /// Whether `service` has an entry for exactly `net` (not just one covering it). A
-    /// lookup in the trie answers with the longest match, so this walks the keys.
-    pub fn has_decision(&self, service: u32, net: &IpNet) -> Result<bool> {
-        let t = self.active_table()?;
-        let found = match key(service, net) {
-            DecisionKey::V4(want) => self.dec4[t].keys().any(|k| {
-                k.is_ok_and(|k| k.prefix_len() == want.prefix_len() && k.data() == want.data())
-            }),
-            DecisionKey::V6(want) => self.dec6[t].keys().any(|k| {
-                k.is_ok_and(|k| k.prefix_len() == want.prefix_len() && k.data() == want.data())
-            }),
-        };
-        Ok(found)
-    }
-
     // --- counters ------------------------------------------------------------------------
 
     /// Every verdict counter, summed over CPUs, in `counters::ALL` order.

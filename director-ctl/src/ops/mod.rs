@@ -183,22 +183,21 @@ pub fn route_set(m: &mut Maps, dnsname: &str, prefix: IpNet, list: &ServerList) 
         d.servers[i] = require_server(m, name)?.id;
         d.weights[i] = *weight;
     }
-    write_routes(m, service, Some((prefix, d)), None)
+    write_routes(m, dnsname, service, Some((prefix, d)), None)
 }
 
 pub fn route_del(m: &mut Maps, dnsname: &str, prefix: IpNet) -> Result<()> {
     let service = require_service(m, dnsname)?;
-    if !m.has_decision(service, &prefix)? {
-        bail!("no route for {dnsname} {prefix}");
-    }
-    write_routes(m, service, None, Some(prefix))
+    write_routes(m, dnsname, service, None, Some(prefix))
 }
 
 /// Puts and/or deletes one route of `service`, with every route's ECS scope kept true:
 /// a route's answers hold over max(its length, its longest directly nested route), so a
 /// route added or removed inside another changes the scope of the one around it.
+/// Deleting a route that does not exist is refused.
 fn write_routes(
     m: &mut Maps,
+    dnsname: &str,
     service: u32,
     put: Option<(IpNet, Decision)>,
     delete: Option<IpNet>,
@@ -209,6 +208,11 @@ fn write_routes(
         .filter(|(s, _, _)| *s == service)
         .map(|(_, p, d)| (p, d))
         .collect();
+    if let Some(gone) = delete {
+        if !table.iter().any(|(p, _)| *p == gone) {
+            bail!("no route for {dnsname} {gone}");
+        }
+    }
     table.retain(|(p, _)| Some(*p) != delete && Some(*p) != put.map(|e| e.0));
     table.extend(put);
     table.sort_by_key(|(p, _)| sort_key(p));

@@ -1,0 +1,26 @@
+//! A directory of a test's own under the system temp dir, removed on drop (also when the
+//! test fails).
+
+use std::{fs, path::PathBuf};
+
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// `<temp>/<kind>-<pid>-<what>`, emptied first.
+    pub fn new(kind: &str, what: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("{kind}-{}-{what}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
+        TempDir(p)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
