@@ -13,6 +13,7 @@ pub const MAP_SERVICES: &str = "DIR_SERVICES";
 pub const MAP_SERVERS: &str = "DIR_SERVERS";
 pub const MAP_DEC4: [&str; 2] = ["DIR_DEC4_A", "DIR_DEC4_B"];
 pub const MAP_DEC6: [&str; 2] = ["DIR_DEC6_A", "DIR_DEC6_B"];
+pub const MAP_CHOICES: &str = "DIR_CHOICES";
 pub const MAP_CONFIG: &str = "DIR_CONFIG";
 pub const MAP_COUNTERS: &str = "DIR_COUNTERS";
 pub const MAP_SERVICE_STATS: &str = "DIR_SVC_STATS";
@@ -27,6 +28,13 @@ pub const MAX_SERVERS: u32 = 8192;
 /// entry, so the bound costs nothing until used). Three services over a full table and
 /// GeoLite2 City write about 3 M IPv4 entries.
 pub const MAX_DECISIONS: u32 = 1 << 23;
+/// Distinct decisions stored per table (ids 1..MAX_CHOICES; 0 is the empty decision). A
+/// full table holds hundreds of thousands of prefixes but a few thousand distinct ranked
+/// lists, so prefixes carry an id and each list is stored once. Both tables share one
+/// array, table B's ids from MAX_CHOICES on (one map, so the program's later stages see
+/// one kind of pointer and the verifier walks them once); it is allocated whole:
+/// 2 × 2^17 × 40 bytes = 10.5 MB.
+pub const MAX_CHOICES: u32 = 1 << 17;
 /// DNS names owned (one per DNS service).
 pub const MAX_NAMES: u32 = 8192;
 /// Candidates per decision.
@@ -96,7 +104,9 @@ impl ServerRecord {
     }
 }
 
-/// Value of the decision tries: the ranked candidates for one service and client prefix.
+/// The ranked candidates for one service and client prefix. The kernel stores each distinct
+/// one once, in `DIR_CHOICES` at an id, with `prefix_len` 0; the controller carries the
+/// entry's ECS scope in `prefix_len`, and the decision tries hold it in [`DecisionRef`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Decision {
@@ -111,6 +121,18 @@ pub struct Decision {
     pub _pad: u8,
     pub servers: [u16; MAX_CANDIDATES],
     pub weights: [u16; MAX_CANDIDATES],
+}
+
+/// Value of the decision tries: which stored decision a client prefix gets, and the ECS
+/// scope of its answers. Eight bytes keep a trie node of either family in the 64-byte
+/// allocation class (a 36-byte value put every node in the 96-byte one).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecisionRef {
+    /// The decision's id in its table (its index in `DIR_CHOICES` less the table's base).
+    pub id: u32,
+    pub scope: u8,
+    pub _pad: [u8; 3],
 }
 
 /// Data of an IPv4 decision key: the service id (big endian, always fully matched) then
@@ -140,6 +162,9 @@ pub struct TableSwitch {
     /// and flips this, so no query sees half of a replacement.
     pub active_table: u32,
     pub _pad: u32,
+    /// Per table, the lowest decision id never handed out: ids below it hold
+    /// decisions (some perhaps no longer referenced), ids from it on are free.
+    pub next_choice: [u32; 2],
 }
 
 /// Per-CPU working memory of the XDP program (`DIR_SCRATCH[0]`).
@@ -172,6 +197,7 @@ mod pod {
     unsafe impl aya::Pod for ServiceRecord {}
     unsafe impl aya::Pod for ServerRecord {}
     unsafe impl aya::Pod for Decision {}
+    unsafe impl aya::Pod for DecisionRef {}
     unsafe impl aya::Pod for DecisionKeyV4 {}
     unsafe impl aya::Pod for DecisionKeyV6 {}
     unsafe impl aya::Pod for TableSwitch {}
@@ -191,7 +217,8 @@ mod tests {
         assert_eq!(size_of::<Decision>(), 4 + 2 * 2 * MAX_CANDIDATES);
         assert_eq!(size_of::<DecisionKeyV4>(), 8);
         assert_eq!(size_of::<DecisionKeyV6>(), 20);
-        assert_eq!(size_of::<TableSwitch>(), 8);
+        assert_eq!(size_of::<DecisionRef>(), 8);
+        assert_eq!(size_of::<TableSwitch>(), 16);
         assert_eq!(
             size_of::<Scratch>(),
             NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 32

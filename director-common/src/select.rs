@@ -154,7 +154,9 @@ pub fn pick_start(d: &Decision, ok: u32, total: u32, key: u32) -> usize {
     let mut j = 0;
     while j < MAX_CANDIDATES {
         if j < primary && ok & (1 << j) != 0 {
-            let w = if even { 1 } else { d.weights[j] as u32 };
+            // Sharing evenly, every usable primary's weight is 0: adding 1 gives each an
+            // equal share without a second path through the loop for the verifier.
+            let w = d.weights[j] as u32 + even as u32;
             if r < w {
                 return j;
             }

@@ -100,6 +100,9 @@ pub struct Status {
     pub services: usize,
     pub routes_v4: usize,
     pub routes_v6: usize,
+    /// Decisions (ranked server lists) the active table stores: each is stored once, and
+    /// every prefix with that decision refers to it by id.
+    pub stored_decisions: u32,
     /// Which decision table queries read (`null` when nothing is attached).
     pub active_table: Option<DecisionTable>,
 }

@@ -8,8 +8,9 @@ use aya_ebpf::{
 use director_common::{
     counters::COUNTER_SLOTS,
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, NameEntry, Scratch, ServerRecord, ServiceRecord,
-        TableSwitch, MAX_DECISIONS, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, NameEntry, Scratch, ServerRecord,
+        ServiceRecord, TableSwitch, MAX_CHOICES, MAX_DECISIONS, MAX_NAMES, MAX_SERVERS,
+        MAX_SERVICES,
     },
 };
 
@@ -20,13 +21,15 @@ pub static DIR_SERVICES: Array<ServiceRecord> = Array::pinned(MAX_SERVICES, 0);
 #[map]
 pub static DIR_SERVERS: Array<ServerRecord> = Array::pinned(MAX_SERVERS, 0);
 #[map]
-pub static DIR_DEC4_A: LpmTrie<DecisionKeyV4, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
+pub static DIR_DEC4_A: LpmTrie<DecisionKeyV4, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
-pub static DIR_DEC4_B: LpmTrie<DecisionKeyV4, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
+pub static DIR_DEC4_B: LpmTrie<DecisionKeyV4, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
-pub static DIR_DEC6_A: LpmTrie<DecisionKeyV6, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
+pub static DIR_DEC6_A: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
-pub static DIR_DEC6_B: LpmTrie<DecisionKeyV6, Decision> = LpmTrie::pinned(MAX_DECISIONS, 0);
+pub static DIR_DEC6_B: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
+#[map]
+pub static DIR_CHOICES: Array<Decision> = Array::pinned(2 * MAX_CHOICES, 0);
 #[map]
 pub static DIR_CONFIG: Array<TableSwitch> = Array::pinned(1, 0);
 #[map]

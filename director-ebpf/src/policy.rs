@@ -7,8 +7,8 @@ use director_common::{
     counters::Reason,
     handover::{Plan, Query, Slot},
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, Scratch, KIND_DNS, MAX_CANDIDATES, NAME_BUF,
-        SERVICE_ACTIVE, SERVICE_BITS,
+        DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch, KIND_DNS, MAX_CANDIDATES, MAX_CHOICES,
+        NAME_BUF, SERVICE_ACTIVE, SERVICE_BITS,
     },
     select::{self, Mode},
 };
@@ -29,7 +29,11 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     }
 
     let table = DIR_CONFIG.get(0).map_or(0, |c| c.active_table);
-    let decision = lookup(q, s, service_id, table).ok_or(Reason::NoDecision)?;
+    let found = lookup(q, s, service_id, table).ok_or(Reason::NoDecision)?;
+    let scope = found.scope;
+    let decision = DIR_CHOICES
+        .get((table & 1) * MAX_CHOICES + found.id)
+        .ok_or(Reason::NoDecision)?;
 
     let key = match Mode::from_u8(service.select) {
         Mode::Random => unsafe { bpf_get_prandom_u32() },
@@ -87,7 +91,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     let plan = Plan {
         service: service_id,
         ttl: service.ttl,
-        scope: decision.prefix_len,
+        scope,
         n,
     };
     if plan.n == 0 {
@@ -96,7 +100,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     Ok(plan)
 }
 
-fn lookup(q: &Query, s: *const Scratch, service: u32, table: u32) -> Option<&'static Decision> {
+fn lookup(q: &Query, s: *const Scratch, service: u32, table: u32) -> Option<&'static DecisionRef> {
     let svc = service.to_be_bytes();
     let bits = SERVICE_BITS + q.client_bits as u32;
     let client = unsafe { &(*s).client };

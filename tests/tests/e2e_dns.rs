@@ -589,6 +589,9 @@ fn list_commands_print_typed_json_documents() {
     assert_eq!(status.interfaces, std::slice::from_ref(&lab.edge_if));
     assert_eq!((status.servers, status.services), (2, 2));
     assert_eq!((status.routes_v4, status.routes_v6), (3, 2));
+    // Five prefixes, three ranked lists (fra-1; nyc-1; nyc-1=3 then fra-1=2): each list is
+    // stored once, however many prefixes and ECS scopes use it.
+    assert_eq!(status.stored_decisions, 3, "{status:?}");
     assert!(status.active_table.is_some() && status.verified_instructions.unwrap_or(0) > 0);
 
     // One query, counted by reason and by service.

@@ -81,8 +81,8 @@ pub fn status(st: &api::Status) -> String {
     }
     let _ = writeln!(
         o,
-        "servers {}, services {}, routes {} IPv4 + {} IPv6",
-        st.servers, st.services, st.routes_v4, st.routes_v6
+        "servers {}, services {}, routes {} IPv4 + {} IPv6, {} decisions stored",
+        st.servers, st.services, st.routes_v4, st.routes_v6, st.stored_decisions
     );
     o
 }

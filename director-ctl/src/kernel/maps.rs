@@ -3,7 +3,7 @@
 //! that keeps the XDP program consistent (a service before its name, a name removed before
 //! its service), because the program reads these maps while they are written.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap as HashMap2, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
@@ -12,19 +12,19 @@ use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, MapError, 
 use director_common::{
     counters::{self, Reason},
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, NameEntry, ServerRecord, ServiceRecord,
-        TableSwitch, KIND_DNS, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_NAMES,
-        MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_SERVERS, MAX_SERVICES, NAME_BUF,
-        SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE,
-        SERVICE_BITS,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, NameEntry, ServerRecord,
+        ServiceRecord, TableSwitch, KIND_DNS, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4,
+        MAP_DEC6, MAP_NAMES, MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES,
+        MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4,
+        SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
     },
     name,
     select::Mode,
 };
 use ipnet::IpNet;
 
-type Dec4 = LpmTrie<MapData, DecisionKeyV4, Decision>;
-type Dec6 = LpmTrie<MapData, DecisionKeyV6, Decision>;
+type Dec4 = LpmTrie<MapData, DecisionKeyV4, DecisionRef>;
+type Dec6 = LpmTrie<MapData, DecisionKeyV6, DecisionRef>;
 
 /// A server as the kernel's table holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +72,9 @@ pub struct Maps {
     /// The same decision maps again, for batched writes (aya has no batch API).
     batch4: [MapData; 2],
     batch6: [MapData; 2],
+    /// Each table's stored decisions, by id, and the same maps for batched writes.
+    choices: Array<MapData, Decision>,
+    batch_choices: MapData,
     config: Array<MapData, TableSwitch>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
@@ -131,6 +134,8 @@ impl Maps {
             dec6: [open(dir, MAP_DEC6[0])?, open(dir, MAP_DEC6[1])?],
             batch4: [open_data(dir, MAP_DEC4[0])?, open_data(dir, MAP_DEC4[1])?],
             batch6: [open_data(dir, MAP_DEC6[0])?, open_data(dir, MAP_DEC6[1])?],
+            choices: open(dir, MAP_CHOICES)?,
+            batch_choices: open_data(dir, MAP_CHOICES)?,
             config: open(dir, MAP_CONFIG)?,
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
@@ -335,56 +340,89 @@ impl Maps {
 
     /// Which decision table (0 = A, 1 = B) queries read.
     pub fn active_table(&self) -> Result<usize> {
-        let c = self.config.get(&0, 0).context("reading the config map")?;
-        Ok((c.active_table & 1) as usize)
+        Ok((self.switch()?.active_table & 1) as usize)
     }
 
-    /// Every decision of the table queries read: (service id, client prefix, value).
+    fn switch(&self) -> Result<TableSwitch> {
+        self.config.get(&0, 0).context("reading the config map")
+    }
+
+    fn set_switch(&mut self, c: TableSwitch) -> Result<()> {
+        self.config
+            .set(0, c, 0)
+            .context("writing the config map (decision table switch)")
+    }
+
+    /// How many decisions the active table stores (ids handed out since it was last
+    /// filled whole; an update never rewrites a stored one, it adds one).
+    pub fn stored_decisions(&self) -> Result<u32> {
+        let c = self.switch()?;
+        Ok(c.next_choice[(c.active_table & 1) as usize].clamp(1, MAX_CHOICES) - 1)
+    }
+
+    /// Every decision of the table queries read: (service id, client prefix, value with
+    /// the entry's ECS scope in `prefix_len`).
     pub fn decisions(&self) -> Result<Vec<(u32, IpNet, Decision)>> {
         let t = self.active_table()?;
-        let mut out = Vec::new();
+        let mut refs = Vec::new();
         for kv in self.dec4[t].iter() {
             let (k, v) = kv.context("reading the IPv4 decision table")?;
             let len = (k.prefix_len() - SERVICE_BITS) as u8;
             let d = k.data();
             let net = IpNet::new(Ipv4Addr::from(d.addr).into(), len)?;
-            out.push((u32::from_be_bytes(d.service), net, v));
+            refs.push((u32::from_be_bytes(d.service), net, v));
         }
         for kv in self.dec6[t].iter() {
             let (k, v) = kv.context("reading the IPv6 decision table")?;
             let len = (k.prefix_len() - SERVICE_BITS) as u8;
             let d = k.data();
             let net = IpNet::new(Ipv6Addr::from(d.addr).into(), len)?;
-            out.push((u32::from_be_bytes(d.service), net, v));
+            refs.push((u32::from_be_bytes(d.service), net, v));
+        }
+        // Each stored decision is read once, however many prefixes share it.
+        let mut stored: HashMap2<u32, Decision> = HashMap2::new();
+        let mut out = Vec::with_capacity(refs.len());
+        for (service, net, r) in refs {
+            let d = match stored.get(&r.id) {
+                Some(d) => *d,
+                None => {
+                    let d = self
+                        .choices
+                        .get(&choice_index(t, r.id), 0)
+                        .with_context(|| format!("reading stored decision {}", r.id))?;
+                    stored.insert(r.id, d);
+                    d
+                }
+            };
+            out.push((
+                service,
+                net,
+                Decision {
+                    prefix_len: r.scope,
+                    ..d
+                },
+            ));
         }
         Ok(out)
     }
 
     /// Writes decisions. `Replace` fills the table queries do not read, then flips
     /// `DIR_CONFIG` so that the next query reads the new one: a query sees the old table or
-    /// the new one, never a mix (the old one is cleared before its next use). `Update`
-    /// rewrites entries in place, each atomically, in an order that gives every address its
-    /// old answer or its new one at every moment (so a controller killed half way leaves a
-    /// table that answers correctly): puts from the most specific prefix to the least,
-    /// then deletions from the least specific to the most. Returns the number of entries
-    /// written.
+    /// the new one, never a mix; the old one is emptied after the flip, so only one table
+    /// holds entries between changes. `Update` rewrites entries in place, each atomically,
+    /// in an order that gives every address its old answer or its new one at every moment
+    /// (so a controller killed half way leaves a table that answers correctly): decisions
+    /// not stored yet first, at ids no entry uses, then the entries from the most specific
+    /// prefix to the least, then deletions from the least specific to the most. Returns
+    /// the number of entries written.
     pub fn apply_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
         match change {
             DecisionChange::Replace(tables) => {
-                let spare = 1 - self.active_table()?;
-                self.remove_decisions(spare, |_| true)?;
-                let mut all: Vec<(u32, &IpNet, &Decision)> = Vec::new();
-                for (service, entries) in tables {
-                    all.extend(entries.iter().map(|(p, d)| (*service, p, d)));
-                }
-                let n = all.len();
-                self.put_all(spare, &all)?;
-                let mut c = self.config.get(&0, 0).context("reading the config map")?;
-                c.active_table = spare as u32;
-                self.config
-                    .set(0, c, 0)
-                    .context("switching to the new decision table")?;
-                Ok(n)
+                let all: Vec<(u32, &IpNet, &Decision)> = tables
+                    .iter()
+                    .flat_map(|(service, entries)| entries.iter().map(|(p, d)| (*service, p, d)))
+                    .collect();
+                self.replace(&all)
             }
             DecisionChange::Update {
                 service,
@@ -392,9 +430,17 @@ impl Maps {
                 delete,
             } => {
                 let t = self.active_table()?;
+                let mut store = self.store(t)?;
+                let fresh = store.missing(put.iter().map(|(_, d)| d));
+                if store.next as usize + fresh.len() > MAX_CHOICES as usize {
+                    return self.compact_with(service, put, delete);
+                }
+                self.store_choices(t, &mut store, &fresh)?;
                 let (put, delete) = update_order(put, delete);
-                let put: Vec<(u32, &IpNet, &Decision)> =
-                    put.iter().map(|(p, d)| (service, p, d)).collect();
+                let put: Vec<(u32, &IpNet, DecisionRef)> = put
+                    .iter()
+                    .map(|(p, d)| (service, p, store.reference(d)))
+                    .collect();
                 self.put_all(t, &put)?;
                 for net in delete {
                     self.delete(t, service, net)?;
@@ -402,6 +448,114 @@ impl Maps {
                 Ok(put.len())
             }
         }
+    }
+
+    /// Every entry into the spare table, its decisions stored from id 1, then the flip.
+    fn replace(&mut self, all: &[(u32, &IpNet, &Decision)]) -> Result<usize> {
+        let active = self.active_table()?;
+        let spare = 1 - active;
+        self.remove_decisions(spare, |_| true)?;
+        let mut store = Store {
+            ids: HashMap2::new(),
+            next: 1,
+        };
+        let fresh = store.missing(all.iter().map(|(_, _, d)| *d));
+        if fresh.len() >= MAX_CHOICES as usize {
+            bail!(
+                "{} distinct decisions, more than the kernel stores ({})",
+                fresh.len(),
+                MAX_CHOICES - 1
+            );
+        }
+        self.store_choices(spare, &mut store, &fresh)?;
+        let refs: Vec<(u32, &IpNet, DecisionRef)> = all
+            .iter()
+            .map(|(s, p, d)| (*s, *p, store.reference(d)))
+            .collect();
+        self.put_all(spare, &refs)?;
+        let mut c = self.switch()?;
+        c.active_table = spare as u32;
+        self.set_switch(c)
+            .context("switching to the new decision table")?;
+        // A query that read the switch just before the flip may still be looking up the
+        // old table; programs run for microseconds, so this pause outlasts any of them.
+        // (The trie frees nodes after an RCU grace period either way; the pause is so
+        // that such a query still finds its entry rather than passing.)
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        self.remove_decisions(active, |_| true)?;
+        Ok(all.len())
+    }
+
+    /// When an update would need more ids than are free: the whole active table with the
+    /// update applied, through `replace`, which stores each decision once again.
+    fn compact_with(&mut self, service: u32, put: &Entries, delete: &[IpNet]) -> Result<usize> {
+        let mut table: BTreeMap<(u32, IpNet), Decision> = self
+            .decisions()?
+            .into_iter()
+            .map(|(s, p, d)| ((s, p), d))
+            .collect();
+        for p in delete {
+            table.remove(&(service, *p));
+        }
+        for (p, d) in put {
+            table.insert((service, *p), *d);
+        }
+        let all: Vec<(u32, &IpNet, &Decision)> =
+            table.iter().map(|((s, p), d)| (*s, p, d)).collect();
+        self.replace(&all)?;
+        Ok(put.len())
+    }
+
+    /// What table `t` stores: every id below its `next_choice` by content.
+    fn store(&self, t: usize) -> Result<Store> {
+        let next = self.switch()?.next_choice[t].clamp(1, MAX_CHOICES);
+        let mut ids = HashMap2::with_capacity(next as usize);
+        for id in 1..next {
+            let d = self
+                .choices
+                .get(&choice_index(t, id), 0)
+                .with_context(|| format!("reading stored decision {id}"))?;
+            ids.entry(d).or_insert(id);
+        }
+        Ok(Store { ids, next })
+    }
+
+    /// Writes decisions `fresh` (not stored yet) at the next free ids of table `t`, then
+    /// moves its `next_choice` past them. Ids at or above it are referenced by no entry,
+    /// so writing them changes no answer.
+    fn store_choices(&mut self, t: usize, store: &mut Store, fresh: &[Decision]) -> Result<()> {
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let first = store.next;
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        for (i, d) in fresh.iter().enumerate() {
+            let id = first + i as u32;
+            keys.extend_from_slice(&choice_index(t, id).to_ne_bytes());
+            values.extend_from_slice(pod_bytes(d));
+            store.ids.insert(*d, id);
+        }
+        store.next = first + fresh.len() as u32;
+        match batch(
+            BPF_MAP_UPDATE_BATCH,
+            &self.batch_choices,
+            &keys,
+            Some(&values),
+            fresh.len() as u32,
+        ) {
+            Ok(()) => {}
+            Err(e) if batch_unsupported(&e) => {
+                for (i, d) in fresh.iter().enumerate() {
+                    self.choices
+                        .set(choice_index(t, first + i as u32), *d, 0)
+                        .context("storing a decision")?;
+                }
+            }
+            Err(e) => return Err(e).context("storing decisions"),
+        }
+        let mut c = self.switch()?;
+        c.next_choice[t] = store.next;
+        self.set_switch(c)
     }
 
     /// Removes the decisions of table `t` whose service `which` selects.
@@ -440,7 +594,7 @@ impl Maps {
     /// Writes entries to table `t` in the given order: batched (BPF_MAP_UPDATE_BATCH, one
     /// system call per chunk; the kernel still inserts them one at a time, in order), and
     /// one by one where the kernel takes no batch.
-    fn put_all(&mut self, t: usize, entries: &[(u32, &IpNet, &Decision)]) -> Result<()> {
+    fn put_all(&mut self, t: usize, entries: &[(u32, &IpNet, DecisionRef)]) -> Result<()> {
         const CHUNK: usize = 4096;
         let mut i = 0;
         while i < entries.len() {
@@ -453,12 +607,12 @@ impl Maps {
                 .map_or((i + CHUNK).min(entries.len()), |k| i + k);
             let chunk = &entries[i..end];
             let (mut keys, mut values) = (Vec::new(), Vec::new());
-            for (service, net, d) in chunk {
+            for (service, net, r) in chunk {
                 match key(*service, net) {
                     DecisionKey::V4(k) => keys.extend_from_slice(pod_bytes(&k)),
                     DecisionKey::V6(k) => keys.extend_from_slice(pod_bytes(&k)),
                 }
-                values.extend_from_slice(pod_bytes(*d));
+                values.extend_from_slice(pod_bytes(r));
             }
             let map = if v6 { &self.batch6[t] } else { &self.batch4[t] };
             match batch(
@@ -470,8 +624,8 @@ impl Maps {
             ) {
                 Ok(()) => {}
                 Err(e) if batch_unsupported(&e) => {
-                    for (service, net, d) in chunk {
-                        self.put(t, *service, net, d)?;
+                    for (service, net, r) in chunk {
+                        self.put(t, *service, net, *r)?;
                     }
                 }
                 Err(e) => {
@@ -485,10 +639,10 @@ impl Maps {
         Ok(())
     }
 
-    fn put(&mut self, t: usize, service: u32, net: &IpNet, d: &Decision) -> Result<()> {
+    fn put(&mut self, t: usize, service: u32, net: &IpNet, r: DecisionRef) -> Result<()> {
         match key(service, net) {
-            DecisionKey::V4(k) => self.dec4[t].insert(&k, *d, 0),
-            DecisionKey::V6(k) => self.dec6[t].insert(&k, *d, 0),
+            DecisionKey::V4(k) => self.dec4[t].insert(&k, r, 0),
+            DecisionKey::V6(k) => self.dec6[t].insert(&k, r, 0),
         }
         .with_context(|| format!("writing the decision for {net}"))
     }
@@ -533,6 +687,46 @@ fn per_cpu_sum(map: &PerCpuArray<MapData, u64>, key: u32) -> Result<u64> {
 enum DecisionKey {
     V4(Key<DecisionKeyV4>),
     V6(Key<DecisionKeyV6>),
+}
+
+/// The decisions a table stores, by content (scope cleared), and its next free id.
+struct Store {
+    ids: HashMap2<Decision, u32>,
+    next: u32,
+}
+
+impl Store {
+    /// The distinct decisions of `ds` not stored yet, in first-seen order.
+    fn missing<'a>(&self, ds: impl Iterator<Item = &'a Decision>) -> Vec<Decision> {
+        let mut seen = HashSet::new();
+        ds.map(stored)
+            .filter(|d| !self.ids.contains_key(d) && seen.insert(*d))
+            .collect()
+    }
+
+    /// The trie value for `d`, which must be stored.
+    fn reference(&self, d: &Decision) -> DecisionRef {
+        DecisionRef {
+            // Stored by `missing` + `store_choices` before any entry refers to it; the
+            // empty decision (id 0, the reserved index) if it were not.
+            id: self.ids.get(&stored(d)).copied().unwrap_or(0),
+            scope: d.prefix_len,
+            _pad: [0; 3],
+        }
+    }
+}
+
+/// Where table `t`'s decision `id` sits in `DIR_CHOICES`.
+fn choice_index(t: usize, id: u32) -> u32 {
+    t as u32 * MAX_CHOICES + id
+}
+
+/// A decision as the kernel stores it: the scope belongs to the entry, not the decision.
+fn stored(d: &Decision) -> Decision {
+    Decision {
+        prefix_len: 0,
+        ..*d
+    }
 }
 
 /// The trie key of a service's decision for `net`: the service id, always matched in full,

@@ -307,6 +307,7 @@ pub fn status(dir: &Path) -> Result<api::Status> {
         services: 0,
         routes_v4: 0,
         routes_v6: 0,
+        stored_decisions: 0,
         active_table: None,
     };
     if let Ok(m) = Maps::open(dir) {
@@ -318,6 +319,7 @@ pub fn status(dir: &Path) -> Result<api::Status> {
             .filter(|r| matches!(r.1, IpNet::V4(_)))
             .count();
         st.routes_v6 = routes.len() - st.routes_v4;
+        st.stored_decisions = m.stored_decisions()?;
         st.active_table = Some(match m.active_table()? {
             0 => api::DecisionTable::A,
             _ => api::DecisionTable::B,
