@@ -18,7 +18,9 @@ pub use crate::controller::engine::{Metric, Outcome, Term};
 
 /// 2: `explain` gives each metric's source (`bgp`, files), the med step, `draw` for
 /// `random` and the kernel's `pick`; `check` and `run` are unchanged.
-pub const VERSION: u32 = 2;
+/// 3: `run`'s `replaced` event (every entry rewritten through the spare table) is now
+/// `reconfigured` (`entries`, `written`: servers or services changes are written in place).
+pub const VERSION: u32 = 3;
 
 /// `server list --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -371,8 +373,9 @@ pub enum Event {
         compute_s: f64,
         apply_s: f64,
     },
-    /// Servers or services changed: every entry was replaced.
-    Replaced { entries: usize },
+    /// Servers or services changed: the table was brought to the new computation in
+    /// place; `entries` in it now, `written` of them written or deleted.
+    Reconfigured { entries: usize, written: usize },
     /// Some entries of a service were rewritten (under `prefix` when only RTT changed).
     Changed {
         service: String,

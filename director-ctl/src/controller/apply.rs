@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use anyhow::{anyhow, Context, Result};
 use director_common::{
-    maps::{MAX_SERVERS, MAX_SERVICES},
+    maps::{Decision, MAX_SERVERS, MAX_SERVICES},
     name,
 };
+use ipnet::IpNet;
 
 use super::compile::diff;
 use super::config::Config;
@@ -99,23 +100,55 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
     Ok(())
 }
 
-/// Brings the kernel to a computed state by writing only what differs, in the table
-/// queries read now (see `Maps::apply_decisions`: every address keeps its old answer or
-/// gets its new one at every moment). A restart of `run` on unchanged config and inputs
-/// writes nothing, and answering never pauses. Returns the number of entries written or
-/// deleted.
+/// Brings the kernel to a computed state by writing only what differs from what it holds,
+/// in the table queries read now (see `Maps::apply_decisions`: every address keeps its old
+/// answer or gets its new one at every moment). A restart of `run` on unchanged config and
+/// inputs writes nothing, and answering never pauses. Returns the number of entries
+/// written or deleted.
 pub fn sync(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize> {
     c.fits()?;
-    write_objects(m, cfg, ids)?;
-    let mut current: BTreeMap<u32, Vec<(ipnet::IpNet, director_common::maps::Decision)>> =
-        BTreeMap::new();
+    let mut current: BTreeMap<u32, Vec<(IpNet, Decision)>> = BTreeMap::new();
     for (service, p, d) in m.decisions()? {
         current.entry(service).or_default().push((p, d));
     }
+    for old in current.values_mut() {
+        old.sort_unstable_by_key(|(p, _)| sort_key(p));
+    }
+    converge(m, cfg, c, ids, current)
+}
+
+/// As [`sync`], from `before`, the computation the kernel holds (`run` keeps it), so the
+/// kernel's table need not be read back: a change of servers or services.
+pub fn update(
+    m: &mut Maps,
+    cfg: &Config,
+    before: &Computed,
+    c: &Computed,
+    ids: &Ids,
+) -> Result<usize> {
+    c.fits()?;
+    let current = before
+        .tables
+        .iter()
+        .map(|(id, _, t)| (*id, t.entries.clone()))
+        .collect();
+    converge(m, cfg, c, ids, current)
+}
+
+/// New objects first, then each service's changed entries in place, then the objects the
+/// config dropped (names first, so their queries pass), then the entries of services it
+/// dropped. No entry ever refers to a server that is not in the kernel.
+fn converge(
+    m: &mut Maps,
+    cfg: &Config,
+    c: &Computed,
+    ids: &Ids,
+    mut current: BTreeMap<u32, Vec<(IpNet, Decision)>>,
+) -> Result<usize> {
+    write_objects(m, cfg, ids)?;
     let mut n = 0;
     for (id, _, t) in &c.tables {
-        let mut old = current.remove(id).unwrap_or_default();
-        old.sort_unstable_by_key(|(p, _)| sort_key(p));
+        let old = current.remove(id).unwrap_or_default();
         let d = diff(&old, &t.entries);
         n += d.put.len() + d.delete.len();
         if !d.is_empty() {
@@ -129,7 +162,6 @@ pub fn sync(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize
     let services: HashSet<u32> = ids.services.iter().copied().collect();
     let servers: HashSet<u16> = ids.servers.iter().copied().collect();
     m.retain(&services, &servers)?;
-    // Services the config dropped: their names are gone, so their entries answer nothing.
     for (id, old) in current {
         let delete: Vec<_> = old.into_iter().map(|(p, _)| p).collect();
         n += delete.len();
@@ -142,9 +174,11 @@ pub fn sync(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize
     Ok(n)
 }
 
-/// Applies a full computation: new objects, then the decisions atomically (see
-/// `Maps::apply_decisions`), then the removal of what is gone, once no decision in use
-/// refers to it. Returns the number of entries written.
+/// Applies a full computation through the spare table: new objects, then every decision
+/// into the table queries do not read and a flip (see `Maps::apply_decisions`), then the
+/// removal of what is gone. Both tables hold entries for a moment, so `run` uses it only
+/// where the answer must switch for all addresses at once; the bench measures it. Returns
+/// the number of entries written.
 pub fn apply_full(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize> {
     c.fits()?;
     write_objects(m, cfg, ids)?;

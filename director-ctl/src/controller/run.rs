@@ -17,7 +17,7 @@ use std::{
 use anyhow::{anyhow, Context, Result};
 use ipnet::IpNet;
 
-use super::apply::{apply_full, assign_ids, sync};
+use super::apply::{assign_ids, sync, update};
 use super::compile::{diff, replace_subtree, Diff, Table};
 use super::config::Config;
 use super::data::Data;
@@ -324,10 +324,15 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
     let down = down_servers(m, &ids)?;
     let new = compute(&cfg, &data, &ids, &down)?;
     if cfg.servers != state.cfg.servers || cfg.services != state.cfg.services {
-        let entries = apply_full(m, &cfg, &new, &ids)?;
+        // In place, like every other change: only one table ever holds entries, and each
+        // address keeps its old answer or gets its new one at every moment.
+        let written = update(m, &cfg, &state.computed, &new, &ids)?;
+        let entries = new.tables.iter().map(|t| t.2.entries.len()).sum();
         state.log.event(
-            Event::Replaced { entries },
-            format!("servers or services changed: all {entries} entries replaced"),
+            Event::Reconfigured { entries, written },
+            format!(
+                "servers or services changed: {written} of {entries} entries written or deleted"
+            ),
         );
     } else {
         let before: HashMap<u32, &Table> = state

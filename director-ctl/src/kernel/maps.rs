@@ -752,23 +752,39 @@ fn key(service: u32, net: &IpNet) -> DecisionKey {
     }
 }
 
-/// The order an in-place update writes in: puts from the most specific prefix to the
-/// least, then deletions from the least specific to the most. Then every address gets its
-/// old answer or its new one after every single write. During the puts, an address whose
-/// most specific entry already holds its new value has every more specific new entry
-/// written (they went first), so that entry is its new answer; one whose most specific
-/// entry is not rewritten yet still has all old entries, so that is its old answer. During
-/// the deletions every new entry is in; an address's most specific entry is either new,
-/// or an old one going away whose more specific old entries are all still there (they go
-/// later), so it is the old answer.
+/// The order an in-place update writes in: each put before the puts of the prefixes that
+/// cover it (more specific first), each deletion before the deletions of the prefixes it
+/// covers (less specific first). Then every address gets its old answer or its new one
+/// after every single write. Only the entries covering one address matter to it, and they
+/// are nested, so for it the puts go from its most specific prefix to its least, then the
+/// deletions from least to most. During the puts, an address whose most specific entry
+/// already holds its new value has every more specific new entry written (they went
+/// first), so that entry is its new answer; one whose most specific entry is not rewritten
+/// yet still has all old entries, so that is its old answer. During the deletions every new
+/// entry is in; an address's most specific entry is either new, or an old one going away
+/// whose more specific old entries are all still there (they go later), so it is the old
+/// answer.
+///
+/// Within that, entries go in address order (puts by their last address, so a prefix
+/// follows what it covers; deletions by their first), one family after the other: the
+/// kernel's trie inserts twice as fast along addresses as in a length-sorted order, which
+/// jumps across the whole trie, and a batch holds one family.
 pub fn update_order<'a>(
     put: &'a [(IpNet, Decision)],
     delete: &'a [IpNet],
 ) -> (Vec<&'a (IpNet, Decision)>, Vec<&'a IpNet>) {
+    let first = |p: &IpNet| match p {
+        IpNet::V4(n) => (4u8, u128::from(u32::from(n.network()))),
+        IpNet::V6(n) => (6u8, u128::from(n.network())),
+    };
+    let last = |p: &IpNet| match p {
+        IpNet::V4(n) => (4u8, u128::from(u32::from(n.broadcast()))),
+        IpNet::V6(n) => (6u8, u128::from(n.broadcast())),
+    };
     let mut put: Vec<&(IpNet, Decision)> = put.iter().collect();
-    put.sort_by_key(|(p, _)| std::cmp::Reverse(p.prefix_len()));
+    put.sort_by_key(|(p, _)| (last(p), std::cmp::Reverse(p.prefix_len())));
     let mut delete: Vec<&IpNet> = delete.iter().collect();
-    delete.sort_by_key(|p| p.prefix_len());
+    delete.sort_by_key(|p| (first(p), p.prefix_len()));
     (put, delete)
 }
 
