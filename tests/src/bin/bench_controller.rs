@@ -151,7 +151,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
             let mut peak = 0;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 peak = peak.max(slab_kb().unwrap_or(0));
-                std::thread::sleep(Duration::from_millis(2));
+                sleep(Duration::from_millis(2));
             }
             peak
         });
