@@ -34,11 +34,24 @@ pub enum Reason {
     ResizeFailed = 13,
     /// Dropped: a check failed after the packet was already resized (never expected).
     Dropped = 14,
+    /// A query whose destination MAC or IP is not the edge's (`DIR_IFACES`, `DIR_LOCAL`):
+    /// left to the host, which forwards or drops it by its own rules.
+    NotForUs = 15,
+    /// A query to a broadcast or multicast MAC or IP: left to the host.
+    GroupDestination = 16,
+    /// Dropped: a source that cannot be a client (group MAC, 0/8, 127/8, 224/4, 240/4, ::,
+    /// ::1, ff00::/8, IPv4-mapped): an answer would go nowhere or to many.
+    BadSource = 17,
+    /// Dropped: source port 0, 7 (echo) or 19 (chargen), where an answer starts a loop.
+    ReflectingPort = 18,
+    /// Dropped: an IPv4 header checksum that does not verify, or an IPv6 UDP checksum of 0
+    /// (RFC 8200 §8.1: discard).
+    BadChecksum = 19,
 }
 
-pub const COUNTER_SLOTS: u32 = 16;
+pub const COUNTER_SLOTS: u32 = 32;
 
-pub const ALL: [Reason; 15] = [
+pub const ALL: [Reason; 20] = [
     Reason::Answered,
     Reason::NotIp,
     Reason::NotDns,
@@ -54,6 +67,11 @@ pub const ALL: [Reason; 15] = [
     Reason::TooBig,
     Reason::ResizeFailed,
     Reason::Dropped,
+    Reason::NotForUs,
+    Reason::GroupDestination,
+    Reason::BadSource,
+    Reason::ReflectingPort,
+    Reason::BadChecksum,
 ];
 
 impl Reason {
@@ -74,6 +92,19 @@ impl Reason {
             Reason::TooBig => "pass_too_big",
             Reason::ResizeFailed => "pass_resize_failed",
             Reason::Dropped => "dropped",
+            Reason::NotForUs => "pass_not_for_us",
+            Reason::GroupDestination => "pass_group_destination",
+            Reason::BadSource => "drop_bad_source",
+            Reason::ReflectingPort => "drop_reflecting_port",
+            Reason::BadChecksum => "drop_bad_checksum",
         }
+    }
+
+    /// Whether the packet is dropped (XDP_DROP) rather than passed to the host.
+    pub const fn drops(self) -> bool {
+        matches!(
+            self,
+            Reason::Dropped | Reason::BadSource | Reason::ReflectingPort | Reason::BadChecksum
+        )
     }
 }

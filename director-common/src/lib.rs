@@ -11,6 +11,7 @@ pub mod handover;
 pub mod headers;
 pub mod maps;
 pub mod name;
+pub mod peers;
 pub mod select;
 
 #[cfg(feature = "user")]

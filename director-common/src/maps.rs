@@ -15,6 +15,8 @@ pub const MAP_DEC4: [&str; 2] = ["DIR_DEC4_A", "DIR_DEC4_B"];
 pub const MAP_DEC6: [&str; 2] = ["DIR_DEC6_A", "DIR_DEC6_B"];
 pub const MAP_CHOICES: &str = "DIR_CHOICES";
 pub const MAP_CONFIG: &str = "DIR_CONFIG";
+pub const MAP_LOCAL: &str = "DIR_LOCAL";
+pub const MAP_IFACES: &str = "DIR_IFACES";
 pub const MAP_COUNTERS: &str = "DIR_COUNTERS";
 pub const MAP_SERVICE_STATS: &str = "DIR_SVC_STATS";
 pub const MAP_SCRATCH: &str = "DIR_SCRATCH";
@@ -35,6 +37,10 @@ pub const MAX_DECISIONS: u32 = 1 << 23;
 /// one kind of pointer and the verifier walks them once); it is allocated whole:
 /// 2 × 2^17 × 40 bytes = 10.5 MB.
 pub const MAX_CHOICES: u32 = 1 << 17;
+/// The edge's own addresses (`DIR_LOCAL`): the host's and configured ones.
+pub const MAX_LOCAL: u32 = 4096;
+/// Interfaces director is attached to (`DIR_IFACES`).
+pub const MAX_IFACES: u32 = 256;
 /// DNS names owned (one per DNS service).
 pub const MAX_NAMES: u32 = 8192;
 /// Candidates per decision.
@@ -123,6 +129,20 @@ pub struct Decision {
     pub weights: [u16; MAX_CANDIDATES],
 }
 
+/// Value of `DIR_LOCAL`, keyed by an address (`peers::local_key_v4` for IPv4): where it
+/// came from, so a refresh of the host's addresses leaves configured ones alone.
+pub const LOCAL_HOST: u32 = 1;
+pub const LOCAL_CONFIGURED: u32 = 2;
+
+/// Value of `DIR_IFACES`, keyed by ifindex: the interface's MAC address, which a query's
+/// destination MAC must equal.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Iface {
+    pub mac: [u8; 6],
+    pub _pad: [u8; 2],
+}
+
 /// Value of the decision tries: which stored decision a client prefix gets, and the ECS
 /// scope of its answers. Eight bytes keep a trie node of either family in the 64-byte
 /// allocation class (a 36-byte value put every node in the 96-byte one).
@@ -198,6 +218,7 @@ mod pod {
     unsafe impl aya::Pod for ServerRecord {}
     unsafe impl aya::Pod for Decision {}
     unsafe impl aya::Pod for DecisionRef {}
+    unsafe impl aya::Pod for Iface {}
     unsafe impl aya::Pod for DecisionKeyV4 {}
     unsafe impl aya::Pod for DecisionKeyV6 {}
     unsafe impl aya::Pod for TableSwitch {}
@@ -218,6 +239,7 @@ mod tests {
         assert_eq!(size_of::<DecisionKeyV4>(), 8);
         assert_eq!(size_of::<DecisionKeyV6>(), 20);
         assert_eq!(size_of::<DecisionRef>(), 8);
+        assert_eq!(size_of::<Iface>(), 8);
         assert_eq!(size_of::<TableSwitch>(), 16);
         assert_eq!(
             size_of::<Scratch>(),

@@ -22,6 +22,22 @@ pub use crate::controller::engine::{Metric, Outcome, Term};
 /// `reconfigured` (`entries`, `written`: servers or services changes are written in place).
 pub const VERSION: u32 = 3;
 
+/// `address list --json`: the addresses queries may be sent to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressList {
+    pub version: u32,
+    pub addresses: Vec<ListedAddress>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedAddress {
+    pub address: IpAddr,
+    /// One of the host's own (read by `attach`, `run`, `address refresh`).
+    pub host: bool,
+    /// Added with `address add`.
+    pub configured: bool,
+}
+
 /// `server list --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerList {

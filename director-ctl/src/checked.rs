@@ -26,6 +26,27 @@ pub fn server_name(text: &str) -> Result<&str> {
     Ok(text)
 }
 
+/// One unicast address the edge may be sent queries on: not unspecified, multicast or
+/// IPv4-mapped (the kernel never answers those, so adding one would do nothing).
+pub fn address(text: &str) -> Result<IpAddr> {
+    let Ok(a) = text.parse::<IpAddr>() else {
+        bail!("malformed address {text:?}: expected an IPv4 or IPv6 address, e.g. 192.0.2.53");
+    };
+    let v4 = match a {
+        IpAddr::V4(v4) => Some(v4),
+        IpAddr::V6(v6) => {
+            if v6.to_ipv4_mapped().is_some() {
+                bail!("address {text:?} is IPv4-mapped: give the IPv4 address itself");
+            }
+            None
+        }
+    };
+    if a.is_unspecified() || a.is_multicast() || v4.is_some_and(|v| v.octets()[0] >= 240) {
+        bail!("address {text:?} is not a unicast address");
+    }
+    Ok(a)
+}
+
 /// A network `ADDRESS/LENGTH` whose host bits are zero (a route for `192.0.2.1/24` is
 /// refused rather than silently widened).
 pub fn prefix(text: &str) -> Result<IpNet> {

@@ -34,7 +34,7 @@ pub fn director(ctx: XdpContext) -> u32 {
     count(&DIR_COUNTERS, reason as u32);
     match reason {
         Reason::Answered => xdp_action::XDP_TX,
-        Reason::Dropped => xdp_action::XDP_DROP,
+        r if r.drops() => xdp_action::XDP_DROP,
         _ => {
             // Compiled out by the verifier unless the loader enabled debug logging.
             // The number is a `counters::Reason`; `stats` names them.

@@ -8,9 +8,9 @@ use aya_ebpf::{
 use director_common::{
     counters::COUNTER_SLOTS,
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, NameEntry, Scratch, ServerRecord,
-        ServiceRecord, TableSwitch, MAX_CHOICES, MAX_DECISIONS, MAX_NAMES, MAX_SERVERS,
-        MAX_SERVICES,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Iface, NameEntry, Scratch,
+        ServerRecord, ServiceRecord, TableSwitch, MAX_CHOICES, MAX_DECISIONS, MAX_IFACES,
+        MAX_LOCAL, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
     },
 };
 
@@ -30,6 +30,10 @@ pub static DIR_DEC6_A: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX
 pub static DIR_DEC6_B: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
 pub static DIR_CHOICES: Array<Decision> = Array::pinned(2 * MAX_CHOICES, 0);
+#[map]
+pub static DIR_LOCAL: HashMap<[u8; 16], u32> = HashMap::pinned(MAX_LOCAL, 0);
+#[map]
+pub static DIR_IFACES: HashMap<u32, Iface> = HashMap::pinned(MAX_IFACES, 0);
 #[map]
 pub static DIR_CONFIG: Array<TableSwitch> = Array::pinned(1, 0);
 #[map]

@@ -3,16 +3,19 @@
 
 use aya_ebpf::programs::XdpContext;
 use director_common::{
+    checksum,
     counters::Reason,
     dns,
     handover::{Layout, Query, Slot},
     headers::{eth, ipv4, ipv6, udp, vlan},
     maps::Scratch,
     name::{self, Step, HASH_INIT, MAX_WIRE_LEN},
+    peers,
 };
 
+use crate::maps::{DIR_IFACES, DIR_LOCAL};
 use crate::opaque;
-use crate::packet::{at, be16};
+use crate::packet::{at, at_fenced, be16};
 
 /// Larger frames (jumbo frames are 9 KB) are left to the host.
 const MAX_FRAME: usize = 16 * 1024;
@@ -103,6 +106,8 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
         msg_end,
     } = Layout::unpack(opaque::get_words(s, Slot::Layout));
 
+    check_peers(ctx, ip6, l3)?;
+
     let hdr = at::<{ dns::HEADER_LEN }>(ctx, dns, Reason::Malformed)?;
     let flags = be16(hdr, dns::header::FLAGS);
     let ar = be16(hdr, dns::header::ARCOUNT);
@@ -159,6 +164,104 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
     // needs. Option bodies are not all read, so the frame must be shown to hold them.
     at::<2>(ctx, msg_end - 2, Reason::Malformed)?;
     Ok(q)
+}
+
+/// Whether the query may be answered at all, whoever it asks about: a header that verifies,
+/// a source that can be a client, a source port that does not reflect, and a destination
+/// that is this edge (see `peers`). Only queries to port 53 get here, so everything else
+/// still reaches the host untouched. Header words already in the cache: a few ns, and the
+/// one lookup of the destination address. Fenced pointers: derived from the DNS header's
+/// (a few bytes before it), the verifier would see reads it cannot bound.
+#[inline(always)]
+fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
+    // From the IP header's offset: as the DNS header's less 8, it could be negative for
+    // all the verifier knows of the unpacked layout.
+    let udp_off = l3 + if ip6 { ipv6::LEN } else { ipv4::LEN };
+    let uh = at_fenced::<{ udp::LEN }>(ctx, udp_off, Reason::Malformed)?;
+    let (src_port, udp_sum) = (be16(uh, udp::SRC_PORT), be16(uh, udp::CHECKSUM));
+    let key = if ip6 {
+        let ip = at_fenced::<{ ipv6::LEN }>(ctx, l3, Reason::Malformed)?;
+        if udp_sum == 0 {
+            return Err(Reason::BadChecksum);
+        }
+        let (hi, lo) = (word(ip, ipv6::SRC), word(ip, ipv6::SRC + 8));
+        if !peers::v6_source_ok(hi, lo) {
+            return Err(Reason::BadSource);
+        }
+        let mut key = [0u8; 16];
+        // SAFETY: `at` checked the header is in the packet.
+        unsafe { key.copy_from_slice(&(&*ip)[ipv6::DST..ipv6::DST + ipv6::ADDR_LEN]) };
+        key
+    } else {
+        let ip = at_fenced::<{ ipv4::LEN }>(ctx, l3, Reason::Malformed)?;
+        let mut sum = 0u64;
+        let mut i = 0;
+        while i < ipv4::LEN {
+            sum += be16(ip, i) as u64;
+            i += 2;
+        }
+        if checksum::fold(sum) != 0xffff {
+            return Err(Reason::BadChecksum);
+        }
+        // SAFETY: `at` checked the header is in the packet.
+        let (src, dst) = unsafe {
+            (
+                (*ip)[ipv4::SRC],
+                [
+                    (*ip)[ipv4::DST],
+                    (*ip)[ipv4::DST + 1],
+                    (*ip)[ipv4::DST + 2],
+                    (*ip)[ipv4::DST + 3],
+                ],
+            )
+        };
+        if !peers::v4_source_ok(src) {
+            return Err(Reason::BadSource);
+        }
+        if peers::v4_dest_is_group(dst[0]) {
+            return Err(Reason::GroupDestination);
+        }
+        peers::local_key_v4(dst)
+    };
+    let frame = at_fenced::<{ eth::LEN }>(ctx, 0, Reason::Malformed)?;
+    // SAFETY: `at` checked the header is in the packet.
+    let (dst0, src0) = unsafe { ((*frame)[eth::DST], (*frame)[eth::SRC]) };
+    if peers::mac_is_group(src0) {
+        return Err(Reason::BadSource);
+    }
+    if peers::source_port_reflects(src_port) {
+        return Err(Reason::ReflectingPort);
+    }
+    if peers::mac_is_group(dst0) || peers::v6_dest_is_group(key[0]) {
+        return Err(Reason::GroupDestination);
+    }
+    // SAFETY: the context pointer is the kernel's for this packet.
+    let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
+    // An interface director was not attached to by `attach` (BPF_PROG_TEST_RUN's loopback)
+    // has no entry: only the address is checked there.
+    if let Some(iface) = unsafe { DIR_IFACES.get(ifindex) } {
+        // Word compares: a slice compare would become a byte-looping memcmp call.
+        let m = &iface.mac;
+        let same = be16(frame, eth::DST) == u16::from_be_bytes([m[0], m[1]])
+            && be16(frame, eth::DST + 2) == u16::from_be_bytes([m[2], m[3]])
+            && be16(frame, eth::DST + 4) == u16::from_be_bytes([m[4], m[5]]);
+        if !same {
+            return Err(Reason::NotForUs);
+        }
+    }
+    match unsafe { DIR_LOCAL.get(key) } {
+        Some(_) => Ok(()),
+        None => Err(Reason::NotForUs),
+    }
+}
+
+/// A big-endian 8-byte word of a header.
+#[inline(always)]
+fn word<const N: usize>(p: *const [u8; N], i: usize) -> u64 {
+    ((be16(p, i) as u64) << 48)
+        | ((be16(p, i + 2) as u64) << 32)
+        | ((be16(p, i + 4) as u64) << 16)
+        | be16(p, i + 6) as u64
 }
 
 fn parse_opt(

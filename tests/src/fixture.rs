@@ -6,6 +6,7 @@
 //! processes, and each starts with empty tables and zeroed counters.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -17,6 +18,7 @@ use director_common::maps::PROGRAM;
 use director_ctl::kernel::{program, Maps};
 use director_ctl::{checked, cli, ops};
 
+use crate::packets;
 use crate::pins::PinDir;
 
 pub const XDP_DROP: u32 = 1;
@@ -43,7 +45,15 @@ impl Fixture {
         let pins = PinDir::new(PIN_KIND, NEXT_DIR.fetch_add(1, Ordering::Relaxed));
         let ebpf =
             program::load(pins.path(), 0).context("loading director for BPF_PROG_TEST_RUN")?;
-        let maps = Maps::open(pins.path())?;
+        let mut maps = Maps::open(pins.path())?;
+        // The frames' destination is the edge (BPF_PROG_TEST_RUN's loopback has no
+        // interface entry, so no MAC is checked unless a test adds one).
+        for a in [
+            IpAddr::V4(packets::SERVER_V4),
+            IpAddr::V6(packets::SERVER_V6),
+        ] {
+            maps.set_configured_address(a, true)?;
+        }
         Ok(Fixture { maps, ebpf, pins })
     }
 

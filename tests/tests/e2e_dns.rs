@@ -602,3 +602,86 @@ fn list_commands_print_typed_json_documents() {
     assert_eq!(after.services[WWW], before.services[WWW] + 1);
     assert_eq!(after.services["video.example.com"], 0);
 }
+
+fn ip_ok(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("running ip");
+    assert!(out.status.success(), "ip {args:?}: {}", describe(&out));
+}
+
+/// Answered only on the edge's own addresses: the host's (read at attach, again by
+/// `address refresh`, as `run` does at every poll) and ones added by the operator. A query
+/// routed to the edge for any other address is left to the host.
+#[test]
+fn only_the_edges_own_addresses_are_answered() {
+    let lab = www_lab();
+    let list: api::AddressList = json(&lab, &["address", "list", "--json"]);
+    for a in [EDGE_V4, EDGE_V6] {
+        assert!(
+            list.addresses
+                .iter()
+                .any(|l| l.address.to_string() == a && l.host && !l.configured),
+            "{a} not listed as the host's: {list:?}"
+        );
+    }
+
+    // Two addresses routed to the edge that are not on it.
+    const ON_LO: &str = "203.0.113.200";
+    const ADDED: &str = "203.0.113.201";
+    for a in [ON_LO, ADDED] {
+        let route = format!("{a}/32");
+        ip_ok(&["-n", &lab.client_ns, "route", "add", &route, "via", EDGE_V4]);
+    }
+    let not_for_us = |lab: &Lab| {
+        let s: api::Stats = json(lab, &["stats", "--json"]);
+        s.counters["pass_not_for_us"]
+    };
+    let passed_to_host = |server: &str| {
+        let before = not_for_us(&lab);
+        let r = dig(&lab, &[&at(server), WWW, "A"]);
+        assert!(r.status.is_none(), "answered on {server}:\n{}", r.text);
+        assert_eq!(not_for_us(&lab), before + 1, "the pass was not counted");
+    };
+    passed_to_host(ON_LO);
+    passed_to_host(ADDED);
+
+    // The host gains an address (on lo, as anycast DNS addresses are): answered after a
+    // refresh, from that address.
+    let host_route = format!("{ON_LO}/32");
+    ip_ok(&["-n", &lab.edge_ns, "addr", "add", &host_route, "dev", "lo"]);
+    lab.ctl_ok(&["address", "refresh"]);
+    assert_director_answer(&ask(&lab, &[&at(ON_LO), WWW, "A"]), "A", FRA_V4);
+    ip_ok(&["-n", &lab.edge_ns, "addr", "del", &host_route, "dev", "lo"]);
+    lab.ctl_ok(&["address", "refresh"]);
+    passed_to_host(ON_LO);
+
+    // An address added by the operator stays until deleted.
+    lab.ctl_ok(&["address", "add", ADDED]);
+    lab.ctl_ok(&["address", "refresh"]);
+    assert_director_answer(&ask(&lab, &[&at(ADDED), WWW, "A"]), "A", FRA_V4);
+    let list: api::AddressList = json(&lab, &["address", "list", "--json"]);
+    assert!(
+        list.addresses
+            .iter()
+            .any(|l| l.address.to_string() == ADDED && l.configured && !l.host),
+        "{list:?}"
+    );
+    lab.ctl_ok(&["address", "del", ADDED]);
+    passed_to_host(ADDED);
+
+    // Refused, naming the problem: a host address was not added by hand, a group address
+    // is never answered.
+    for (args, problem) in [
+        (vec!["address", "del", EDGE_V4], "was not added"),
+        (vec!["address", "add", "224.0.0.1"], "not a unicast address"),
+        (vec!["address", "add", "192.0.2"], "malformed address"),
+    ] {
+        let out = lab.ctl(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(problem),
+            "{args:?}: {}",
+            describe(&out)
+        );
+    }
+    assert_director_answer(&ask(&lab, &[&at(EDGE_V4), WWW, "A"]), "A", FRA_V4);
+}

@@ -61,6 +61,10 @@ enum Cmd {
     /// Which servers each client prefix gets, per service.
     #[command(subcommand)]
     Route(RouteCmd),
+    /// The addresses queries may be sent to (the edge's): the host's own, kept by `attach`
+    /// and `run`, and ones added here.
+    #[command(subcommand)]
+    Address(AddressCmd),
     /// Answered and passed packets, by reason and by service.
     Stats {
         #[arg(long)]
@@ -218,6 +222,20 @@ enum RouteCmd {
     },
 }
 
+#[derive(Subcommand)]
+enum AddressCmd {
+    /// Answer queries sent to ADDR too (an address routed to this host but not on it).
+    Add { address: String },
+    /// Stop answering on an address added with `add` (the host's own stay).
+    Del { address: String },
+    /// Read the host's addresses again (what `run` does at every poll).
+    Refresh,
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
@@ -301,6 +319,21 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 RouteCmd::List { dnsname, json } => {
                     show(json, &ops::routes(&m, dnsname.as_deref())?, print::routes)?;
+                }
+            }
+        }
+        Cmd::Address(c) => {
+            let mut m = Maps::open(&dir)?;
+            match c {
+                AddressCmd::Add { address } => {
+                    ops::address_set(&mut m, checked::address(&address)?, true)?;
+                }
+                AddressCmd::Del { address } => {
+                    ops::address_set(&mut m, checked::address(&address)?, false)?;
+                }
+                AddressCmd::Refresh => ops::address_refresh(&mut m)?,
+                AddressCmd::List { json } => {
+                    show(json, &ops::addresses(&m)?, print::addresses)?;
                 }
             }
         }

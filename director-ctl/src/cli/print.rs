@@ -8,6 +8,19 @@ use director_common::counters;
 use crate::api;
 use crate::controller::engine::Metric;
 
+pub fn addresses(l: &api::AddressList) -> String {
+    let mut o = String::new();
+    for a in &l.addresses {
+        let from = match (a.host, a.configured) {
+            (true, true) => "host, added",
+            (true, false) => "host",
+            _ => "added",
+        };
+        let _ = writeln!(o, "{:<40} {from}", a.address);
+    }
+    o
+}
+
 pub fn servers(l: &api::ServerList) -> String {
     let mut o = String::new();
     for s in &l.servers {

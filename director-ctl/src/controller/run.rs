@@ -165,6 +165,17 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
         let now = stamps(&state.files);
         let hupped = HUP.swap(false, Ordering::Relaxed);
         if now == seen && !hupped {
+            // Queries to an address the host gained are answered from the next poll on;
+            // to one it lost, passed to the host.
+            if let Err(e) = crate::kernel::host::addresses().and_then(|a| m.set_host_addresses(&a))
+            {
+                log.event(
+                    Event::Refused {
+                        error: format!("{e:#}"),
+                    },
+                    format!("updating the edge's addresses failed: {e:#}"),
+                );
+            }
             if let Err(e) = state.follow_server_states(&mut m) {
                 log.event(
                     Event::Refused {

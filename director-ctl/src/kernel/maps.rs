@@ -4,7 +4,7 @@
 //! its service), because the program reads these maps while they are written.
 
 use std::collections::{BTreeMap, HashMap as HashMap2, HashSet};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -12,11 +12,12 @@ use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, MapError, 
 use director_common::{
     counters::{self, Reason},
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, NameEntry, ServerRecord,
-        ServiceRecord, TableSwitch, KIND_DNS, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4,
-        MAP_DEC6, MAP_NAMES, MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES,
-        MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4,
-        SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Iface, NameEntry, ServerRecord,
+        ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED, LOCAL_HOST, MAP_CHOICES,
+        MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_IFACES, MAP_LOCAL, MAP_NAMES,
+        MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES, MAX_LOCAL, MAX_SERVERS,
+        MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6,
+        SERVICE_ACTIVE, SERVICE_BITS,
     },
     name,
     select::Mode,
@@ -76,6 +77,8 @@ pub struct Maps {
     choices: Array<MapData, Decision>,
     batch_choices: MapData,
     config: Array<MapData, TableSwitch>,
+    local: HashMap<MapData, [u8; 16], u32>,
+    ifaces: HashMap<MapData, u32, Iface>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
 }
@@ -137,6 +140,8 @@ impl Maps {
             choices: open(dir, MAP_CHOICES)?,
             batch_choices: open_data(dir, MAP_CHOICES)?,
             config: open(dir, MAP_CONFIG)?,
+            local: open(dir, MAP_LOCAL)?,
+            ifaces: open(dir, MAP_IFACES)?,
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
         })
@@ -660,6 +665,85 @@ impl Maps {
         }
     }
 
+    // --- the edge's own addresses and interfaces -----------------------------------------
+
+    /// Every address queries may be sent to, with where it came from (`LOCAL_HOST`,
+    /// `LOCAL_CONFIGURED` bits).
+    pub fn local_addresses(&self) -> Result<Vec<(IpAddr, u32)>> {
+        let mut out = Vec::new();
+        for kv in self.local.iter() {
+            let (k, flags) = kv.context("reading the local address table")?;
+            out.push((local_addr(k), flags));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Makes the host's addresses exactly `now`: new ones are added first (queries to them
+    /// are answered from then on), then those gone lose their host mark (and are removed
+    /// unless also configured). Returns whether anything changed.
+    pub fn set_host_addresses(&mut self, now: &[IpAddr]) -> Result<bool> {
+        let have = self.local_addresses()?;
+        let mut changed = false;
+        for a in now {
+            let flags = have.iter().find(|(h, _)| h == a).map_or(0, |(_, f)| *f);
+            if flags & LOCAL_HOST == 0 {
+                self.put_local(*a, flags | LOCAL_HOST)?;
+                changed = true;
+            }
+        }
+        for (a, flags) in have {
+            if flags & LOCAL_HOST != 0 && !now.contains(&a) {
+                self.put_local(a, flags & !LOCAL_HOST)?;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Adds (`on`) or removes an address the operator configured; the host's own stay.
+    pub fn set_configured_address(&mut self, a: IpAddr, on: bool) -> Result<()> {
+        let flags = self
+            .local_addresses()?
+            .into_iter()
+            .find(|(h, _)| *h == a)
+            .map_or(0, |(_, f)| f);
+        let flags = if on {
+            flags | LOCAL_CONFIGURED
+        } else {
+            flags & !LOCAL_CONFIGURED
+        };
+        self.put_local(a, flags)
+    }
+
+    fn put_local(&mut self, a: IpAddr, flags: u32) -> Result<()> {
+        let key = local_key(a);
+        if flags == 0 {
+            return match self.local.remove(&key) {
+                Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+                Err(e) => Err(e).with_context(|| format!("removing local address {a}")),
+            };
+        }
+        self.local
+            .insert(key, flags, 0)
+            .with_context(|| format!("writing local address {a} (at most {MAX_LOCAL})"))
+    }
+
+    /// Records the MAC of an interface director is attached to: queries arriving there
+    /// must be sent to it.
+    pub fn put_iface(&mut self, ifindex: u32, mac: [u8; 6]) -> Result<()> {
+        self.ifaces
+            .insert(ifindex, Iface { mac, _pad: [0; 2] }, 0)
+            .context("writing the interface table")
+    }
+
+    pub fn remove_iface(&mut self, ifindex: u32) -> Result<()> {
+        match self.ifaces.remove(&ifindex) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(e).context("writing the interface table"),
+        }
+    }
+
     // --- counters ------------------------------------------------------------------------
 
     /// Every verdict counter, summed over CPUs, in `counters::ALL` order.
@@ -713,6 +797,22 @@ impl Store {
             scope: d.prefix_len,
             _pad: [0; 3],
         }
+    }
+}
+
+/// The `DIR_LOCAL` key of an address (IPv4 mapped into IPv6).
+fn local_key(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => director_common::peers::local_key_v4(v4.octets()),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+fn local_addr(k: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(k);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
     }
 }
 
@@ -882,7 +982,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn lookup(t: &BTreeMap<IpNet, u16>, a: u32) -> Option<u16> {
-        let host = IpNet::from(std::net::IpAddr::V4(a.into()));
+        let host = IpNet::from(IpAddr::V4(a.into()));
         t.iter()
             .filter(|(p, _)| p.contains(&host))
             .max_by_key(|(p, _)| p.prefix_len())

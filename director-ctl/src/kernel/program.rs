@@ -14,6 +14,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use aya_obj::programs::XdpAttachType;
+
+use super::{host, Maps};
 use director_common::maps::PROGRAM;
 
 use crate::EBPF_OBJECT;
@@ -128,6 +130,9 @@ pub fn attach(pin_dir: &Path, iface: &str, mode: Mode, log_level: u8) -> Result<
             .with_context(|| format!("pinning the program at {}", prog_path.display()))?;
         prog
     };
+    // Before the first packet: which MAC and addresses are this edge's (queries to any
+    // other are not answered).
+    register_edge(pin_dir, iface)?;
     let flags = match mode {
         Mode::Native => XdpMode::Driver,
         Mode::Skb => XdpMode::Skb,
@@ -144,6 +149,15 @@ pub fn attach(pin_dir: &Path, iface: &str, mode: Mode, log_level: u8) -> Result<
     Ok(())
 }
 
+/// Records `iface`'s MAC and the host's addresses in the program's maps.
+fn register_edge(pin_dir: &Path, iface: &str) -> Result<()> {
+    let (ifindex, mac) = host::link(iface)?;
+    let mut m = Maps::open(pin_dir)?;
+    m.put_iface(ifindex, mac)?;
+    m.set_host_addresses(&host::addresses()?)?;
+    Ok(())
+}
+
 /// Detaches from `iface`; when no interface is left, unpins the program and every map.
 pub fn detach(pin_dir: &Path, iface: &str) -> Result<bool> {
     let link_path = link_pin(pin_dir, iface);
@@ -154,6 +168,9 @@ pub fn detach(pin_dir: &Path, iface: &str) -> Result<bool> {
         .with_context(|| format!("opening {}", link_path.display()))?;
     drop(link.unpin().context("unpinning the link")?);
     if !attached(pin_dir)?.is_empty() {
+        if let Ok((ifindex, _)) = host::link(iface) {
+            Maps::open(pin_dir)?.remove_iface(ifindex)?;
+        }
         return Ok(false);
     }
     for entry in std::fs::read_dir(pin_dir)? {

@@ -4,12 +4,12 @@
 //! `kernel` methods keep a service before its name, a route to servers that exist).
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use director_common::{
-    maps::{Decision, MAX_CANDIDATES},
+    maps::{Decision, LOCAL_CONFIGURED, LOCAL_HOST, MAX_CANDIDATES},
     select::Mode,
 };
 use ipnet::IpNet;
@@ -17,7 +17,7 @@ use ipnet::IpNet;
 use crate::api;
 use crate::checked;
 use crate::controller::{minimal, sweep::sort_key};
-use crate::kernel::{program, DecisionChange, Maps, ServerEntry, ServiceEntry};
+use crate::kernel::{host, program, DecisionChange, Maps, ServerEntry, ServiceEntry};
 
 /// A route's servers: the first `primary` are equally good and share answers by weight;
 /// the rest are the next best, in order.
@@ -35,6 +35,41 @@ fn api_server(s: ServerEntry) -> api::ListedServer {
         ipv6: s.ipv6,
         up: s.up,
     }
+}
+
+/// Adds (`on`) or removes an address the operator configured.
+pub fn address_set(m: &mut Maps, a: IpAddr, on: bool) -> Result<()> {
+    if !on
+        && !m
+            .local_addresses()?
+            .iter()
+            .any(|(h, f)| *h == a && f & LOCAL_CONFIGURED != 0)
+    {
+        bail!("{a} was not added with `director-ctl address add` (see `address list`)");
+    }
+    m.set_configured_address(a, on)
+}
+
+/// Reads the host's addresses again into the kernel's table.
+pub fn address_refresh(m: &mut Maps) -> Result<()> {
+    m.set_host_addresses(&host::addresses()?)?;
+    Ok(())
+}
+
+pub fn addresses(m: &Maps) -> Result<api::AddressList> {
+    let addresses = m
+        .local_addresses()?
+        .into_iter()
+        .map(|(address, f)| api::ListedAddress {
+            address,
+            host: f & LOCAL_HOST != 0,
+            configured: f & LOCAL_CONFIGURED != 0,
+        })
+        .collect();
+    Ok(api::AddressList {
+        version: api::VERSION,
+        addresses,
+    })
 }
 
 pub fn servers(m: &Maps) -> Result<api::ServerList> {

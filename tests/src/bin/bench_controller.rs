@@ -137,6 +137,8 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let slab0 = slab_kb()?;
     let mut ebpf = kernel::program::load(pins.path(), 0)?;
     let mut m = kernel::Maps::open(pins.path())?;
+    // The test frames' destination (see `per_packet_full_table`) is the edge's address.
+    m.set_configured_address(packets::SERVER_V4.into(), true)?;
     let t = Instant::now();
     // What `run` does at its first start: the difference to the (empty) kernel, in place.
     let written = controller::apply::sync(&mut m, &cfg, &c, &ids)?;

@@ -93,6 +93,9 @@ impl Loaded {
     /// The same service as the lab's: one server, a default route for each family.
     fn configure(&mut self) -> Result<()> {
         let m = &mut self.maps;
+        // The frames are sent to the packets module's server address: the edge's.
+        m.set_configured_address(packets::SERVER_V4.into(), true)?;
+        m.set_configured_address(packets::SERVER_V6.into(), true)?;
         ops::server_add(m, "fra-1", Some(FRA_V4.parse()?), Some(FRA_V6.parse()?))?;
         ops::service_add(m, NAME, 60, 1, Mode::Random)?;
         route_set(m, NAME, "0.0.0.0/0", "fra-1")?;
