@@ -15,7 +15,7 @@ use director_common::{maps::PIN_DIR, select::Mode};
 
 use crate::checked;
 use crate::controller;
-use crate::kernel::{self, program, Maps};
+use crate::kernel::{self, program, Maps, WriteLock};
 use crate::ops;
 
 /// director: answers DNS for the names it owns from an XDP program, with the best server
@@ -233,6 +233,12 @@ fn show<T: serde::Serialize>(json: bool, doc: &T, text: impl FnOnce(&T) -> Strin
     }
 }
 
+/// The pin directory's write lock for a command that changes the maps (held until the
+/// command is done: its reads and writes are one step for every other writer).
+fn write_lock(dir: &std::path::Path, writes: bool) -> Result<Option<WriteLock>> {
+    writes.then(|| WriteLock::take(dir)).transpose()
+}
+
 fn run(cli: Cli) -> Result<()> {
     let dir = cli.pin_dir;
     match cli.cmd {
@@ -259,6 +265,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Status { json } => show(json, &ops::status(&dir)?, print::status)?,
         Cmd::Server(c) => {
             let mut m = Maps::open(&dir)?;
+            let _lock = write_lock(&dir, !matches!(c, ServerCmd::List { .. }))?;
             match c {
                 ServerCmd::Add { name, ipv4, ipv6 } => {
                     ops::server_add(&mut m, &name, ipv4, ipv6)?;
@@ -270,6 +277,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Service(c) => {
             let mut m = Maps::open(&dir)?;
+            let _lock = write_lock(&dir, !matches!(c, ServiceCmd::List { .. }))?;
             match c {
                 ServiceCmd::Add {
                     dnsname,
@@ -285,6 +293,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Route(c) => {
             let mut m = Maps::open(&dir)?;
+            let _lock = write_lock(&dir, !matches!(c, RouteCmd::List { .. }))?;
             match c {
                 RouteCmd::Set {
                     dnsname,
