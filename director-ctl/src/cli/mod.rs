@@ -99,6 +99,18 @@ enum Cmd {
         /// Log events as JSON objects (one per line, on stderr).
         #[arg(long)]
         json: bool,
+        /// A changed file is read once its size and mtime have stayed the same this long,
+        /// in milliseconds (at most 5 s, or 4 times this, is waited).
+        #[arg(long, default_value_t = 300)]
+        settle_ms: u64,
+        /// Refuse a change that removes more than this share (0 to 1) of the services,
+        /// servers, decisions or an input's records, until confirmed with SIGUSR1.
+        #[arg(long, default_value_t = 0.25)]
+        max_removal_share: f64,
+        /// Let the first apply remove more than --max-removal-share of what the kernel
+        /// holds (a restart that confirms a removal).
+        #[arg(long)]
+        accept_removal: bool,
     },
     /// Validate a config and everything it reads; print what it would write. Touches nothing.
     Check {
@@ -336,6 +348,9 @@ fn run(cli: Cli) -> Result<()> {
             mode,
             poll_ms,
             json,
+            settle_ms,
+            max_removal_share,
+            accept_removal,
         } => {
             if let Some(iface) = iface {
                 if !program::attached(&dir)?.contains(&iface) {
@@ -347,7 +362,14 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 controller::run::Log::Text
             };
-            controller::run::run(&config, &dir, Duration::from_millis(poll_ms), log)?;
+            let options = controller::run::Options {
+                poll: Duration::from_millis(poll_ms),
+                settle: Duration::from_millis(settle_ms),
+                max_removal_share,
+                accept_removal,
+                log,
+            };
+            controller::run::run(&config, &dir, &options)?;
         }
         Cmd::Check { config, json } => {
             let report = controller::check(&config)?;
