@@ -393,6 +393,10 @@ fn run(cli: Cli) -> Result<()> {
 
 /// The `director-ctl` binary: parse, run, and on failure print one line and exit non-zero.
 pub fn main() {
+    // Rust ignores SIGPIPE, so printing into a closed pipe (`director-ctl route list | head`)
+    // fails, and println! panics. The default action ends the process quietly, as it does
+    // for every other Unix filter.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
@@ -404,6 +408,10 @@ pub fn main() {
             std::process::exit(2);
         }
     };
+    if matches!(cli.cmd, Cmd::Run { .. }) {
+        // `run` is a daemon: a reader of its log going away is no reason to die by signal.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    }
     if let Err(e) = run(cli) {
         eprintln!("director-ctl: {e:#}");
         std::process::exit(1);
