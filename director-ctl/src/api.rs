@@ -408,6 +408,11 @@ pub enum Event {
         entries: usize,
         ms: f64,
     },
-    /// A config or input was refused; the kernel keeps the last good decisions.
+    /// A config or input was refused (also one that would remove too much, until
+    /// confirmed); the kernel keeps the last good decisions.
     Refused { error: String },
+    /// The operator confirmed a change that removes more than `--max-removal-share`
+    /// (SIGUSR1, or `--accept-removal` at start); `removed` says what, e.g. "1 of 2 services
+    /// (b.example.com)".
+    Accepted { removed: Vec<String> },
 }

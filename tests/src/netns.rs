@@ -703,6 +703,17 @@ impl Controller {
     }
 
     pub fn start_polling(lab: &Lab, config: &Path, log: &Path, poll_ms: u32) -> Controller {
+        Controller::start_with(lab, config, log, poll_ms, &[])
+    }
+
+    /// Like [`Controller::start_polling`], with more `run` arguments (`extra`).
+    pub fn start_with(
+        lab: &Lab,
+        config: &Path,
+        log: &Path,
+        poll_ms: u32,
+        extra: &[&str],
+    ) -> Controller {
         let file =
             fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         // nsenter execs director-ctl: the child's pid is the controller's.
@@ -711,7 +722,9 @@ impl Controller {
             .arg(ctl_binary())
             .arg("--pin-dir")
             .arg(&lab.pin_dir)
-            .args(["run", "--poll-ms", &poll_ms.to_string(), "--config"])
+            .args(["run", "--poll-ms", &poll_ms.to_string()])
+            .args(extra)
+            .arg("--config")
             .arg(config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -726,6 +739,17 @@ impl Controller {
 
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGUSR1`) to the controller, which this lab started.
+    pub fn signal(&self, signal: i32) {
+        let pid = self.child.id() as i32;
+        assert_eq!(
+            unsafe { libc::kill(pid, signal) },
+            0,
+            "kill({pid}, {signal}): {}",
+            std::io::Error::last_os_error()
+        );
     }
 
     pub fn count(&self, needle: &str) -> usize {

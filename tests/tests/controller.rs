@@ -827,7 +827,7 @@ fn run_changes_servers_under_queries_without_a_wrong_answer() {
     replace_file(&config, &swap_config(false));
     let lab = Lab::new();
     lab.attach();
-    let mut run = Controller::start(&lab, &config, &dir.path("run.log"));
+    let mut run = swapping_controller(&lab, &config, &dir.path("run.log"));
     run.wait_for("entries written", 1, Duration::from_secs(20));
     assert_eq!(answer(&lab, "A", None), [X_V4]);
 
@@ -921,6 +921,13 @@ fn run_changes_servers_under_queries_without_a_wrong_answer() {
     eprintln!("swap test total {:.1} s", t0.elapsed().as_secs_f64());
 }
 
+/// `run` for an operator who swaps configs on purpose: going from B back to A removes
+/// server y, half of the servers, which the removal guard (default share 0.25) would
+/// otherwise hold back for confirmation.
+fn swapping_controller(lab: &Lab, config: &Path, log: &Path) -> Controller {
+    Controller::start_with(lab, config, log, 50, &["--max-removal-share", "1"])
+}
+
 /// `run` killed with SIGKILL at any moment and started again, on the same config or on
 /// the other one, while queries keep coming: every query is answered, always with x or y
 /// (the old table or the new one, never nothing and never a third answer), and a restart
@@ -932,7 +939,7 @@ fn run_killed_and_restarted_never_breaks_answers() {
     replace_file(&config, &swap_config(false));
     let lab = Lab::new();
     lab.attach();
-    let mut run = Controller::start(&lab, &config, &dir.path("run-0.log"));
+    let mut run = swapping_controller(&lab, &config, &dir.path("run-0.log"));
     run.wait_for("entries written", 1, Duration::from_secs(20));
     let querier = Querier::start(&lab, Duration::from_secs(60));
     sleep(Duration::from_millis(200));
@@ -945,11 +952,11 @@ fn run_killed_and_restarted_never_breaks_answers() {
         let same = i % 2 == 0;
         run.kill();
         replace_file(&config, &swap_config(b));
-        run = Controller::start(&lab, &config, &dir.path(&format!("run-{i}.log")));
+        run = swapping_controller(&lab, &config, &dir.path(&format!("run-{i}.log")));
         if i % 4 == 1 {
             sleep(Duration::from_millis(2 * i as u64));
             run.kill();
-            run = Controller::start(&lab, &config, &dir.path(&format!("run-{i}b.log")));
+            run = swapping_controller(&lab, &config, &dir.path(&format!("run-{i}b.log")));
         }
         run.wait_for("entries written", 1, Duration::from_secs(20));
         if same {
@@ -1141,6 +1148,133 @@ fn run_keeps_the_last_good_decisions_on_bad_input() {
         run.log(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+const API: &str = "api.example.com";
+
+/// [`rtt_config`] with a second service, last in the file, that always answers y: cut off
+/// before it, the file is still a valid config, with one service fewer.
+fn guarded_config(rtt: &Path) -> String {
+    format!(
+        "{}\n[[service]]\nname = {API:?}\nttl = 30\nservers = [\"y\"]\n\
+         priority = {{ admin = 1 }}\n",
+        rtt_config(rtt, None, 20)
+    )
+}
+
+/// The A records director answers for `name` (failing unless it answers).
+fn answer_a(lab: &Lab, name: &str, subnet: Option<&str>) -> Vec<String> {
+    let mut args = vec![format!("@{EDGE_V4}"), name.to_string(), "A".to_string()];
+    if let Some(s) = subnet {
+        args.push(format!("+subnet={s}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = Reply::parse(&lab.dig(&args));
+    assert_eq!(
+        r.status.as_deref(),
+        Some("NOERROR"),
+        "no answer for {name}:\n{}",
+        r.text
+    );
+    r.data("A")
+}
+
+/// Half-written inputs: a config truncated in place to a valid prefix of itself (one
+/// service fewer) and an emptied RTT file are refused with a line naming the file and what
+/// would go, the kernel keeps answering as before; SIGUSR1 confirms the change.
+#[test]
+fn run_refuses_a_truncated_config_and_an_emptied_rtt_file() {
+    let dir = TempDir::new("dctl", "guard");
+    let config = dir.path("director.toml");
+    let rtt = dir.path("rtt.csv");
+    replace_file(&rtt, "192.0.2.0/24,a,10\n192.0.2.0/24,b,50\n");
+    let full = guarded_config(&rtt);
+    replace_file(&config, &full);
+    let t0 = Instant::now();
+    let lab = Lab::new();
+    lab.attach();
+    let mut run = Controller::start(&lab, &config, &dir.path("run.log"));
+    run.wait_for("entries written", 1, Duration::from_secs(20));
+    eprintln!("started in {:.1} s", t0.elapsed().as_secs_f64());
+    let routes = |lab: &Lab| lab.ctl_ok(&["route", "list", "--json"]);
+    let elsewhere = "203.0.113.0/24";
+    let answers = |lab: &Lab| {
+        (
+            answer_a(lab, WWW, None),
+            answer_a(lab, WWW, Some(elsewhere)),
+            answer_a(lab, API, None),
+        )
+    };
+    let r0 = routes(&lab);
+    let before = answers(&lab);
+    assert_eq!(
+        before,
+        (
+            vec![X_V4.to_string()],
+            vec![Y_V4.to_string()],
+            vec![Y_V4.to_string()]
+        )
+    );
+
+    // The config cut off before its second service, written in place (not renamed).
+    const REFUSED: &str = "refusing the change to";
+    let cut = full.find(&format!("[[service]]\nname = {API:?}")).unwrap();
+    fs::write(&config, &full[..cut]).unwrap();
+    run.wait_for(REFUSED, 1, Duration::from_secs(10));
+    let log = run.log();
+    let line = log.lines().rfind(|l| l.contains(REFUSED)).unwrap();
+    assert!(
+        line.contains(&config.display().to_string())
+            && line.contains("1 of 2 services (api.example.com)"),
+        "the refusal should name the config and the service it drops: {line}"
+    );
+    sleep(Duration::from_millis(300));
+    run.assert_alive();
+    assert_eq!(
+        routes(&lab),
+        r0,
+        "the kernel's decisions changed after a truncated config"
+    );
+    assert_eq!(answers(&lab), before);
+
+    // The whole config again: nothing to refuse (and nothing to write).
+    replace_file(&config, &full);
+    run.wait_for("up to date again", 1, Duration::from_secs(10));
+
+    // The RTT file emptied in place, as `>` leaves it before the writer writes.
+    fs::write(&rtt, "").unwrap();
+    run.wait_for(REFUSED, 2, Duration::from_secs(10));
+    let log = run.log();
+    let line = log.lines().rfind(|l| l.contains(REFUSED)).unwrap();
+    assert!(
+        line.contains(&rtt.display().to_string()) && line.contains("2 of 2 RTT measurements"),
+        "the refusal should name the RTT file and the measurements it drops: {line}"
+    );
+    sleep(Duration::from_millis(300));
+    run.assert_alive();
+    assert_eq!(
+        routes(&lab),
+        r0,
+        "the kernel's decisions changed after an emptied RTT file"
+    );
+    assert_eq!(answers(&lab), before);
+    // A plain reload does not confirm it.
+    run.signal(libc::SIGHUP);
+    run.wait_for(REFUSED, 3, Duration::from_secs(10));
+    assert_eq!(answers(&lab), before);
+
+    // The operator confirms: without RTT the preference decides (y's 10 beats x's 20).
+    run.signal(libc::SIGUSR1);
+    run.wait_for("removal confirmed by SIGUSR1", 1, Duration::from_secs(10));
+    let log = run.log();
+    let line = log.lines().rfind(|l| l.contains("confirmed")).unwrap();
+    assert!(line.contains("2 of 2 RTT measurements"), "{line}");
+    run.wait_for("up to date again", 2, Duration::from_secs(10));
+    assert_eq!(answer_a(&lab, WWW, None), [Y_V4]);
+    assert_eq!(answer_a(&lab, API, None), [Y_V4]);
+    assert_eq!(run.count(REFUSED), 3, "unexpected refusals: {}", run.log());
+    run.stop();
+    eprintln!("guard test total {:.1} s", t0.elapsed().as_secs_f64());
 }
 
 // ---------------------------------------------------------------------------------------

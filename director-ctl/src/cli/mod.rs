@@ -15,7 +15,7 @@ use director_common::{maps::PIN_DIR, select::Mode};
 
 use crate::checked;
 use crate::controller;
-use crate::kernel::{self, program, Maps};
+use crate::kernel::{self, program, Maps, WriteLock};
 use crate::ops;
 
 /// director: answers DNS for the names it owns from an XDP program, with the best server
@@ -103,6 +103,18 @@ enum Cmd {
         /// Log events as JSON objects (one per line, on stderr).
         #[arg(long)]
         json: bool,
+        /// A changed file is read once its size and mtime have stayed the same this long,
+        /// in milliseconds (at most 5 s, or 4 times this, is waited).
+        #[arg(long, default_value_t = 300)]
+        settle_ms: u64,
+        /// Refuse a change that removes more than this share (0 to 1) of the services,
+        /// servers, decisions or an input's records, until confirmed with SIGUSR1.
+        #[arg(long, default_value_t = 0.25)]
+        max_removal_share: f64,
+        /// Let the first apply remove more than --max-removal-share of what the kernel
+        /// holds (a restart that confirms a removal).
+        #[arg(long)]
+        accept_removal: bool,
     },
     /// Validate a config and everything it reads; print what it would write. Touches nothing.
     Check {
@@ -251,6 +263,12 @@ fn show<T: serde::Serialize>(json: bool, doc: &T, text: impl FnOnce(&T) -> Strin
     }
 }
 
+/// The pin directory's write lock for a command that changes the maps (held until the
+/// command is done: its reads and writes are one step for every other writer).
+fn write_lock(dir: &std::path::Path, writes: bool) -> Result<Option<WriteLock>> {
+    writes.then(|| WriteLock::take(dir)).transpose()
+}
+
 fn run(cli: Cli) -> Result<()> {
     let dir = cli.pin_dir;
     match cli.cmd {
@@ -277,6 +295,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Status { json } => show(json, &ops::status(&dir)?, print::status)?,
         Cmd::Server(c) => {
             let mut m = Maps::open(&dir)?;
+            let _lock = write_lock(&dir, !matches!(c, ServerCmd::List { .. }))?;
             match c {
                 ServerCmd::Add { name, ipv4, ipv6 } => {
                     ops::server_add(&mut m, &name, ipv4, ipv6)?;
@@ -288,6 +307,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Service(c) => {
             let mut m = Maps::open(&dir)?;
+            let _lock = write_lock(&dir, !matches!(c, ServiceCmd::List { .. }))?;
             match c {
                 ServiceCmd::Add {
                     dnsname,
@@ -303,6 +323,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Route(c) => {
             let mut m = Maps::open(&dir)?;
+            let _lock = write_lock(&dir, !matches!(c, RouteCmd::List { .. }))?;
             match c {
                 RouteCmd::Set {
                     dnsname,
@@ -324,6 +345,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Address(c) => {
             let mut m = Maps::open(&dir)?;
+            let _lock = write_lock(&dir, !matches!(c, AddressCmd::List { .. }))?;
             match c {
                 AddressCmd::Add { address } => {
                     ops::address_set(&mut m, checked::address(&address)?, true)?;
@@ -360,6 +382,9 @@ fn run(cli: Cli) -> Result<()> {
             mode,
             poll_ms,
             json,
+            settle_ms,
+            max_removal_share,
+            accept_removal,
         } => {
             if let Some(iface) = iface {
                 if !program::attached(&dir)?.contains(&iface) {
@@ -371,7 +396,14 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 controller::run::Log::Text
             };
-            controller::run::run(&config, &dir, Duration::from_millis(poll_ms), log)?;
+            let options = controller::run::Options {
+                poll: Duration::from_millis(poll_ms),
+                settle: Duration::from_millis(settle_ms),
+                max_removal_share,
+                accept_removal,
+                log,
+            };
+            controller::run::run(&config, &dir, &options)?;
         }
         Cmd::Check { config, json } => {
             let report = controller::check(&config)?;
@@ -395,6 +427,10 @@ fn run(cli: Cli) -> Result<()> {
 
 /// The `director-ctl` binary: parse, run, and on failure print one line and exit non-zero.
 pub fn main() {
+    // Rust ignores SIGPIPE, so printing into a closed pipe (`director-ctl route list | head`)
+    // fails, and println! panics. The default action ends the process quietly, as it does
+    // for every other Unix filter.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
@@ -406,6 +442,10 @@ pub fn main() {
             std::process::exit(2);
         }
     };
+    if matches!(cli.cmd, Cmd::Run { .. }) {
+        // `run` is a daemon: a reader of its log going away is no reason to die by signal.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    }
     if let Err(e) = run(cli) {
         eprintln!("director-ctl: {e:#}");
         std::process::exit(1);

@@ -161,8 +161,11 @@ impl Data {
     }
 }
 
+/// RTT measurements per site (config order), each site's sorted.
+pub type RttTables = Vec<Vec<(IpNet, Rtt)>>;
+
 /// Every RTT file, per site (config order), sorted.
-fn load_rtt(cfg: &Config) -> Result<Vec<Vec<(IpNet, Rtt)>>> {
+pub fn load_rtt(cfg: &Config) -> Result<RttTables> {
     let site_index: HashMap<&str, usize> = cfg
         .sites
         .iter()
@@ -182,10 +185,10 @@ fn load_rtt(cfg: &Config) -> Result<Vec<Vec<(IpNet, Rtt)>>> {
 }
 
 impl Data {
-    /// Reads the RTT files again; returns the prefixes whose measurement changed at some
-    /// site (added, removed or different).
-    pub fn reload_rtt(&mut self, cfg: &Config) -> Result<Vec<IpNet>> {
-        let new = load_rtt(cfg)?;
+    /// Takes RTT measurements read again with [`load_rtt`] (looked at before they replace
+    /// the old ones); returns the prefixes whose measurement changed at some site (added,
+    /// removed or different).
+    pub fn replace_rtt(&mut self, new: RttTables) -> Vec<IpNet> {
         let mut changed = Vec::new();
         for (site, fresh) in self.sites.iter_mut().zip(new) {
             let old: HashMap<IpNet, Rtt> = site.rtt.iter().copied().collect();
@@ -207,7 +210,7 @@ impl Data {
         self.summary.rtt_measurements = self.sites.iter().map(|s| s.rtt.len()).sum();
         changed.sort_unstable_by_key(sort_key);
         changed.dedup();
-        Ok(changed)
+        changed
     }
 }
 

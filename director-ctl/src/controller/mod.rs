@@ -4,7 +4,8 @@
 //! config + inputs (files → plain data, [`model`]) → data (everything arranged by prefix)
 //! → decide (per prefix and service: metrics and the [`engine`]'s sort, no I/O) → compile
 //! (decisions to the fewest LPM entries, and diffs) → apply (the only part that writes,
-//! through `kernel::Maps`). [`run`] drives it; [`check`] and [`explain`] stop before apply.
+//! through `kernel::Maps`). [`run`] drives it, with [`guard`] refusing changes that remove too
+//! much; [`check`] and [`explain`] stop before apply.
 
 pub mod apply;
 pub mod compile;
@@ -13,6 +14,7 @@ pub mod data;
 pub mod decide;
 pub mod engine;
 pub mod explain;
+pub mod guard;
 pub mod inputs;
 pub mod minimal;
 pub mod model;

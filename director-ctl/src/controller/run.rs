@@ -6,6 +6,15 @@
 //! makes the table converge to DistributedDirector's sort over what is available. A bad
 //! config or input is logged and the kernel keeps the last good decisions. Stops on SIGINT
 //! or SIGTERM.
+//!
+//! Half-written inputs: a changed file is read only once its size, mtime and inode have
+//! stayed the same for the settle interval, and a change that would remove more than
+//! `--max-removal-share` of the services, servers, decisions or an input's records is
+//! refused (see [`super::guard`]) until the operator confirms it with SIGUSR1.
+//!
+//! Other writers (CLI commands) may change the maps at any time: every read-modify-write
+//! here holds the pin directory's [`WriteLock`]. Computations run without it, and are
+//! redone if the ids or server states they were made for changed meanwhile.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -14,16 +23,32 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use ipnet::IpNet;
 
 use super::apply::{assign_ids, sync, update};
 use super::compile::{diff, replace_subtree, Diff, Table};
 use super::config::Config;
-use super::data::Data;
+use super::data::{load_rtt, Data};
 use super::decide::{compute, plans, subtree, Computed, Ids};
+use super::guard::{self, Refusal, Removal};
 use crate::api::{self, Event};
-use crate::kernel::{DecisionChange, Maps};
+use crate::kernel::{DecisionChange, Maps, WriteLock};
+
+/// How `run` behaves, from its command line.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How often the input files and the servers' states are looked at.
+    pub poll: Duration,
+    /// How long a changed file must stay unchanged before it is read.
+    pub settle: Duration,
+    /// The largest share (0..=1) of services, servers, decisions or an input's records a
+    /// change may remove without confirmation.
+    pub max_removal_share: f64,
+    /// Let the first apply remove more than that (a restart that confirms a removal).
+    pub accept_removal: bool,
+    pub log: Log,
+}
 
 /// How `run` logs its events (on stderr).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,29 +127,79 @@ fn watched(path: &Path, cfg: &Config) -> Vec<PathBuf> {
     v
 }
 
-fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
+/// What tells a file changed: its inode (a rename onto it), size and mtime.
+type Stamp = Option<(u64, u64, u64, SystemTime)>;
+
+fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
+    use std::os::unix::fs::MetadataExt;
     files
         .iter()
-        .map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .map(|f| {
+            let m = std::fs::metadata(f).ok()?;
+            Some((m.dev(), m.ino(), m.len(), m.modified().ok()?))
+        })
         .collect()
+}
+
+/// Waits until none of `files` changes over one `settle` interval: a file still being
+/// written is not read half-way (a writer that renames a finished file into place never
+/// makes this wait more than once). Bounded: after `max(5 s, 4 x settle)` the files are
+/// read as they are and the removal guard has the last word. Returns their stamps then.
+fn settled(files: &[PathBuf], mut last: Vec<Stamp>, settle: Duration) -> Vec<Stamp> {
+    let limit = Instant::now() + (4 * settle).max(Duration::from_secs(5));
+    while Instant::now() < limit && !STOP.load(Ordering::Relaxed) {
+        std::thread::sleep(settle);
+        let now = stamps(files);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
 }
 
 /// Computes, applies, then keeps the kernel equal to the inputs: on a changed file or
 /// SIGHUP it recomputes and rewrites only the decisions that changed. When only RTT files
 /// changed, only the prefixes under the changed measurements are recomputed. A bad config
-/// or input is logged and the kernel keeps the last good decisions. Stops on SIGINT/SIGTERM.
+/// or input is logged and the kernel keeps the last good decisions; so is a change that
+/// removes too much, until SIGUSR1 confirms it. Stops on SIGINT/SIGTERM.
 /// `run --json`: log lines are JSON objects with an `event` key.
-pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> {
+pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
+    if !(0.0..=1.0).contains(&o.max_removal_share) {
+        bail!(
+            "--max-removal-share {} is not from 0 to 1",
+            o.max_removal_share
+        );
+    }
+    let log = o.log;
+    install_signals();
+    // A config (and then its inputs) being written as run starts is read once it is whole.
+    let config = [path.to_path_buf()];
+    settled(&config, stamps(&config), o.settle);
     let cfg = Config::load(path)?;
+    let files = watched(path, &cfg);
+    settled(&files, stamps(&files), o.settle);
     let data = Data::load(&cfg)?;
     let mut m = Maps::open(pin_dir)?;
-    let ids = assign_ids(&m, &cfg)?;
-    let down = down_servers(&m, &ids)?;
-    let computed = compute(&cfg, &data, &ids, &down)?;
+    let (lock, ids, down, computed) = compute_for_kernel(&m, pin_dir, &cfg, &data)?;
+    // On a restart, what the kernel holds is the last applied state; a config cut short
+    // since would drop its services and servers.
+    let removals = guard::removals_from_kernel(&m, &cfg)?;
+    let share = (!o.accept_removal).then_some(o.max_removal_share);
+    guard::check(&removals, share).map_err(|e| {
+        anyhow!(
+            "refusing to start on {}: {e}, or start with --accept-removal",
+            path.display()
+        )
+    })?;
     let t = Instant::now();
     // Only the difference to what the kernel holds: a restart on the same inputs writes
     // nothing and queries are answered throughout.
     let written = sync(&mut m, &cfg, &computed, &ids)?;
+    drop(lock);
+    if o.accept_removal {
+        accepted(log, "--accept-removal", &removals);
+    }
     let entries = computed
         .tables
         .iter()
@@ -150,25 +225,25 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
              in {compute_s:.1} s compute + {apply_s:.1} s apply"
         ),
     );
-    install_signals();
     let mut state = State {
-        files: watched(path, &cfg),
+        files,
         cfg,
         data,
         computed,
         ids,
         down,
         log,
+        pin_dir: pin_dir.to_path_buf(),
     };
     let mut seen = stamps(&state.files);
     while !STOP.load(Ordering::Relaxed) {
-        let now = stamps(&state.files);
+        let mut now = stamps(&state.files);
         let hupped = HUP.swap(false, Ordering::Relaxed);
-        if now == seen && !hupped {
+        let confirmed = ACCEPT.swap(false, Ordering::Relaxed);
+        if now == seen && !hupped && !confirmed {
             // Queries to an address the host gained are answered from the next poll on;
             // to one it lost, passed to the host.
-            if let Err(e) = crate::kernel::host::addresses().and_then(|a| m.set_host_addresses(&a))
-            {
+            if let Err(e) = follow_addresses(&mut m, pin_dir) {
                 log.event(
                     Event::Refused {
                         error: format!("{e:#}"),
@@ -184,28 +259,35 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
                     format!("re-sorting after a server state change failed: {e:#}"),
                 );
             }
-            std::thread::sleep(poll);
+            std::thread::sleep(o.poll);
             continue;
         }
-        let changed: Vec<&PathBuf> = state
+        if now != seen {
+            now = settled(&state.files, now, o.settle);
+        }
+        let changed: Vec<PathBuf> = state
             .files
             .iter()
             .zip(now.iter().zip(&seen))
             .filter(|(_, (a, b))| a != b)
-            .map(|(f, _)| f)
+            .map(|(f, _)| f.clone())
             .collect();
         let only_rtt = !hupped
+            && !confirmed
             && !changed.is_empty()
             && changed.iter().all(|f| state.cfg.rtt.files.contains(f));
+        // SIGUSR1 is the operator's confirmation: this one recompute may remove anything.
+        let share = (!confirmed).then_some(o.max_removal_share);
         let t = Instant::now();
         let r = if only_rtt {
-            state.rtt_changed(&mut m)
+            state.rtt_changed(&mut m, share)
         } else {
             Err(anyhow!("full"))
         };
         let r = match r {
             Ok(()) => Ok(()),
-            Err(_) => recompute(path, &mut state, &mut m),
+            Err(e) if e.is::<Refusal>() => Err(e),
+            Err(_) => recompute(path, &mut state, &mut m, share),
         };
         match r {
             Ok(()) => {
@@ -213,6 +295,23 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
                 log.event(
                     Event::Updated { ms },
                     format!("up to date again in {ms:.0} ms"),
+                );
+            }
+            Err(e) if e.is::<Refusal>() => {
+                let what = if changed.is_empty() {
+                    "the inputs (reloaded on SIGHUP)".to_string()
+                } else {
+                    let names: Vec<String> =
+                        changed.iter().map(|f| f.display().to_string()).collect();
+                    names.join(", ")
+                };
+                log.event(
+                    Event::Refused {
+                        error: format!("{e:#}"),
+                    },
+                    format!(
+                        "keeping the last good decisions: refusing the change to {what}: {e:#}"
+                    ),
                 );
             }
             Err(e) => log.event(
@@ -227,6 +326,52 @@ pub fn run(path: &Path, pin_dir: &Path, poll: Duration, log: Log) -> Result<()> 
     Ok(())
 }
 
+/// Logs a removal beyond the share that the operator confirmed (`how`).
+fn accepted(log: Log, how: &str, removals: &[Removal]) {
+    let removed = guard::nonzero(removals);
+    if removed.is_empty() {
+        return;
+    }
+    log.event(
+        Event::Accepted {
+            removed: removed.clone(),
+        },
+        format!("removal confirmed by {how}: {}", removed.join(", ")),
+    );
+}
+
+/// Computes `cfg` for the kernel as it is, and returns holding the write lock, so that the
+/// ids and server states the computation assumed are still true while it is written. The
+/// computation (seconds at full scale) runs without the lock, so CLI writers are not kept
+/// waiting for it; if one of them changed ids or server states meanwhile it is redone, the
+/// last time under the lock.
+fn compute_for_kernel(
+    m: &Maps,
+    pin_dir: &Path,
+    cfg: &Config,
+    data: &Data,
+) -> Result<(WriteLock, Ids, HashSet<u16>, Computed)> {
+    const UNLOCKED_TRIES: usize = 2;
+    for attempt in 0..=UNLOCKED_TRIES {
+        let early = if attempt == UNLOCKED_TRIES {
+            Some(WriteLock::take(pin_dir)?)
+        } else {
+            None
+        };
+        let ids = assign_ids(m, cfg)?;
+        let down = down_servers(m, &ids)?;
+        let computed = compute(cfg, data, &ids, &down)?;
+        let lock = match early {
+            Some(l) => l,
+            None => WriteLock::take(pin_dir)?,
+        };
+        if assign_ids(m, cfg)? == ids && down_servers(m, &ids)? == down {
+            return Ok((lock, ids, down, computed));
+        }
+    }
+    bail!("the kernel's servers and services kept changing under the lock")
+}
+
 /// What `run` keeps between changes.
 struct State {
     cfg: Config,
@@ -237,6 +382,24 @@ struct State {
     down: HashSet<u16>,
     files: Vec<PathBuf>,
     log: Log,
+    pin_dir: PathBuf,
+}
+
+/// Makes the kernel's host addresses the host's (see `kernel::host`), under the write lock
+/// only when they differ.
+fn follow_addresses(m: &mut Maps, pin_dir: &Path) -> Result<()> {
+    let now = crate::kernel::host::addresses()?;
+    let have: Vec<std::net::IpAddr> = m
+        .local_addresses()?
+        .into_iter()
+        .filter(|(_, f)| f & director_common::maps::LOCAL_HOST != 0)
+        .map(|(a, _)| a)
+        .collect();
+    if have != now {
+        let _lock = WriteLock::take(pin_dir)?;
+        m.set_host_addresses(&now)?;
+    }
+    Ok(())
 }
 
 /// The config's servers (by kernel id) that the kernel has marked down.
@@ -262,6 +425,11 @@ impl State {
         }
         let t = Instant::now();
         let new = compute(&self.cfg, &self.data, &self.ids, &down)?;
+        let _lock = WriteLock::take(&self.pin_dir)?;
+        if down_servers(m, &self.ids)? != down {
+            // Changed again while sorting: the next look sorts for the newest states.
+            return Ok(());
+        }
         let mut rewritten = 0;
         for ((id, name, old), (_, _, t)) in self.computed.tables.iter().zip(&new.tables) {
             let d = diff(&old.entries, &t.entries);
@@ -300,9 +468,18 @@ impl State {
     }
 
     /// Only RTT files changed: recompute the prefixes under the changed measurements.
-    /// An error means "do a full recompute" (a new prefix, a large subtree, a bad file).
-    fn rtt_changed(&mut self, m: &mut Maps) -> Result<()> {
-        let changed = self.data.reload_rtt(&self.cfg)?;
+    /// A [`Refusal`] refuses the change (too many measurements gone); any other error means
+    /// "do a full recompute" (a new prefix, a large subtree, a bad file, ids changed).
+    fn rtt_changed(&mut self, m: &mut Maps, share: Option<f64>) -> Result<()> {
+        let fresh = load_rtt(&self.cfg)?;
+        let before = self.data.summary.rtt_measurements;
+        let after = fresh.iter().map(Vec::len).sum();
+        guard::check(&[Removal::count("RTT measurements", before, after)], share)?;
+        let _lock = WriteLock::take(&self.pin_dir)?;
+        if assign_ids(m, &self.cfg)? != self.ids || down_servers(m, &self.ids)? != self.down {
+            bail!("servers or services changed in the kernel");
+        }
+        let changed = self.data.replace_rtt(fresh);
         let plans = plans(&self.cfg, &self.ids, &self.down)?;
         // Only the outermost changed prefixes: their subtrees hold the rest.
         let mut roots: Vec<IpNet> = Vec::new();
@@ -327,13 +504,28 @@ impl State {
     }
 }
 
-/// Loads everything again and writes what changed.
-fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
+/// Loads everything again and writes what changed, unless it removes more than `share`
+/// of what the last applied state had (`None`: the operator confirmed it).
+fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
-    let ids = assign_ids(m, &cfg)?;
-    let down = down_servers(m, &ids)?;
-    let new = compute(&cfg, &data, &ids, &down)?;
+    let (_lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data)?;
+    let removals = guard::removals(
+        &guard::State {
+            cfg: &state.cfg,
+            data: &state.data,
+            prefixes: &state.computed.all,
+        },
+        &guard::State {
+            cfg: &cfg,
+            data: &data,
+            prefixes: &new.all,
+        },
+    );
+    guard::check(&removals, share)?;
+    if share.is_none() {
+        accepted(state.log, "SIGUSR1", &removals);
+    }
     if cfg.servers != state.cfg.servers || cfg.services != state.cfg.services {
         // In place, like every other change: only one table ever holds entries, and each
         // address keeps its old answer or gets its new one at every moment.
@@ -357,7 +549,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
             write_diff(m, state.log, *id, name, None, &d)?;
         }
     }
-    let log = state.log;
+    let (log, pin_dir) = (state.log, state.pin_dir.clone());
     *state = State {
         files: watched(path, &cfg),
         cfg,
@@ -366,24 +558,26 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps) -> Result<()> {
         ids,
         down,
         log,
+        pin_dir,
     };
     Ok(())
 }
 
 static HUP: AtomicBool = AtomicBool::new(false);
+static ACCEPT: AtomicBool = AtomicBool::new(false);
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     // Only stores to atomics: async-signal-safe.
-    if sig == libc::SIGHUP {
-        HUP.store(true, Ordering::Relaxed);
-    } else {
-        STOP.store(true, Ordering::Relaxed);
+    match sig {
+        libc::SIGHUP => HUP.store(true, Ordering::Relaxed),
+        libc::SIGUSR1 => ACCEPT.store(true, Ordering::Relaxed),
+        _ => STOP.store(true, Ordering::Relaxed),
     }
 }
 
 fn install_signals() {
-    for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGHUP, libc::SIGUSR1, libc::SIGINT, libc::SIGTERM] {
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
 }

@@ -18,6 +18,7 @@ use aya_obj::programs::XdpAttachType;
 use super::{host, Maps};
 use director_common::maps::PROGRAM;
 
+use super::WriteLock;
 use crate::EBPF_OBJECT;
 
 const PROG_PIN: &str = "program";
@@ -108,10 +109,64 @@ fn link_pin(pin_dir: &Path, iface: &str) -> PathBuf {
     pin_dir.join(format!("{LINK_PREFIX}{iface}"))
 }
 
-pub fn attach(pin_dir: &Path, iface: &str, mode: Mode, log_level: u8) -> Result<()> {
+fn check_iface(iface: &str) -> Result<()> {
     if iface.is_empty() || iface.len() >= libc::IFNAMSIZ || iface.contains('/') {
         bail!("{iface:?} is not a valid interface name");
     }
+    Ok(())
+}
+
+/// Capability bits (linux/capability.h) that loading and attaching XDP needs.
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+/// Refuses `what` up front without the privileges it needs, before anything is created:
+/// otherwise an unprivileged run fails half-way, after making a pin directory (bpffs at
+/// /sys/fs/bpf is often world-writable), or reports what it cannot see ("already
+/// attached", from a pin it may stat but not open).
+pub fn require_privileges(what: &str) -> Result<()> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .context("no CapEff in /proc/self/status")?;
+    let has = |cap: u32| eff & (1u64 << cap) != 0;
+    if !(has(CAP_NET_ADMIN) && (has(CAP_BPF) || has(CAP_SYS_ADMIN))) {
+        bail!("{what} needs root (CAP_BPF and CAP_NET_ADMIN)");
+    }
+    Ok(())
+}
+
+/// Attaches director to `iface`, loading and pinning it first if nothing is pinned yet.
+/// Holds the pin directory's write lock, so two attaches never load two programs; if this
+/// call made the pin directory and fails, it removes the directory and what it pinned.
+pub fn attach(pin_dir: &Path, iface: &str, mode: Mode, log_level: u8) -> Result<()> {
+    check_iface(iface)?;
+    require_privileges("attach")?;
+    let made = !pin_dir.exists();
+    ensure_bpffs_dir(pin_dir)?;
+    let r =
+        WriteLock::take(pin_dir).and_then(|_lock| attach_locked(pin_dir, iface, mode, log_level));
+    if r.is_err() && made {
+        remove_pins(pin_dir);
+    }
+    r
+}
+
+/// Removes the pins in `dir` and then `dir`, best effort (only on paths where `dir` is ours).
+fn remove_pins(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+fn attach_locked(pin_dir: &Path, iface: &str, mode: Mode, log_level: u8) -> Result<()> {
     let link_path = link_pin(pin_dir, iface);
     if link_path.exists() {
         bail!("director is already attached to {iface} (detach it first)");
@@ -160,7 +215,14 @@ fn register_edge(pin_dir: &Path, iface: &str) -> Result<()> {
 
 /// Detaches from `iface`; when no interface is left, unpins the program and every map.
 pub fn detach(pin_dir: &Path, iface: &str) -> Result<bool> {
+    check_iface(iface)?;
+    require_privileges("detach")?;
     let link_path = link_pin(pin_dir, iface);
+    if !link_path.exists() {
+        bail!("director is not attached to {iface}");
+    }
+    // A writer waiting for the lock finds the directory gone when this removes it.
+    let _lock = WriteLock::take(pin_dir)?;
     if !link_path.exists() {
         bail!("director is not attached to {iface}");
     }
@@ -232,6 +294,13 @@ impl Helper {
             Helper::Turnaround => "director_turnaround",
         }
     }
+    /// The CLI command that attaches it, for messages.
+    fn command(self) -> &'static str {
+        match self {
+            Helper::Pass => "veth-peer",
+            Helper::Turnaround => "ceiling",
+        }
+    }
     fn what(self) -> &'static str {
         match self {
             Helper::Pass => "pass-through program",
@@ -252,33 +321,97 @@ pub fn detach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
 /// Attaches a helper program to `iface` in driver mode, its link pinned under
 /// [`pass_dir`].
 pub fn attach_helper(pin_dir: &Path, iface: &str, helper: Helper) -> Result<()> {
+    check_iface(iface)?;
+    require_privileges(helper.command())?;
     let dir = pass_dir(pin_dir);
+    let made = !dir.exists();
     ensure_bpffs_dir(&dir)?;
+    let r = WriteLock::take(&dir).and_then(|_lock| attach_helper_locked(&dir, iface, helper));
+    if r.is_err() && made {
+        remove_pins(&dir);
+    }
+    r
+}
+
+fn attach_helper_locked(dir: &Path, iface: &str, helper: Helper) -> Result<()> {
     let link_path = dir.join(iface);
     if link_path.exists() {
         return Ok(());
     }
-    let mut ebpf = open_object(&dir, 0)?;
+    // The object pins its maps by name when it loads. A helper uses none of them, so they
+    // go into a directory of this process's own that is removed once the link is pinned:
+    // nothing but links is left in `dir`, and no other process's maps are reused.
+    let maps = MapPins(dir.join(format!("{HELPER_MAPS}{}", std::process::id())));
+    std::fs::create_dir(&maps.0).with_context(|| format!("creating {}", maps.0.display()))?;
+    let mut ebpf = open_object(&maps.0, 0)?;
     let name = helper.program();
     let prog: &mut Xdp = ebpf
         .program_mut(name)
         .with_context(|| format!("the object has no program named {name}"))?
         .try_into()?;
-    prog.load()?;
+    prog.load()
+        .with_context(|| format!("loading the {}", helper.what()))?;
     let id = prog
         .attach(iface, XdpMode::Driver)
         .with_context(|| format!("attaching to {iface}"))?;
     let link: FdLink = prog.take_link(id)?.try_into()?;
-    link.pin(&link_path)?;
+    link.pin(&link_path)
+        .with_context(|| format!("pinning the link at {}", link_path.display()))?;
     Ok(())
 }
 
+/// Prefix of a helper attach's own map directory. bpffs refuses names with a dot, and with
+/// the pid this is longer than an interface name can be (15 bytes), so never a link's.
+const HELPER_MAPS: &str = "helper-maps-";
+
+/// A directory of map pins removed on drop (on every path out of a helper's attach).
+struct MapPins(PathBuf);
+
+impl Drop for MapPins {
+    fn drop(&mut self) {
+        remove_pins(&self.0);
+    }
+}
+
+/// Removes the helper's link from `iface`. When no helper link is left, the pass directory
+/// goes too, with any map pins an older director-ctl left in it (it pinned the object's
+/// maps there).
 pub fn detach_helper(pin_dir: &Path, iface: &str, helper: Helper) -> Result<()> {
+    check_iface(iface)?;
+    require_privileges(helper.command())?;
     let dir = pass_dir(pin_dir);
     let link_path = dir.join(iface);
     if !link_path.exists() {
         bail!("no {} on {iface}", helper.what());
     }
-    drop(PinnedLink::from_pin(&link_path)?.unpin()?);
+    let _lock = WriteLock::take(&dir)?;
+    drop(
+        PinnedLink::from_pin(&link_path)
+            .with_context(|| format!("opening {}", link_path.display()))?
+            .unpin()
+            .context("unpinning the link")?,
+    );
+    let maps = object_map_names()?;
+    let mut links = 0;
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if maps.contains(&name) {
+            let path = entry.path();
+            std::fs::remove_file(&path).with_context(|| format!("unpinning {}", path.display()))?;
+        } else if !name.starts_with(HELPER_MAPS) {
+            links += 1;
+        }
+    }
+    if links == 0 {
+        // Fails harmlessly if another helper's attach is making its map directory now.
+        let _ = std::fs::remove_dir(&dir);
+    }
     Ok(())
+}
+
+/// The names of the maps in director's object (what a load pins).
+fn object_map_names() -> Result<Vec<String>> {
+    let obj = aya_obj::Object::parse(EBPF_OBJECT).context("reading the XDP object")?;
+    Ok(obj.maps.keys().cloned().collect())
 }
