@@ -12,6 +12,8 @@
 //! where there is one, and the reason. None of these readers panics on bad input.
 
 pub mod csv;
+#[cfg(test)]
+mod fuzz;
 pub mod geo;
 pub mod graph;
 pub mod mrt;

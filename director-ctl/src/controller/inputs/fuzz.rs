@@ -1,0 +1,166 @@
+//! Mutation fuzzing of every reader an operator's files reach (bounded, seeded by
+//! proptest): the config, the RTT and location CSVs, the location graph, MRT dumps and
+//! MaxMind databases, each from a real or example file with bytes flipped, replaced,
+//! inserted, removed or cut off. A reader must return its value or an error with a
+//! message, never panic; a panic fails the case with the input that caused it.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+
+use super::{csv, geo, graph, mrt, test_data};
+use crate::controller::config::Config;
+
+/// One edit of a byte string.
+#[derive(Clone, Debug)]
+enum Edit {
+    Flip(usize, u8),
+    Set(usize, u8),
+    Insert(usize, u8),
+    Remove(usize),
+    Cut(usize),
+}
+
+fn edits() -> impl Strategy<Value = Vec<Edit>> {
+    let edit = prop_oneof![
+        (any::<usize>(), 0u8..8).prop_map(|(i, b)| Edit::Flip(i, b)),
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Edit::Set(i, b)),
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Edit::Insert(i, b)),
+        any::<usize>().prop_map(Edit::Remove),
+        any::<usize>().prop_map(Edit::Cut),
+    ];
+    proptest::collection::vec(edit, 1..6)
+}
+
+fn apply(mut b: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for e in edits {
+        if b.is_empty() {
+            break;
+        }
+        let at = |i: &usize| i % b.len();
+        match e {
+            Edit::Flip(i, bit) => {
+                let i = at(i);
+                b[i] ^= 1 << bit;
+            }
+            Edit::Set(i, v) => {
+                let i = at(i);
+                b[i] = *v;
+            }
+            Edit::Insert(i, v) => {
+                let i = at(i);
+                b.insert(i, *v);
+            }
+            Edit::Remove(i) => {
+                let i = at(i);
+                b.remove(i);
+            }
+            Edit::Cut(i) => {
+                let i = at(i);
+                b.truncate(i);
+            }
+        }
+    }
+    b
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+}
+
+/// A scratch file of this process for one reader.
+fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("director-fuzz-{}-{name}", std::process::id()));
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// Runs a reader on a mutated file: it may fail, with a message, but not panic.
+fn survives<T>(r: anyhow::Result<T>) -> Result<(), TestCaseError> {
+    if let Err(e) = r {
+        prop_assert!(!format!("{e:#}").is_empty(), "an error without a message");
+    }
+    Ok(())
+}
+
+fn decompressed(rel: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(
+        &mut mrt::open_decompressed(&test_data(rel)).unwrap(),
+        &mut out,
+    )
+    .unwrap();
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn config_reader_never_panics(e in edits()) {
+        let text = std::fs::read(example("director.toml")).unwrap();
+        let text = String::from_utf8_lossy(&apply(text, &e)).into_owned();
+        survives(Config::parse(&text))?;
+    }
+
+    #[test]
+    fn csv_readers_never_panic(e in edits()) {
+        let rtt = apply(std::fs::read(example("rtt.csv")).unwrap(), &e);
+        survives(csv::load_rtt(&scratch("rtt.csv", &rtt)))?;
+        let loc = apply(std::fs::read(example("locations.csv")).unwrap(), &e);
+        survives(csv::load_locations(&scratch("locations.csv", &loc)))?;
+    }
+
+    #[test]
+    fn graph_reader_never_panics(e in edits()) {
+        let text = b"[[node]]\nname = \"fra\"\nlat = 50.1\nlon = 8.7\n[[node]]\nname = \"nyc\"\n\
+                     [[edge]]\nfrom = \"fra\"\nto = \"nyc\"\ncost = 80.5\n".to_vec();
+        let text = String::from_utf8_lossy(&apply(text, &e)).into_owned();
+        if let Ok(g) = graph::parse(&text, "fuzz.toml") {
+            for n in g.nodes() {
+                survives(g.shortest_from(&n.name))?;
+            }
+        }
+    }
+}
+
+proptest! {
+    // Each case reads a whole file: fewer cases, still seeded and repeatable.
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mrt_reader_never_panics(e in edits()) {
+        let bytes = apply(decompressed("bgp/bview.ipv4_unicast_add_path.gz"), &e);
+        survives(mrt::load(&[scratch("bview.mrt", &bytes)], None))?;
+        let bytes = apply(decompressed("bgp/ris.rrc06.updates.1427846400.gz"), &e);
+        survives(mrt::load(&[scratch("updates.mrt", &bytes)], None))?;
+    }
+
+    #[test]
+    fn geoip_reader_never_panics(e in edits()) {
+        let db = std::fs::read(test_data("geo/test/GeoIP2-City-Test.mmdb")).unwrap();
+        survives(geo::load(&scratch("city.mmdb", &apply(db, &e))))?;
+    }
+}
+
+/// The seeds themselves read: otherwise every mutated case could fail at the first byte
+/// and the fuzz would prove little.
+#[test]
+fn the_unedited_seeds_read() {
+    let cfg = std::fs::read_to_string(example("director.toml")).unwrap();
+    Config::parse(&cfg).unwrap();
+    assert!(!csv::load_rtt(&example("rtt.csv")).unwrap().is_empty());
+    assert!(!csv::load_locations(&example("locations.csv"))
+        .unwrap()
+        .is_empty());
+    let bytes = decompressed("bgp/bview.ipv4_unicast_add_path.gz");
+    let v = mrt::load(&[scratch("seed-bview.mrt", &bytes)], None).unwrap();
+    assert!(!v.routes.is_empty());
+    let bytes = decompressed("bgp/ris.rrc06.updates.1427846400.gz");
+    let v = mrt::load(&[scratch("seed-updates.mrt", &bytes)], None).unwrap();
+    assert!(!v.routes.is_empty());
+    let t = geo::load(&test_data("geo/test/GeoIP2-City-Test.mmdb")).unwrap();
+    assert!(!t.networks.is_empty());
+}
