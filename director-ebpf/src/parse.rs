@@ -107,6 +107,15 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
     } = Layout::unpack(opaque::get_words(s, Slot::Layout));
 
     check_peers(ctx, ip6, l3)?;
+    // Read the layout again: inside the checks each family's branch pinned `ip6` (and
+    // what follows from it) to a constant, and the verifier would walk the rest of the
+    // program once per family.
+    let Layout {
+        ip6,
+        l3,
+        dns,
+        msg_end,
+    } = Layout::unpack(opaque::get_words(s, Slot::Layout));
 
     let hdr = at::<{ dns::HEADER_LEN }>(ctx, dns, Reason::Malformed)?;
     let flags = be16(hdr, dns::header::FLAGS);
@@ -170,12 +179,10 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
 /// a source that can be a client, a source port that does not reflect, and a destination
 /// that is this edge (see `peers`). Only queries to port 53 get here, so everything else
 /// still reaches the host untouched. Header words already in the cache: a few ns, and the
-/// one lookup of the destination address. Fenced pointers: derived from the DNS header's
-/// (a few bytes before it), the verifier would see reads it cannot bound.
+/// one lookup of the destination address. Fenced pointers: the compiler would derive them
+/// from pointers checked earlier, at offsets the verifier cannot bound.
 #[inline(always)]
 fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
-    // From the IP header's offset: as the DNS header's less 8, it could be negative for
-    // all the verifier knows of the unpacked layout.
     let udp_off = l3 + if ip6 { ipv6::LEN } else { ipv4::LEN };
     let uh = at_fenced::<{ udp::LEN }>(ctx, udp_off, Reason::Malformed)?;
     let (src_port, udp_sum) = (be16(uh, udp::SRC_PORT), be16(uh, udp::CHECKSUM));
