@@ -141,6 +141,15 @@ fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
         .collect()
 }
 
+/// Whether every file that changed since `before` is another inode now (replaced by a
+/// rename, or deleted and made again).
+fn all_renamed(before: &[Stamp], now: &[Stamp]) -> bool {
+    before.iter().zip(now).all(|(b, n)| match (b, n) {
+        (Some(b), Some(n)) => b == n || (b.0, b.1) != (n.0, n.1),
+        (a, b) => a == b,
+    })
+}
+
 /// Waits until none of `files` changes over one `settle` interval: a file still being
 /// written is not read half-way (a writer that renames a finished file into place never
 /// makes this wait more than once). Bounded: after `max(5 s, 4 x settle)` the files are
@@ -262,7 +271,9 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
             std::thread::sleep(o.poll);
             continue;
         }
-        if now != seen {
+        // A file renamed into place (another inode) was written whole before it got its
+        // name: no need to wait. One written in place may still be being written.
+        if now != seen && !all_renamed(&seen, &now) {
             now = settled(&state.files, now, o.settle);
         }
         let changed: Vec<PathBuf> = state

@@ -339,8 +339,11 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
     }
     let complete = start.elapsed().as_secs_f64();
     let before = answer(&lab).unwrap_or(before);
-    // fra was closest by RTT; make it the slowest.
-    std::fs::write(config.with_file_name("rtt.csv"), rtt_file(400.0))?;
+    // fra was closest by RTT; make it the slowest. Written as an operator should (a temp
+    // file renamed into place), so run reads it without waiting for it to settle.
+    let tmp = config.with_file_name("rtt.csv.tmp");
+    std::fs::write(&tmp, rtt_file(400.0))?;
+    std::fs::rename(&tmp, config.with_file_name("rtt.csv"))?;
     let changed = Instant::now();
     let after = loop {
         match answer(&lab) {
