@@ -99,12 +99,7 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
         msg_end,
     };
     opaque::put_words(s, Slot::Layout, layout.pack());
-    let Layout {
-        ip6,
-        l3,
-        dns,
-        msg_end,
-    } = Layout::unpack(opaque::get_words(s, Slot::Layout));
+    let Layout { ip6, l3, .. } = Layout::unpack(opaque::get_words(s, Slot::Layout));
 
     check_peers(ctx, ip6, l3)?;
     // Read the layout again: inside the checks each family's branch pinned `ip6` (and
