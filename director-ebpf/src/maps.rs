@@ -33,7 +33,7 @@ pub static DIR_CHOICES: Array<Decision> = Array::pinned(2 * MAX_CHOICES, 0);
 #[map]
 pub static DIR_LOCAL: HashMap<[u8; 16], u32> = HashMap::pinned(MAX_LOCAL, 0);
 #[map]
-pub static DIR_IFACES: HashMap<u32, Iface> = HashMap::pinned(MAX_IFACES, 0);
+pub static DIR_IFACES: Array<Iface> = Array::pinned(MAX_IFACES, 0);
 #[map]
 pub static DIR_CONFIG: Array<TableSwitch> = Array::pinned(1, 0);
 #[map]

@@ -241,7 +241,7 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
     let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
     // An interface director was not attached to by `attach` (BPF_PROG_TEST_RUN's loopback)
     // has no entry: only the address is checked there.
-    if let Some(iface) = unsafe { DIR_IFACES.get(ifindex) } {
+    if let Some(iface) = DIR_IFACES.get(ifindex).filter(|i| i.attached != 0) {
         // Word compares: a slice compare would become a byte-looping memcmp call.
         let m = &iface.mac;
         let same = be16(frame, eth::DST) == u16::from_be_bytes([m[0], m[1]])

@@ -15,9 +15,9 @@ use director_common::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Iface, NameEntry, ServerRecord,
         ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED, LOCAL_HOST, MAP_CHOICES,
         MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_IFACES, MAP_LOCAL, MAP_NAMES,
-        MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES, MAX_LOCAL, MAX_SERVERS,
-        MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6,
-        SERVICE_ACTIVE, SERVICE_BITS,
+        MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL,
+        MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4,
+        SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
     },
     name,
     select::Mode,
@@ -78,7 +78,7 @@ pub struct Maps {
     batch_choices: MapData,
     config: Array<MapData, TableSwitch>,
     local: HashMap<MapData, [u8; 16], u32>,
-    ifaces: HashMap<MapData, u32, Iface>,
+    ifaces: Array<MapData, Iface>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
 }
@@ -732,16 +732,26 @@ impl Maps {
     /// Records the MAC of an interface director is attached to: queries arriving there
     /// must be sent to it.
     pub fn put_iface(&mut self, ifindex: u32, mac: [u8; 6]) -> Result<()> {
+        if ifindex >= MAX_IFACES {
+            bail!("interface index {ifindex} is beyond what director records ({MAX_IFACES})");
+        }
+        let v = Iface {
+            mac,
+            attached: 1,
+            _pad: 0,
+        };
         self.ifaces
-            .insert(ifindex, Iface { mac, _pad: [0; 2] }, 0)
+            .set(ifindex, v, 0)
             .context("writing the interface table")
     }
 
     pub fn remove_iface(&mut self, ifindex: u32) -> Result<()> {
-        match self.ifaces.remove(&ifindex) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(e).context("writing the interface table"),
+        if ifindex >= MAX_IFACES {
+            return Ok(());
         }
+        self.ifaces
+            .set(ifindex, Iface::default(), 0)
+            .context("writing the interface table")
     }
 
     // --- counters ------------------------------------------------------------------------
