@@ -2294,3 +2294,56 @@ fn the_turnaround_program_reverses_queries_and_passes_the_rest() {
         assert_eq!((verdict, &out), (XDP_PASS, &frame));
     }
 }
+
+/// Decision ids are never reused while a table is in use; when they run out, an update
+/// rewrites the whole table into the spare one, each ranked list stored once again, and
+/// flips. Every answer stays right across it.
+#[test]
+fn stored_decisions_are_compacted_when_ids_run_out() {
+    let mut fx = setup(1, &[("0.0.0.0/0", FRA.name), ("::/0", FRA.name)]);
+    fx.maps().limit_stored_decisions(4);
+    let table = |fx: &mut Fixture| ops::status(fx.pin_dir()).unwrap();
+    let first = table(&mut fx).active_table;
+    let mut flips = 0;
+    let mut last = first;
+    let nyc_client = frame_of(&Flow::v4(Ipv4Addr::new(203, 0, 113, 9)), &a_query());
+    for i in 1..=12u16 {
+        // A different ranked list each time (weights differ), alternating who leads.
+        let servers = if i % 2 == 0 {
+            format!("{}={i},{}=1", NYC.name, FRA.name)
+        } else {
+            NYC.name.to_string()
+        };
+        route_set(fx.maps(), NAME, "203.0.113.0/24", &servers).unwrap();
+        let st = table(&mut fx);
+        assert!(
+            st.stored_decisions <= 3,
+            "update {i}: {} stored",
+            st.stored_decisions
+        );
+        if st.active_table != last {
+            flips += 1;
+            last = st.active_table;
+        }
+        let got = expect_answer(&fx, &nyc_client).addrs;
+        let want: BTreeSet<IpAddr> = if i % 2 == 0 {
+            [IpAddr::V4(NYC.v4), IpAddr::V4(FRA.v4)].into()
+        } else {
+            [IpAddr::V4(NYC.v4)].into()
+        };
+        assert!(
+            got.iter().all(|a| want.contains(a)),
+            "update {i}: answered {got:?}"
+        );
+        let others = expect_answer(&fx, &frame_of(&v4(), &a_query())).addrs;
+        assert_eq!(
+            others,
+            [IpAddr::V4(FRA.v4)],
+            "update {i}: the default route"
+        );
+    }
+    assert!(
+        flips >= 2,
+        "compacted {flips} times in 12 updates with 3 ids"
+    );
+}

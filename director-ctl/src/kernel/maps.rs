@@ -78,6 +78,8 @@ pub struct Maps {
     batch_choices: MapData,
     config: Array<MapData, TableSwitch>,
     local: HashMap<MapData, [u8; 16], u32>,
+    /// Ids per table handed out before an update compacts (MAX_CHOICES; lower in tests).
+    choice_limit: u32,
     ifaces: Array<MapData, Iface>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
@@ -141,6 +143,7 @@ impl Maps {
             batch_choices: open_data(dir, MAP_CHOICES)?,
             config: open(dir, MAP_CONFIG)?,
             local: open(dir, MAP_LOCAL)?,
+            choice_limit: MAX_CHOICES,
             ifaces: open(dir, MAP_IFACES)?,
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
@@ -358,6 +361,12 @@ impl Maps {
             .context("writing the config map (decision table switch)")
     }
 
+    /// Hands out at most `n - 1` decision ids per table before compacting (at most
+    /// MAX_CHOICES): lets a test reach the compaction that 2^17 updates would.
+    pub fn limit_stored_decisions(&mut self, n: u32) {
+        self.choice_limit = n.clamp(2, MAX_CHOICES);
+    }
+
     /// How many decisions the active table stores (ids handed out since it was last
     /// filled whole; an update never rewrites a stored one, it adds one).
     pub fn stored_decisions(&self) -> Result<u32> {
@@ -437,7 +446,7 @@ impl Maps {
                 let t = self.active_table()?;
                 let mut store = self.store(t)?;
                 let fresh = store.missing(put.iter().map(|(_, d)| d));
-                if store.next as usize + fresh.len() > MAX_CHOICES as usize {
+                if store.next as usize + fresh.len() > self.choice_limit as usize {
                     return self.compact_with(service, put, delete);
                 }
                 self.store_choices(t, &mut store, &fresh)?;
@@ -465,11 +474,11 @@ impl Maps {
             next: 1,
         };
         let fresh = store.missing(all.iter().map(|(_, _, d)| *d));
-        if fresh.len() >= MAX_CHOICES as usize {
+        if fresh.len() >= self.choice_limit as usize {
             bail!(
                 "{} distinct decisions, more than the kernel stores ({})",
                 fresh.len(),
-                MAX_CHOICES - 1
+                self.choice_limit - 1
             );
         }
         self.store_choices(spare, &mut store, &fresh)?;
