@@ -114,6 +114,7 @@ pub fn sync(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize
     for old in current.values_mut() {
         old.sort_unstable_by_key(|(p, _)| sort_key(p));
     }
+    let current = current.iter().map(|(id, v)| (*id, v.as_slice())).collect();
     converge(m, cfg, c, ids, current)
 }
 
@@ -130,7 +131,7 @@ pub fn update(
     let current = before
         .tables
         .iter()
-        .map(|(id, _, t)| (*id, t.entries.clone()))
+        .map(|(id, _, t)| (*id, t.entries.as_slice()))
         .collect();
     converge(m, cfg, c, ids, current)
 }
@@ -143,13 +144,13 @@ fn converge(
     cfg: &Config,
     c: &Computed,
     ids: &Ids,
-    mut current: BTreeMap<u32, Vec<(IpNet, Decision)>>,
+    mut current: BTreeMap<u32, &[(IpNet, Decision)]>,
 ) -> Result<usize> {
     write_objects(m, cfg, ids)?;
     let mut n = 0;
     for (id, _, t) in &c.tables {
         let old = current.remove(id).unwrap_or_default();
-        let d = diff(&old, &t.entries);
+        let d = diff(old, &t.entries);
         n += d.put.len() + d.delete.len();
         if !d.is_empty() {
             m.apply_decisions(DecisionChange::Update {
@@ -163,7 +164,7 @@ fn converge(
     let servers: HashSet<u16> = ids.servers.iter().copied().collect();
     m.retain(&services, &servers)?;
     for (id, old) in current {
-        let delete: Vec<_> = old.into_iter().map(|(p, _)| p).collect();
+        let delete: Vec<_> = old.iter().map(|(p, _)| *p).collect();
         n += delete.len();
         m.apply_decisions(DecisionChange::Update {
             service: id,

@@ -70,11 +70,14 @@ fn example(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A scratch file of this process for one reader.
-fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
+/// Runs `read` on `bytes` as a file of this process, removed again afterwards (the
+/// readers take paths; hundreds of cases must not leave hundreds of files behind).
+fn as_file<T>(name: &str, bytes: &[u8], read: impl FnOnce(&Path) -> T) -> T {
     let p = std::env::temp_dir().join(format!("director-fuzz-{}-{name}", std::process::id()));
     std::fs::write(&p, bytes).unwrap();
-    p
+    let r = read(&p);
+    let _ = std::fs::remove_file(&p);
+    r
 }
 
 /// Runs a reader on a mutated file: it may fail, with a message, but not panic.
@@ -108,9 +111,9 @@ proptest! {
     #[test]
     fn csv_readers_never_panic(e in edits()) {
         let rtt = apply(std::fs::read(example("rtt.csv")).unwrap(), &e);
-        survives(csv::load_rtt(&scratch("rtt.csv", &rtt)))?;
+        survives(as_file("rtt.csv", &rtt, csv::load_rtt))?;
         let loc = apply(std::fs::read(example("locations.csv")).unwrap(), &e);
-        survives(csv::load_locations(&scratch("locations.csv", &loc)))?;
+        survives(as_file("locations.csv", &loc, csv::load_locations))?;
     }
 
     #[test]
@@ -133,15 +136,15 @@ proptest! {
     #[test]
     fn mrt_reader_never_panics(e in edits()) {
         let bytes = apply(decompressed("bgp/bview.ipv4_unicast_add_path.gz"), &e);
-        survives(mrt::load(&[scratch("bview.mrt", &bytes)], None))?;
+        survives(as_file("bview.mrt", &bytes, |p| mrt::load(&[p.to_path_buf()], None)))?;
         let bytes = apply(decompressed("bgp/ris.rrc06.updates.1427846400.gz"), &e);
-        survives(mrt::load(&[scratch("updates.mrt", &bytes)], None))?;
+        survives(as_file("updates.mrt", &bytes, |p| mrt::load(&[p.to_path_buf()], None)))?;
     }
 
     #[test]
     fn geoip_reader_never_panics(e in edits()) {
         let db = std::fs::read(test_data("geo/test/GeoIP2-City-Test.mmdb")).unwrap();
-        survives(geo::load(&scratch("city.mmdb", &apply(db, &e))))?;
+        survives(as_file("city.mmdb", &apply(db, &e), geo::load))?;
     }
 }
 
@@ -156,10 +159,16 @@ fn the_unedited_seeds_read() {
         .unwrap()
         .is_empty());
     let bytes = decompressed("bgp/bview.ipv4_unicast_add_path.gz");
-    let v = mrt::load(&[scratch("seed-bview.mrt", &bytes)], None).unwrap();
+    let v = as_file("seed-bview.mrt", &bytes, |p| {
+        mrt::load(&[p.to_path_buf()], None)
+    })
+    .unwrap();
     assert!(!v.routes.is_empty());
     let bytes = decompressed("bgp/ris.rrc06.updates.1427846400.gz");
-    let v = mrt::load(&[scratch("seed-updates.mrt", &bytes)], None).unwrap();
+    let v = as_file("seed-updates.mrt", &bytes, |p| {
+        mrt::load(&[p.to_path_buf()], None)
+    })
+    .unwrap();
     assert!(!v.routes.is_empty());
     let t = geo::load(&test_data("geo/test/GeoIP2-City-Test.mmdb")).unwrap();
     assert!(!t.networks.is_empty());
