@@ -7,15 +7,40 @@ pub const MAX_WIRE_LEN: usize = 255;
 /// Longest label (RFC 1035 §2.3.4).
 pub const MAX_LABEL_LEN: usize = 63;
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+/// Longest name walk in labels: 127 one-byte labels and the root fill 255 bytes.
+pub const MAX_LABELS: usize = 128;
 
-pub const HASH_INIT: u64 = FNV_OFFSET;
+/// Start value of the name hash (any odd constant; this one is the golden ratio's).
+pub const HASH_INIT: u64 = 0x9e37_79b9_7f4a_7c15;
+const HASH_MUL: u64 = 0xff51_afd7_ed55_8ccd;
 
-/// One FNV-1a step over a lower-cased byte.
+/// One step of the name hash over 8 bytes of the lower-cased wire name (little-endian, zero
+/// past the name's end). The kernel reads names a word at a time: a byte-at-a-time hash
+/// was the largest single cost of the answer path.
 #[inline(always)]
-pub fn hash_step(h: u64, b: u8) -> u64 {
-    (h ^ b as u64).wrapping_mul(FNV_PRIME)
+pub fn hash_word(h: u64, w: u64) -> u64 {
+    let x = (h ^ w).wrapping_mul(HASH_MUL);
+    x ^ (x >> 29)
+}
+
+/// The hash after the last word: the length goes in, so trailing zero words count.
+#[inline(always)]
+pub fn hash_finish(h: u64, len: usize) -> u64 {
+    hash_word(h, len as u64)
+}
+
+/// ASCII lower-casing of 8 bytes at once. Length bytes (at most 63) are never letters, so a
+/// whole wire name can be lowered word by word with the same result as label by label.
+#[inline(always)]
+pub fn lower_word(w: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let low = w & LOW7;
+    // A byte's high bit set in each: its low 7 bits are >= 'A', > 'Z'; no carry crosses bytes.
+    let ge_a = low + 0x3f3f_3f3f_3f3f_3f3f;
+    let gt_z = low + 0x2525_2525_2525_2525;
+    let upper = (ge_a ^ gt_z) & !w & HIGH;
+    w | (upper >> 2)
 }
 
 /// ASCII lower-casing only: DNS compares names ASCII case-insensitively (RFC 4343).
@@ -73,20 +98,17 @@ pub fn walk(wire: &[u8]) -> Option<Walked> {
     let mut out = Walked {
         lower: [0; 256],
         len: 0,
-        hash: HASH_INIT,
+        hash: 0,
     };
     let mut left = 0u8;
     let mut i = 0;
     while i < MAX_WIRE_LEN {
         let b = *wire.get(i)?;
         match step(&mut left, b) {
-            Step::Byte(c) => {
-                out.lower[i] = c;
-                out.hash = hash_step(out.hash, c);
-            }
+            Step::Byte(c) => out.lower[i] = c,
             Step::End => {
-                out.hash = hash_step(out.hash, 0);
                 out.len = i + 1;
+                out.hash = hash(&out.lower[..out.len]);
                 return Some(out);
             }
             Step::Invalid => return None,
@@ -94,6 +116,18 @@ pub fn walk(wire: &[u8]) -> Option<Walked> {
         i += 1;
     }
     None
+}
+
+/// The kernel's lookup hash of a lower-cased wire name: its 8-byte little-endian words, the
+/// last one zero-padded, then its length.
+pub fn hash(wire: &[u8]) -> u64 {
+    let mut h = HASH_INIT;
+    for chunk in wire.chunks(8) {
+        let mut w = [0u8; 8];
+        w[..chunk.len()].copy_from_slice(chunk);
+        h = hash_word(h, u64::from_le_bytes(w));
+    }
+    hash_finish(h, wire.len())
 }
 
 #[cfg(feature = "user")]
@@ -137,11 +171,6 @@ mod text {
             ));
         }
         Ok(wire)
-    }
-
-    /// The kernel's lookup hash of a lower-cased wire name.
-    pub fn hash(wire: &[u8]) -> u64 {
-        wire.iter().fold(HASH_INIT, |h, &b| hash_step(h, b))
     }
 
     /// Wire to presentation format, for listing.
@@ -212,7 +241,57 @@ mod tests {
         assert!(walk(&long).is_none());
     }
 
+    #[test]
+    fn lower_word_lowers_every_byte_value_in_every_position() {
+        for b in 0..=255u8 {
+            for pos in 0..8 {
+                // Neighbours that sit at the edges of the letter range, to catch carries.
+                let mut bytes = [b'@', b'Z', 0xff, b'[', b'A', 0x80, b'`', b'z'];
+                bytes[pos] = b;
+                let want = bytes.map(lower);
+                let got = lower_word(u64::from_le_bytes(bytes)).to_le_bytes();
+                assert_eq!(got, want, "byte {b:#x} at {pos}");
+            }
+        }
+    }
+
+    /// The kernel's way: the raw wire name read in words (the last one shifted down from
+    /// the 8 bytes that end at the name's end), each lowered whole, then hashed.
+    fn kernel_hash(raw: &[u8]) -> u64 {
+        let mut h = HASH_INIT;
+        let mut base = 0;
+        while base < raw.len() {
+            let w = if base + 8 <= raw.len() {
+                u64::from_le_bytes(raw[base..base + 8].try_into().unwrap())
+            } else {
+                let mut tail = [0u8; 8];
+                let rem = raw.len() - base;
+                tail[8 - rem..].copy_from_slice(&raw[base..]);
+                u64::from_le_bytes(tail) >> (8 * (8 - rem))
+            };
+            h = hash_word(h, lower_word(w));
+            base += 8;
+        }
+        hash_finish(h, raw.len())
+    }
+
     proptest! {
+        #[test]
+        fn the_kernels_word_walk_hashes_like_the_host(
+            labels in proptest::collection::vec("[a-zA-Z0-9_-]{1,20}", 1..6),
+        ) {
+            let text = labels.join(".");
+            let mut raw = Vec::new();
+            for l in &labels {
+                raw.push(l.len() as u8);
+                raw.extend(l.bytes());
+            }
+            raw.push(0);
+            let w = walk(&raw).unwrap();
+            prop_assert_eq!(kernel_hash(&raw), w.hash);
+            prop_assert_eq!(w.hash, hash(&encode(&text).unwrap()));
+        }
+
         #[test]
         fn walk_never_panics_and_round_trips(
             bytes in proptest::collection::vec(any::<u8>(), 0..300),

@@ -61,3 +61,19 @@ pub fn put32<const N: usize>(p: *mut [u8; N], i: usize, v: u32) {
         (*p)[i + 3] = b[3];
     }
 }
+
+/// Whole-word access in host order, for bytes that are moved or summed rather than read as
+/// numbers. One load or store each: a byte-aligned copy would become a load and a store per
+/// byte. Packet words are unaligned, which BPF allows on this target; volatile keeps the
+/// compiler from splitting them.
+#[inline(always)]
+pub fn ld<T: Copy, const N: usize>(p: *const [u8; N], i: usize) -> T {
+    // SAFETY: callers pass `i + size_of::<T>() <= N` with `p` checked by `at`.
+    unsafe { core::ptr::read_volatile((p as *const u8).add(i) as *const T) }
+}
+
+#[inline(always)]
+pub fn st<T: Copy, const N: usize>(p: *mut [u8; N], i: usize, v: T) {
+    // SAFETY: as in `ld`.
+    unsafe { core::ptr::write_volatile((p as *mut u8).add(i) as *mut T, v) }
+}

@@ -8,14 +8,14 @@ use director_common::{
     dns,
     handover::{Layout, Query, Slot},
     headers::{eth, ipv4, ipv6, udp, vlan},
-    maps::Scratch,
-    name::{self, Step, HASH_INIT, MAX_WIRE_LEN},
+    maps::{Scratch, NAME_BUF},
+    name::{self, HASH_INIT, MAX_LABELS, MAX_WIRE_LEN},
     peers,
 };
 
 use crate::maps::{DIR_IFACES, DIR_LOCAL};
 use crate::opaque;
-use crate::packet::{at, at_fenced, be16};
+use crate::packet::{at, at_fenced, be16, ld};
 
 /// Larger frames (jumbo frames are 9 KB) are left to the host.
 const MAX_FRAME: usize = 16 * 1024;
@@ -30,13 +30,6 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
         l3 += vlan::LEN;
     }
 
-    // The packet's source, until an ECS option says otherwise.
-    // SAFETY: `s` is the scratch map's value; `client` is 16 bytes, two words.
-    unsafe {
-        let c = (*s).client.as_mut_ptr() as *mut u64;
-        core::ptr::write_volatile(c, 0);
-        core::ptr::write_volatile(c.add(1), 0);
-    }
     let (ip6, udp_off, ip_payload) = match ethertype {
         eth::P_IPV4 => {
             let ip = at::<{ ipv4::LEN }>(ctx, l3, Reason::Malformed)?;
@@ -56,7 +49,8 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
             if total < ipv4::LEN {
                 return Err(Reason::Malformed);
             }
-            copy_bytes::<{ ipv4::ADDR_LEN }, { ipv4::LEN }>(ip, ipv4::SRC, s);
+            // The packet's source, until an ECS option says otherwise.
+            set_client(s, ld::<u32, { ipv4::LEN }>(ip, ipv4::SRC) as u64, 0);
             (false, l3 + ipv4::LEN, total - ipv4::LEN)
         }
         eth::P_IPV6 => {
@@ -69,7 +63,8 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
             if unsafe { (*ip)[ipv6::NEXT_HEADER] } != udp::PROTOCOL {
                 return Err(Reason::NotDns);
             }
-            copy_bytes::<{ ipv6::ADDR_LEN }, { ipv6::LEN }>(ip, ipv6::SRC, s);
+            let src = ipv6::SRC;
+            set_client(s, ld(ip, src), ld(ip, src + 8));
             (true, l3 + ipv6::LEN, be16(ip, ipv6::PAYLOAD_LEN) as usize)
         }
         _ => return Err(Reason::NotIp),
@@ -124,10 +119,14 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
     )?;
     let id = be16(hdr, dns::header::ID);
 
-    walk_name(ctx, dns + dns::HEADER_LEN, s)?;
-    // Read back through memory: the verifier then sees one bounded length instead of 255
-    // different constants, one per exit of the walk, and can merge what follows.
+    walk_labels(ctx, dns + dns::HEADER_LEN, s)?;
+    // Read back through memory: the verifier then sees one bounded length instead of one
+    // value per exit of the walk, and can merge what follows.
     // SAFETY: `s` is the scratch map's value.
+    let name_len = unsafe { core::ptr::read_volatile(&(*s).name_len) } as usize & 0xff;
+    read_name(ctx, dns + dns::HEADER_LEN, name_len, s)?;
+    // And again: each exit of the word loop narrowed the length to a different range.
+    // SAFETY: as above.
     let name_len = unsafe { core::ptr::read_volatile(&(*s).name_len) } as usize & 0xff;
 
     let name_end = dns + dns::HEADER_LEN + name_len;
@@ -196,13 +195,7 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
         key
     } else {
         let ip = at_fenced::<{ ipv4::LEN }>(ctx, l3, Reason::Malformed)?;
-        let mut sum = 0u64;
-        let mut i = 0;
-        while i < ipv4::LEN {
-            sum += be16(ip, i) as u64;
-            i += 2;
-        }
-        if checksum::fold(sum) != 0xffff {
+        if checksum::fold(header_sum(ip)) != 0xffff {
             return Err(Reason::BadChecksum);
         }
         // SAFETY: `at` checked the header is in the packet.
@@ -255,6 +248,23 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
         Some(_) => Ok(()),
         None => Err(Reason::NotForUs),
     }
+}
+
+/// The one's-complement sum of an IPv4 header in host-order 32-bit words: five loads where
+/// big-endian 16-bit reads took ten pairs of byte loads. The sum comes out byte-swapped,
+/// which a check against all ones does not see and a native store puts right.
+#[inline(always)]
+pub fn header_sum(ip: *const [u8; ipv4::LEN]) -> u64 {
+    let w = ip as *const u32;
+    let mut sum = 0u64;
+    let mut i = 0;
+    while i < ipv4::LEN / 4 {
+        // SAFETY: the caller checked the header is in the packet; BPF allows the unaligned
+        // loads on this target (`read_unaligned` would load bytes).
+        sum += unsafe { core::ptr::read_volatile(w.add(i)) } as u64;
+        i += 1;
+    }
+    sum
 }
 
 /// A big-endian 8-byte word of a header.
@@ -328,25 +338,31 @@ fn read_ecs(
     let family = be16(e, dns::ecs::FAMILY);
     // SAFETY: `at` checked the option's fixed part is in the packet.
     let (source, scope) = unsafe { ((*e)[dns::ecs::SOURCE], (*e)[dns::ecs::SCOPE]) };
-    let alen = dns::check_ecs(family, source, scope, len as u16)?;
-    let mut last = 0u8;
-    let mut i = 0;
-    while i < 16 {
-        let mut b = 0u8;
-        if i < alen {
-            // The byte before, as the first of a pair (see `at`).
-            let p = at::<2>(ctx, body + dns::ecs::ADDR - 1 + i, Reason::Malformed)?;
-            // SAFETY: `at` checked both bytes are in the packet.
-            b = unsafe { (*p)[1] };
-            last = b;
-        }
-        // Zero past the address: the decision key is the address masked to SOURCE.
-        // SAFETY: `s` is the scratch map's value and `i < 16`.
-        unsafe {
-            core::ptr::write_volatile(&mut (*s).ecs_addr[i], b);
-            core::ptr::write_volatile(&mut (*s).client[i], b);
-        }
-        i += 1;
+    let alen = dns::check_ecs(family, source, scope, len as u16)? & 0x1f;
+    // The address in two host-order words, zero past its `alen` bytes. A partial word is
+    // read as the 8 bytes that end where the address ends (the option's header and the OPT
+    // record are before it, so they are in the packet) and shifted down.
+    let addr = body + dns::ecs::ADDR;
+    let (lo, hi, last) = if alen == 0 {
+        (0, 0, 0)
+    } else if alen <= 8 {
+        let p = at_fenced::<8>(ctx, addr + alen - 8, Reason::Malformed)?;
+        let w = ld::<u64, 8>(p, 0);
+        (w >> (8 * (8 - alen)), 0, (w >> 56) as u8)
+    } else {
+        let p = at_fenced::<8>(ctx, addr, Reason::Malformed)?;
+        let lo = ld::<u64, 8>(p, 0);
+        let p = at_fenced::<8>(ctx, addr + alen - 8, Reason::Malformed)?;
+        let w = ld::<u64, 8>(p, 0);
+        (lo, w >> (8 * (16 - alen)), (w >> 56) as u8)
+    };
+    // Zero past the address: the decision key is the address masked to SOURCE.
+    set_client(s, lo, hi);
+    // SAFETY: `s` is the scratch map's value; `ecs_addr` follows `client`, 8-aligned.
+    unsafe {
+        let e = (*s).ecs_addr.as_mut_ptr() as *mut u64;
+        core::ptr::write_volatile(e, lo);
+        core::ptr::write_volatile(e.add(1), hi);
     }
     if !dns::ecs_last_byte_ok(source, last) {
         return Err(Reason::Edns);
@@ -359,56 +375,87 @@ fn read_ecs(
     Ok(())
 }
 
-/// Copies `N` address bytes from a checked header into `Scratch::client`, byte by byte
-/// (a copy between byte-aligned memory would become a looping memcpy call).
+/// Stores the client address as two host-order words (an IPv4 address in the first four
+/// bytes, zero after).
 #[inline(always)]
-fn copy_bytes<const N: usize, const H: usize>(h: *const [u8; H], from: usize, s: *mut Scratch) {
-    let mut i = 0;
-    while i < N {
-        // SAFETY: `h` was checked to hold `H` bytes, `from + N <= H`, and `N <= 16`.
-        unsafe { core::ptr::write_volatile(&mut (*s).client[i], (*h)[from + i]) };
-        i += 1;
+fn set_client(s: *mut Scratch, lo: u64, hi: u64) {
+    // SAFETY: `s` is the scratch map's value; `client` is 16 bytes at an 8-aligned offset.
+    unsafe {
+        let c = (*s).client.as_mut_ptr() as *mut u64;
+        core::ptr::write_volatile(c, lo);
+        core::ptr::write_volatile(c.add(1), hi);
     }
 }
 
-/// Walks the question name byte by byte (no compression, at most 255 bytes), storing it
-/// lower-cased in scratch with its hash and the checksum sum of the bytes as they came.
+/// Follows the question name's labels (no compression, at most 255 bytes) to its end and
+/// stores its wire length in scratch: a handful of steps, one per label, where a walk byte
+/// by byte took one per character.
 #[inline(always)]
-fn walk_name(ctx: &XdpContext, start: usize, s: *mut Scratch) -> Result<(), Reason> {
-    let mut left = 0u8;
-    let mut h = HASH_INIT;
-    let mut sum = 0u64;
-    let mut i = 0usize;
-    while i < MAX_WIRE_LEN {
+fn walk_labels(ctx: &XdpContext, start: usize, s: *mut Scratch) -> Result<(), Reason> {
+    let mut off = 0usize;
+    let mut n = 0;
+    while n < MAX_LABELS {
         // The byte before the name is the header's last.
-        let p = at::<2>(ctx, start + i - 1, Reason::Malformed)?;
+        let p = at::<2>(ctx, start + off - 1, Reason::Malformed)?;
         // SAFETY: `at` checked both bytes are in the packet.
-        let b = unsafe { (*p)[1] };
-        // The name starts at an even offset of the DNS message.
-        sum += if i & 1 == 0 {
-            (b as u64) << 8
-        } else {
-            b as u64
-        };
-        match name::step(&mut left, b) {
-            Step::Byte(c) => {
-                // SAFETY: `s` is the scratch map's value and `i < MAX_WIRE_LEN < NAME_BUF`.
-                unsafe { (*s).name[i] = c };
-                h = name::hash_step(h, c);
-            }
-            Step::End => {
-                // SAFETY: as above.
-                unsafe {
-                    (*s).name[i] = 0;
-                    (*s).name_len = (i + 1) as u32;
-                    (*s).name_hash = name::hash_step(h, 0);
-                    (*s).name_sum = sum;
-                }
-                return Ok(());
-            }
-            Step::Invalid => return Err(Reason::BadName),
+        let len = unsafe { (*p)[1] };
+        if len == 0 {
+            // SAFETY: `s` is the scratch map's value.
+            unsafe { core::ptr::write_volatile(&mut (*s).name_len, (off + 1) as u32) };
+            return Ok(());
         }
-        i += 1;
+        if len & 0xc0 != 0 {
+            return Err(Reason::BadName);
+        }
+        off += len as usize + 1;
+        if off >= MAX_WIRE_LEN {
+            return Err(Reason::BadName);
+        }
+        n += 1;
     }
     Err(Reason::BadName)
+}
+
+/// Reads the `len`-byte name at `start` 8 bytes at a time: stores it lower-cased in scratch
+/// with its hash, and the checksum sum of the bytes as they came. The last word is read as
+/// the 8 bytes that end where the name ends (the DNS header is before a short name, so they
+/// are always in the packet) and shifted down, so nothing past the name is read or stored.
+#[inline(always)]
+fn read_name(ctx: &XdpContext, start: usize, len: usize, s: *mut Scratch) -> Result<(), Reason> {
+    let mut h = HASH_INIT;
+    let mut sum = 0u64;
+    let mut w = 0;
+    while w < NAME_BUF / 8 {
+        let base = w * 8;
+        if base >= len {
+            break;
+        }
+        // Plain 8-byte loads (unaligned in the packet, which BPF allows on this target);
+        // `read_unaligned` would become eight byte loads.
+        let word = if base + 8 <= len {
+            let p = at::<8>(ctx, start + base, Reason::Malformed)?;
+            // SAFETY: `at` checked the 8 bytes are in the packet.
+            unsafe { core::ptr::read_volatile(p as *const u64) }
+        } else {
+            let p = at_fenced::<8>(ctx, start + len - 8, Reason::Malformed)?;
+            // SAFETY: as above.
+            (unsafe { core::ptr::read_volatile(p as *const u64) }) >> (8 * (8 - (len - base)))
+        };
+        // Little-endian 16-bit lanes; swapped to the network's order once, below.
+        sum += (word & 0xffff_ffff) + (word >> 32);
+        let lowered = name::lower_word(word);
+        h = name::hash_word(h, lowered);
+        // SAFETY: `s` is the scratch map's value; the mask keeps the word inside `name`.
+        unsafe {
+            let dst = (*s).name.as_mut_ptr().add(base & (NAME_BUF - 8)) as *mut u64;
+            core::ptr::write_volatile(dst, lowered);
+        }
+        w += 1;
+    }
+    // SAFETY: `s` is the scratch map's value.
+    unsafe {
+        (*s).name_hash = name::hash_finish(h, len);
+        (*s).name_sum = checksum::fold(sum).swap_bytes() as u64;
+    }
+    Ok(())
 }

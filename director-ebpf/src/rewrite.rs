@@ -6,7 +6,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use director_common::{
-    checksum::{finish_ip, finish_udp, shift_odd, sum16},
+    checksum::{finish_ip, finish_udp, fold, shift_odd},
     counters::Reason,
     dns::{self, record, Ecs},
     handover::{Plan, Query, Slot},
@@ -15,7 +15,7 @@ use director_common::{
 };
 
 use crate::opaque::hide;
-use crate::packet::{at_fenced as at, be16, put16, put32};
+use crate::packet::{at_fenced as at, be16, ld, put16, put32, st};
 
 const HOP_LIMIT: u8 = 64;
 /// Bound (a mask) of what moves when the packet grows at the front: the headers and the
@@ -65,7 +65,7 @@ fn move_to_front(ctx: &XdpContext, by: usize, len: usize) -> Result<(), Reason> 
         return Err(Reason::Dropped);
     }
     let last_src = at::<8>(ctx, by + len - 8, Reason::Dropped)?;
-    let last = unsafe { core::ptr::read_unaligned(last_src as *const u64) };
+    let last: u64 = ld(last_src, 0);
     let mut off = 0;
     let mut i = 0;
     while i < WORDS {
@@ -74,17 +74,12 @@ fn move_to_front(ctx: &XdpContext, by: usize, len: usize) -> Result<(), Reason> 
         }
         let src = at::<8>(ctx, by + off, Reason::Dropped)?;
         let dst = at::<8>(ctx, off, Reason::Dropped)?;
-        unsafe {
-            core::ptr::write_unaligned(
-                dst as *mut u64,
-                core::ptr::read_unaligned(src as *const u64),
-            )
-        };
+        st(dst, 0, ld::<u64, 8>(src, 0));
         off += 8;
         i += 1;
     }
     let dst = at::<8>(ctx, len - 8, Reason::Dropped)?;
-    unsafe { core::ptr::write_unaligned(dst as *mut u64, last) };
+    st(dst, 0, last);
     Ok(())
 }
 
@@ -101,54 +96,42 @@ fn write(
     // The answer goes back the way the query came: swap the MACs (the EtherType stays).
     const MACS: usize = eth::TYPE;
     let frame = at::<MACS>(ctx, 0, Reason::Dropped)?;
-    // SAFETY (every block below that writes through a packet pointer): the pointer comes
-    // from `at`, which checked that the whole array is in the packet.
-    unsafe {
-        let mut mac = [0u8; eth::ADDR_LEN];
-        mac.copy_from_slice(&(&*frame)[eth::DST..eth::DST + eth::ADDR_LEN]);
-        (&mut *frame).copy_within(eth::SRC..eth::SRC + eth::ADDR_LEN, eth::DST);
-        (&mut *frame)[eth::SRC..eth::SRC + eth::ADDR_LEN].copy_from_slice(&mac);
-    }
+    let (d4, d2) = (ld::<u32, MACS>(frame, 0), ld::<u16, MACS>(frame, 4));
+    let (s4, s2) = (ld::<u32, MACS>(frame, 6), ld::<u16, MACS>(frame, 10));
+    st(frame, 0, s4);
+    st(frame, 4, s2);
+    st(frame, 6, d4);
+    st(frame, 10, d2);
 
     let udp_len = (udp::LEN + dns_len) as u16;
+    // Addresses swap as words; their sum is taken in host order and turned once.
     let (udp_off, addr_sum) = if q.ip6 {
-        const SRC: core::ops::Range<usize> = ipv6::SRC..ipv6::SRC + ipv6::ADDR_LEN;
-        const DST: core::ops::Range<usize> = ipv6::DST..ipv6::DST + ipv6::ADDR_LEN;
-        let ip = at::<{ ipv6::LEN }>(ctx, q.l3, Reason::Dropped)?;
-        let mut src = [0u8; ipv6::ADDR_LEN];
-        let mut dst = [0u8; ipv6::ADDR_LEN];
-        unsafe {
-            src.copy_from_slice(&(&*ip)[SRC]);
-            dst.copy_from_slice(&(&*ip)[DST]);
-            (&mut *ip)[SRC].copy_from_slice(&dst);
-            (&mut *ip)[DST].copy_from_slice(&src);
-            (*ip)[ipv6::HOP_LIMIT] = HOP_LIMIT;
-        }
+        const L: usize = ipv6::LEN;
+        let ip = at::<L>(ctx, q.l3, Reason::Dropped)?;
+        let (s0, s1) = (ld::<u64, L>(ip, ipv6::SRC), ld::<u64, L>(ip, ipv6::SRC + 8));
+        let (d0, d1) = (ld::<u64, L>(ip, ipv6::DST), ld::<u64, L>(ip, ipv6::DST + 8));
+        st(ip, ipv6::SRC, d0);
+        st(ip, ipv6::SRC + 8, d1);
+        st(ip, ipv6::DST, s0);
+        st(ip, ipv6::DST + 8, s1);
+        // SAFETY: `at` checked the header is in the packet.
+        unsafe { (*ip)[ipv6::HOP_LIMIT] = HOP_LIMIT };
         put16(ip, ipv6::PAYLOAD_LEN, udp_len);
-        (q.l3 + ipv6::LEN, sum16(&src) + sum16(&dst))
+        let lanes = halves(s0) + halves(s1) + halves(d0) + halves(d1);
+        (q.l3 + ipv6::LEN, to_network(lanes))
     } else {
-        const SRC: core::ops::Range<usize> = ipv4::SRC..ipv4::SRC + ipv4::ADDR_LEN;
-        const DST: core::ops::Range<usize> = ipv4::DST..ipv4::DST + ipv4::ADDR_LEN;
-        let ip = at::<{ ipv4::LEN }>(ctx, q.l3, Reason::Dropped)?;
-        // Destination then source, as they will be written; 16 bytes for `sum16`.
-        let mut both = [0u8; 16];
-        unsafe {
-            both[..ipv4::ADDR_LEN].copy_from_slice(&(&*ip)[DST]);
-            both[ipv4::ADDR_LEN..2 * ipv4::ADDR_LEN].copy_from_slice(&(&*ip)[SRC]);
-            (&mut *ip)[ipv4::SRC..ipv4::DST + ipv4::ADDR_LEN]
-                .copy_from_slice(&both[..2 * ipv4::ADDR_LEN]);
-            (*ip)[ipv4::TTL] = HOP_LIMIT;
-        }
+        const L: usize = ipv4::LEN;
+        let ip = at::<L>(ctx, q.l3, Reason::Dropped)?;
+        let (src, dst) = (ld::<u32, L>(ip, ipv4::SRC), ld::<u32, L>(ip, ipv4::DST));
+        st(ip, ipv4::SRC, dst);
+        st(ip, ipv4::DST, src);
+        // SAFETY: `at` checked the header is in the packet.
+        unsafe { (*ip)[ipv4::TTL] = HOP_LIMIT };
         put16(ip, ipv4::TOTAL_LEN, ipv4::LEN as u16 + udp_len);
         put16(ip, ipv4::CHECKSUM, 0);
-        let mut sum = 0u64;
-        let mut i = 0;
-        while i < ipv4::LEN {
-            sum += be16(ip, i) as u64;
-            i += 2;
-        }
-        put16(ip, ipv4::CHECKSUM, finish_ip(sum));
-        (q.l3 + ipv4::LEN, sum16(&both))
+        // The sum is of host-order words, so the result is stored in host order too.
+        st(ip, ipv4::CHECKSUM, finish_ip(crate::parse::header_sum(ip)));
+        (q.l3 + ipv4::LEN, to_network(src as u64 + dst as u64))
     };
 
     let uh = at::<{ udp::LEN }>(ctx, udp_off, Reason::Dropped)?;
@@ -209,28 +192,59 @@ fn write_records(
     n: usize,
 ) -> Result<u64, Reason> {
     let rec_len = dns::record_len(q.aaaa);
+    // Every record's first 12 bytes are the same (pointer, type, class, TTL, length):
+    // built once as two words in wire order.
+    let (rtype, rdlen) = if q.aaaa {
+        (dns::TYPE_AAAA, ipv6::ADDR_LEN)
+    } else {
+        (dns::TYPE_A, ipv4::ADDR_LEN)
+    };
+    let [p0, p1] = dns::NAME_POINTER.to_be_bytes();
+    let [t0, t1] = rtype.to_be_bytes();
+    let [c0, c1] = dns::CLASS_IN.to_be_bytes();
+    let ttl = plan.ttl.to_be_bytes();
+    let head = u64::from_le_bytes([p0, p1, t0, t1, c0, c1, ttl[0], ttl[1]]);
+    let head_end = u32::from_le_bytes([ttl[2], ttl[3], 0, rdlen as u8]);
     let mut sum = 0u64;
     let mut i = 0;
     while i < MAX_CANDIDATES {
         if i < n {
             let addr = unsafe { &(*s).addrs[i] };
+            let a = addr.as_ptr() as *const u64;
+            // SAFETY: scratch addresses are 16 bytes, 8-aligned.
+            let (a0, a1) = unsafe { (*a, *a.add(1)) };
             let off = q.question_end + i * rec_len;
             if q.aaaa {
                 const LEN: usize = dns::record_len(true);
                 let r = at::<LEN>(ctx, off, Reason::Dropped)?;
-                record_head(r, dns::TYPE_AAAA, plan.ttl, ipv6::ADDR_LEN as u16);
-                unsafe { (&mut *r)[record::RDATA..LEN].copy_from_slice(addr) };
+                st(r, record::NAME, head);
+                st(r, record::TTL + 2, head_end);
+                st(r, record::RDATA, a0);
+                st(r, record::RDATA + 8, a1);
             } else {
                 const LEN: usize = dns::record_len(false);
                 let r = at::<LEN>(ctx, off, Reason::Dropped)?;
-                record_head(r, dns::TYPE_A, plan.ttl, ipv4::ADDR_LEN as u16);
-                unsafe { (&mut *r)[record::RDATA..LEN].copy_from_slice(&addr[..ipv4::ADDR_LEN]) };
+                st(r, record::NAME, head);
+                st(r, record::TTL + 2, head_end);
+                st(r, record::RDATA, a0 as u32);
             }
             sum += dns::record_sum(q.aaaa, plan.ttl, addr);
         }
         i += 1;
     }
     Ok(sum)
+}
+
+/// A host-order word's two 32-bit halves, for a one's-complement sum.
+#[inline(always)]
+fn halves(w: u64) -> u64 {
+    (w & 0xffff_ffff) + (w >> 32)
+}
+
+/// A sum of host-order (little-endian) words as the network-order sum the rest adds to.
+#[inline(always)]
+fn to_network(sum: u64) -> u64 {
+    fold(sum).swap_bytes() as u64
 }
 
 #[inline(always)]
@@ -244,6 +258,24 @@ fn write_opt(
     use dns::{ecs as body, opt, option};
     // The ECS option: its header, then family, source and scope before the address.
     const ECS_FIXED_LEN: usize = option::HEADER_LEN + body::ADDR;
+    if let Some(e) = ecs {
+        // The address first, as whole words that end where it ends: what they write before
+        // the address is the option's header, written over just after.
+        let alen = e.addr_len() & 0x1f;
+        let addr = off + dns::OPT_FIXED_LEN + ECS_FIXED_LEN;
+        let a = e.addr.as_ptr() as *const u64;
+        // SAFETY: `Ecs::addr` is 16 bytes; read unaligned (it is a copy on the stack).
+        let (lo, hi) = unsafe { (a.read_unaligned(), a.add(1).read_unaligned()) };
+        if alen > 8 {
+            let w = at::<8>(ctx, addr + alen - 8, Reason::Dropped)?;
+            st(w, 0, hi << (8 * (16 - alen)));
+            let w = at::<8>(ctx, addr, Reason::Dropped)?;
+            st(w, 0, lo);
+        } else if alen > 0 {
+            let w = at::<8>(ctx, addr + alen - 8, Reason::Dropped)?;
+            st(w, 0, lo << (8 * (8 - alen)));
+        }
+    }
     let o = at::<{ dns::OPT_FIXED_LEN }>(ctx, off, Reason::Dropped)?;
     unsafe { (*o)[opt::OWNER] = 0 };
     put16(o, opt::TYPE, dns::TYPE_OPT);
@@ -263,24 +295,5 @@ fn write_opt(
         (*eh)[option::HEADER_LEN + body::SOURCE] = e.source;
         (*eh)[option::HEADER_LEN + body::SCOPE] = plan.scope;
     }
-    let addr = off + dns::OPT_FIXED_LEN + ECS_FIXED_LEN;
-    let mut j = 0;
-    while j < e.addr.len() {
-        if j < alen {
-            // Written as the second of a pair (see `packet::at`).
-            let b = at::<2>(ctx, addr - 1 + j, Reason::Dropped)?;
-            unsafe { (*b)[1] = e.addr[j] };
-        }
-        j += 1;
-    }
     Ok(())
-}
-
-#[inline(always)]
-fn record_head<const N: usize>(r: *mut [u8; N], rtype: u16, ttl: u32, rdlen: u16) {
-    put16(r, record::NAME, dns::NAME_POINTER);
-    put16(r, record::TYPE, rtype);
-    put16(r, record::CLASS, dns::CLASS_IN);
-    put32(r, record::TTL, ttl);
-    put16(r, record::RDLEN, rdlen);
 }

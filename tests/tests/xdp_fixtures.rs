@@ -2347,3 +2347,38 @@ fn stored_decisions_are_compacted_when_ids_run_out() {
         "compacted {flips} times in 12 updates with 3 ids"
     );
 }
+
+/// Maps written by a build that hashed names differently (the byte-at-a-time FNV-1a before
+/// the word walk) are refused by name, not silently left unanswerable.
+#[test]
+fn names_keyed_by_another_builds_hash_are_refused() {
+    use aya::maps::{HashMap, Map, MapData};
+    use director_common::maps::{NameEntry, MAP_NAMES, NAME_BUF};
+    let mut fx = setup_fra();
+    // The service answers, keyed as this build keys it.
+    expect_answer(&fx, &frame_of(&v4(), &a_query()));
+    let path = fx.pin_dir().join(MAP_NAMES);
+    let mut names: HashMap<MapData, u64, NameEntry> =
+        HashMap::try_from(Map::HashMap(MapData::from_pin(&path).unwrap())).unwrap();
+    let wire = director_common::name::encode("old.example.com").unwrap();
+    let mut entry = NameEntry {
+        service: 1,
+        len: wire.len() as u32,
+        name: [0; NAME_BUF],
+    };
+    entry.name[..wire.len()].copy_from_slice(&wire);
+    let fnv = wire.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    names.insert(fnv, entry, 0).unwrap();
+    let err = director_ctl::kernel::Maps::open(fx.pin_dir())
+        .err()
+        .expect("maps with another build's name keys must be refused");
+    assert!(
+        format!("{err:#}").contains("another build of director"),
+        "{err:#}"
+    );
+    names.remove(&fnv).unwrap();
+    director_ctl::kernel::Maps::open(fx.pin_dir()).expect("the same maps, once consistent");
+    let _ = fx.maps();
+}

@@ -131,7 +131,7 @@ fn wire_name(text: &str) -> Result<Vec<u8>> {
 
 impl Maps {
     pub fn open(dir: &Path) -> Result<Maps> {
-        Ok(Maps {
+        let m = Maps {
             names: open(dir, MAP_NAMES)?,
             services: open(dir, MAP_SERVICES)?,
             servers: open(dir, MAP_SERVERS)?,
@@ -147,7 +147,27 @@ impl Maps {
             ifaces: open(dir, MAP_IFACES)?,
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
-        })
+        };
+        m.check_name_keys(dir)?;
+        Ok(m)
+    }
+
+    /// Refuses maps whose names are keyed by another build's hash: the program that reads
+    /// them would not find what this build writes, and the other way round. (The hash
+    /// changed when the kernel began reading names a word at a time.)
+    fn check_name_keys(&self, dir: &Path) -> Result<()> {
+        for kv in self.names.iter() {
+            let (key, e) = kv.context("reading the name table")?;
+            let len = (e.len as usize).min(NAME_BUF);
+            if name::hash(&e.name[..len]) != key {
+                bail!(
+                    "the maps in {} were written by another build of director (names keyed \
+                     differently); detach it from every interface and attach again",
+                    dir.display()
+                );
+            }
+        }
+        Ok(())
     }
 
     // --- servers -------------------------------------------------------------------------
