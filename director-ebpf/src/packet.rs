@@ -2,7 +2,7 @@
 //! compared against `data_end` itself, which is what the verifier tracks.
 
 use aya_ebpf::programs::XdpContext;
-use director_common::counters::Reason;
+use director_common::{counters::Reason, headers::ipv4};
 
 /// A pointer to `N` packet bytes at `off`, or `err` when the packet is shorter.
 ///
@@ -76,4 +76,21 @@ pub fn ld<T: Copy, const N: usize>(p: *const [u8; N], i: usize) -> T {
 pub fn st<T: Copy, const N: usize>(p: *mut [u8; N], i: usize, v: T) {
     // SAFETY: as in `ld`.
     unsafe { core::ptr::write_volatile((p as *mut u8).add(i) as *mut T, v) }
+}
+
+/// The one's-complement sum of an IPv4 header in host-order 32-bit words: five loads where
+/// big-endian 16-bit reads took ten pairs of byte loads. The sum comes out byte-swapped,
+/// which a check against all ones does not see and a native store puts right.
+#[inline(always)]
+pub fn header_sum(ip: *const [u8; ipv4::LEN]) -> u64 {
+    let w = ip as *const u32;
+    let mut sum = 0u64;
+    let mut i = 0;
+    while i < ipv4::LEN / 4 {
+        // SAFETY: the caller checked the header is in the packet; BPF allows the unaligned
+        // loads on this target (`read_unaligned` would load bytes).
+        sum += unsafe { core::ptr::read_volatile(w.add(i)) } as u64;
+        i += 1;
+    }
+    sum
 }

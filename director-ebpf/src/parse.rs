@@ -15,7 +15,7 @@ use director_common::{
 
 use crate::maps::{DIR_IFACES, DIR_LOCAL};
 use crate::opaque;
-use crate::packet::{at, at_fenced, be16, ld};
+use crate::packet::{at, at_fenced, be16, header_sum, ld};
 
 /// Larger frames (jumbo frames are 9 KB) are left to the host.
 const MAX_FRAME: usize = 16 * 1024;
@@ -250,23 +250,6 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
     }
 }
 
-/// The one's-complement sum of an IPv4 header in host-order 32-bit words: five loads where
-/// big-endian 16-bit reads took ten pairs of byte loads. The sum comes out byte-swapped,
-/// which a check against all ones does not see and a native store puts right.
-#[inline(always)]
-pub fn header_sum(ip: *const [u8; ipv4::LEN]) -> u64 {
-    let w = ip as *const u32;
-    let mut sum = 0u64;
-    let mut i = 0;
-    while i < ipv4::LEN / 4 {
-        // SAFETY: the caller checked the header is in the packet; BPF allows the unaligned
-        // loads on this target (`read_unaligned` would load bytes).
-        sum += unsafe { core::ptr::read_volatile(w.add(i)) } as u64;
-        i += 1;
-    }
-    sum
-}
-
 /// A big-endian 8-byte word of a header.
 #[inline(always)]
 fn word<const N: usize>(p: *const [u8; N], i: usize) -> u64 {
@@ -442,7 +425,7 @@ fn read_name(ctx: &XdpContext, start: usize, len: usize, s: *mut Scratch) -> Res
             (unsafe { core::ptr::read_volatile(p as *const u64) }) >> (8 * (8 - (len - base)))
         };
         // Little-endian 16-bit lanes; swapped to the network's order once, below.
-        sum += (word & 0xffff_ffff) + (word >> 32);
+        sum += checksum::halves(word);
         let lowered = name::lower_word(word);
         h = name::hash_word(h, lowered);
         // SAFETY: `s` is the scratch map's value; the mask keeps the word inside `name`.
@@ -455,7 +438,7 @@ fn read_name(ctx: &XdpContext, start: usize, len: usize, s: *mut Scratch) -> Res
     // SAFETY: `s` is the scratch map's value.
     unsafe {
         (*s).name_hash = name::hash_finish(h, len);
-        (*s).name_sum = checksum::fold(sum).swap_bytes() as u64;
+        (*s).name_sum = checksum::le_to_network(sum);
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use director_common::{
-    checksum::{finish_ip, finish_udp, fold, shift_odd},
+    checksum::{finish_ip, finish_udp, halves, le_to_network, shift_odd},
     counters::Reason,
     dns::{self, record, Ecs},
     handover::{Plan, Query, Slot},
@@ -15,7 +15,7 @@ use director_common::{
 };
 
 use crate::opaque::hide;
-use crate::packet::{at_fenced as at, be16, ld, put16, put32, st};
+use crate::packet::{at_fenced as at, be16, header_sum, ld, put16, put32, st};
 
 const HOP_LIMIT: u8 = 64;
 /// Bound (a mask) of what moves when the packet grows at the front: the headers and the
@@ -118,7 +118,7 @@ fn write(
         unsafe { (*ip)[ipv6::HOP_LIMIT] = HOP_LIMIT };
         put16(ip, ipv6::PAYLOAD_LEN, udp_len);
         let lanes = halves(s0) + halves(s1) + halves(d0) + halves(d1);
-        (q.l3 + ipv6::LEN, to_network(lanes))
+        (q.l3 + ipv6::LEN, le_to_network(lanes))
     } else {
         const L: usize = ipv4::LEN;
         let ip = at::<L>(ctx, q.l3, Reason::Dropped)?;
@@ -130,8 +130,8 @@ fn write(
         put16(ip, ipv4::TOTAL_LEN, ipv4::LEN as u16 + udp_len);
         put16(ip, ipv4::CHECKSUM, 0);
         // The sum is of host-order words, so the result is stored in host order too.
-        st(ip, ipv4::CHECKSUM, finish_ip(crate::parse::header_sum(ip)));
-        (q.l3 + ipv4::LEN, to_network(src as u64 + dst as u64))
+        st(ip, ipv4::CHECKSUM, finish_ip(header_sum(ip)));
+        (q.l3 + ipv4::LEN, le_to_network(src as u64 + dst as u64))
     };
 
     let uh = at::<{ udp::LEN }>(ctx, udp_off, Reason::Dropped)?;
@@ -233,18 +233,6 @@ fn write_records(
         i += 1;
     }
     Ok(sum)
-}
-
-/// A host-order word's two 32-bit halves, for a one's-complement sum.
-#[inline(always)]
-fn halves(w: u64) -> u64 {
-    (w & 0xffff_ffff) + (w >> 32)
-}
-
-/// A sum of host-order (little-endian) words as the network-order sum the rest adds to.
-#[inline(always)]
-fn to_network(sum: u64) -> u64 {
-    fold(sum).swap_bytes() as u64
 }
 
 #[inline(always)]
