@@ -19,6 +19,7 @@ pub const MAP_LOCAL: &str = "DIR_LOCAL";
 pub const MAP_IFACES: &str = "DIR_IFACES";
 pub const MAP_COUNTERS: &str = "DIR_COUNTERS";
 pub const MAP_SERVICE_STATS: &str = "DIR_SVC_STATS";
+pub const MAP_HEALTH: &str = "DIR_HEALTH";
 pub const MAP_SCRATCH: &str = "DIR_SCRATCH";
 pub const PROGRAM: &str = "director";
 
@@ -86,6 +87,9 @@ pub const SERVER_EXISTS: u8 = 1;
 pub const SERVER_UP: u8 = 2;
 pub const SERVER_V4: u8 = 4;
 pub const SERVER_V6: u8 = 8;
+/// Drained (`server drain`): no new clients. Answers skip it like a down server; SYN
+/// steering will keep its existing flows.
+pub const SERVER_DRAINED: u8 = 16;
 
 /// Value of `DIR_SERVERS`, indexed by server id. Aligned so the kernel copies the
 /// addresses in words (byte-aligned copies become calls to a looping memcpy).
@@ -105,9 +109,69 @@ impl ServerRecord {
     pub fn is_up(&self) -> bool {
         self.flags & (SERVER_EXISTS | SERVER_UP) == (SERVER_EXISTS | SERVER_UP)
     }
+    /// Up and not drained: may get new clients.
+    #[inline(always)]
+    pub fn is_usable(&self) -> bool {
+        self.flags & (SERVER_EXISTS | SERVER_UP | SERVER_DRAINED) == (SERVER_EXISTS | SERVER_UP)
+    }
     #[inline(always)]
     pub fn has_family(&self, v6: bool) -> bool {
         self.flags & if v6 { SERVER_V6 } else { SERVER_V4 } != 0
+    }
+}
+
+/// Words of a per-service server bitmap: one bit per server id.
+pub const SERVER_WORDS: usize = MAX_SERVERS as usize / 64;
+
+/// Value of `DIR_HEALTH`, indexed by service id: the health checks' verdicts for that
+/// service's servers. One lookup per query gives the kernel every server's state for the
+/// service (a flat services x servers array would be 8192^2 entries, a lookup per
+/// candidate a cost per answer). Pinned, so a restarted controller starts from it instead
+/// of from "everything up".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthMask {
+    /// Bit set: the server gets no answers for this service (down, or not yet checked).
+    /// The only part the kernel reads.
+    pub out: [u64; SERVER_WORDS],
+    /// Bit set: a check has given a verdict (the controller's record; `out` without
+    /// `known` means "not checked yet").
+    pub known: [u64; SERVER_WORDS],
+}
+
+impl HealthMask {
+    pub const fn all_in() -> HealthMask {
+        HealthMask {
+            out: [0; SERVER_WORDS],
+            known: [0; SERVER_WORDS],
+        }
+    }
+
+    #[inline(always)]
+    pub fn is_out(&self, server: u16) -> bool {
+        let w = (server as usize >> 6) & (SERVER_WORDS - 1);
+        self.out[w] >> (server & 63) & 1 != 0
+    }
+
+    #[inline(always)]
+    pub fn is_known(&self, server: u16) -> bool {
+        let w = (server as usize >> 6) & (SERVER_WORDS - 1);
+        self.known[w] >> (server & 63) & 1 != 0
+    }
+
+    pub fn set(&mut self, server: u16, out: bool, known: bool) {
+        let w = (server as usize >> 6) & (SERVER_WORDS - 1);
+        let bit = 1u64 << (server & 63);
+        self.out[w] = if out {
+            self.out[w] | bit
+        } else {
+            self.out[w] & !bit
+        };
+        self.known[w] = if known {
+            self.known[w] | bit
+        } else {
+            self.known[w] & !bit
+        };
     }
 }
 
@@ -224,12 +288,26 @@ mod pod {
     unsafe impl aya::Pod for DecisionKeyV4 {}
     unsafe impl aya::Pod for DecisionKeyV6 {}
     unsafe impl aya::Pod for TableSwitch {}
+    unsafe impl aya::Pod for HealthMask {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use core::mem::{align_of, size_of};
+
+    #[test]
+    fn health_bits_are_per_server() {
+        let mut m = HealthMask::all_in();
+        for id in [1u16, 63, 64, 8191] {
+            assert!(!m.is_out(id) && !m.is_known(id));
+            m.set(id, true, false);
+            assert!(m.is_out(id) && !m.is_known(id));
+            m.set(id, false, true);
+            assert!(!m.is_out(id) && m.is_known(id));
+        }
+        assert!(!m.is_out(2) && !m.is_out(65) && !m.is_out(8190));
+    }
 
     // The kernel and userspace agree on these by construction; the sizes pin the padding.
     #[test]
@@ -243,6 +321,8 @@ mod tests {
         assert_eq!(size_of::<DecisionRef>(), 8);
         assert_eq!(size_of::<Iface>(), 8);
         assert_eq!(size_of::<TableSwitch>(), 16);
+        assert_eq!(size_of::<HealthMask>(), 2 * MAX_SERVERS as usize / 8);
+        assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),
             NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 32

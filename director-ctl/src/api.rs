@@ -51,7 +51,11 @@ pub struct ListedServer {
     pub name: String,
     pub ipv4: Option<Ipv4Addr>,
     pub ipv6: Option<Ipv6Addr>,
+    /// Admin state (`server set`).
     pub up: bool,
+    /// `server drain`: no new clients.
+    #[serde(default)]
+    pub drained: bool,
 }
 
 /// `service list --json`.
@@ -105,6 +109,29 @@ pub struct Stats {
     pub services: BTreeMap<String, u64>,
 }
 
+/// What the health checks say of a server for one service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Up,
+    Down,
+    /// Not checked yet: kept out of answers until its first check.
+    Unchecked,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServiceServer {
+    pub service: String,
+    pub server: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceHealth {
+    pub service: String,
+    pub server: String,
+    pub health: Health,
+}
+
 /// `status --json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
@@ -123,6 +150,14 @@ pub struct Status {
     pub stored_decisions: u32,
     /// Which decision table queries read (`null` when nothing is attached).
     pub active_table: Option<DecisionTable>,
+    /// Servers drained (`server drain`) or set down (`server set --down`), by name.
+    #[serde(default)]
+    pub drained: Vec<String>,
+    #[serde(default)]
+    pub admin_down: Vec<String>,
+    /// Every (service, server) that health checks have a say on, by service then server.
+    #[serde(default)]
+    pub health: Vec<ServiceHealth>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -405,7 +440,28 @@ pub enum Event {
     /// servers that are up (`down`, by name), `entries` written or deleted.
     Resorted {
         down: Vec<String>,
+        /// Servers out of one service by its health checks.
+        #[serde(default)]
+        health_out: Vec<ServiceServer>,
         entries: usize,
+        ms: f64,
+    },
+    /// A health check changed a server's state for a service (the kernel already skips or
+    /// takes it; a re-sort follows). `error` says why a check failed.
+    Health {
+        service: String,
+        server: String,
+        health: Health,
+        error: Option<String>,
+    },
+    /// Every server of a service is down by its checks: all are answered (`open`), or
+    /// one is up again and fail-open ends.
+    FailOpen { service: String, open: bool },
+    /// Every check has given its first verdict (at start): only now is anything published.
+    FirstRound {
+        checks: usize,
+        up: usize,
+        down: usize,
         ms: f64,
     },
     /// A config or input was refused (also one that would remove too much, until

@@ -8,7 +8,7 @@ use aya_ebpf::{
 use director_common::{
     counters::COUNTER_SLOTS,
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Iface, NameEntry, Scratch,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, HealthMask, Iface, NameEntry, Scratch,
         ServerRecord, ServiceRecord, TableSwitch, MAX_CHOICES, MAX_DECISIONS, MAX_IFACES,
         MAX_LOCAL, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
     },
@@ -40,6 +40,9 @@ pub static DIR_CONFIG: Array<TableSwitch> = Array::pinned(1, 0);
 pub static DIR_COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(COUNTER_SLOTS, 0);
 #[map]
 pub static DIR_SVC_STATS: PerCpuArray<u64> = PerCpuArray::pinned(MAX_SERVICES, 0);
+/// Per service, the servers its health checks keep out of answers.
+#[map]
+pub static DIR_HEALTH: Array<HealthMask> = Array::pinned(MAX_SERVICES, 0);
 /// Not pinned: per-CPU working memory only this program uses.
 #[map]
 pub static DIR_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);

@@ -41,12 +41,16 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         Mode::Name => select::name_key(hash),
     };
     let aaaa = q.aaaa;
+    // Once per query: the service's health verdicts for all its servers. (An array entry
+    // exists for every service id; the check is for the verifier.)
+    let health = DIR_HEALTH.get(service_id).ok_or(Reason::NoServer)?;
     // Each phase's result goes through memory: the verifier then sees one unknown value
     // instead of walking every combination of usable servers (2^8) through the rest.
     let (ok, total) = select::usable_mask(decision, |id| {
         DIR_SERVERS
             .get(id as u32)
-            .is_some_and(|sv| sv.is_up() && sv.has_family(aaaa))
+            .is_some_and(|sv| sv.is_usable() && sv.has_family(aaaa))
+            && !health.is_out(id)
     });
     let ok = hide(s, Slot::Usable, ok as u64) as u32 & 0xff;
     let total = hide(s, Slot::WeightTotal, total as u64) as u32;
@@ -69,7 +73,8 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         let Some(sv) = DIR_SERVERS.get(id as u32) else {
             return false;
         };
-        if !(sv.is_up() && sv.has_family(aaaa)) {
+        // Health is not read again: the mask above already left out who it keeps out.
+        if !(sv.is_usable() && sv.has_family(aaaa)) {
             return false;
         }
         // Word copies, written volatile so they are not turned back into a memcpy call.

@@ -1,4 +1,5 @@
 //! Helpers for the end-to-end tests.
+pub mod farm;
 pub mod fixture;
 pub mod netns;
 pub mod packets;

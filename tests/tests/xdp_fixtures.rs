@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use director_common::counters::Reason;
+use director_common::maps::HealthMask;
 use director_common::select::Mode;
 use director_ctl::ops;
 use director_tests::fixture::{route_set, Fixture, XDP_DROP, XDP_PASS, XDP_TX};
@@ -1002,6 +1003,51 @@ fn a_server_set_down_is_never_answered() {
             addr_set(&[FRA.addr(RecordType::A), NYC.addr(RecordType::A)])
         );
     }
+}
+
+/// A server out by health checks for one service is skipped for that service only, from
+/// the next query on; drained, it is skipped for every service.
+#[test]
+fn health_out_and_drained_servers_are_skipped_per_service() {
+    const OTHER: &str = "video.example.com";
+    let mut fx = setup(1, &both());
+    let m = fx.maps();
+    ops::service_add(m, OTHER, TTL, 1, Mode::Random).unwrap();
+    for (prefix, servers) in both() {
+        route_set(m, OTHER, prefix, servers).unwrap();
+    }
+    let www = m.find_service(NAME).unwrap().unwrap();
+    let fra = m.servers().unwrap();
+    let fra = fra.iter().find(|s| s.name == FRA.name).unwrap().id;
+    let mut mask = HealthMask::all_in();
+    mask.set(fra, true, true);
+    m.set_health(www, &mask).unwrap();
+    // Every address answered for `name` over 64 queries of each type (random selection:
+    // with two usable servers both show up).
+    let answered = |fx: &Fixture, name: &str| -> BTreeSet<IpAddr> {
+        let mut seen = BTreeSet::new();
+        for i in 0..64 {
+            for rtype in [RecordType::A, RecordType::AAAA] {
+                let q = frame_of(&v4(), &query(i, &format!("{name}."), rtype));
+                seen.extend(expect_answer(fx, &q).addrs);
+            }
+        }
+        seen
+    };
+    let nyc = addr_set(&[NYC.addr(RecordType::A), NYC.addr(RecordType::AAAA)]);
+    let all = addr_set(&[
+        FRA.addr(RecordType::A),
+        FRA.addr(RecordType::AAAA),
+        NYC.addr(RecordType::A),
+        NYC.addr(RecordType::AAAA),
+    ]);
+    assert_eq!(answered(&fx, NAME), nyc, "out of www by health");
+    assert_eq!(answered(&fx, OTHER), all, "still in for the other service");
+    ops::server_drain(fx.maps(), FRA.name, true).unwrap();
+    assert_eq!(answered(&fx, OTHER), nyc, "drained: out of every service");
+    ops::server_drain(fx.maps(), FRA.name, false).unwrap();
+    fx.maps().set_health(www, &HealthMask::all_in()).unwrap();
+    assert_eq!(answered(&fx, NAME), all, "back in by health");
 }
 
 /// `a|b`: b is a fallback, answered only when a is down or for a second answer.

@@ -19,6 +19,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("ethtool", "ethtool"),
     ("dnsperf", "dnsperf"),
     ("unbound", "unbound"),
+    // The health tests' real HTTP servers.
+    ("nginx-light", "nginx"),
 ];
 
 pub fn root() -> PathBuf {
@@ -69,7 +71,7 @@ pub fn packages() -> Result<()> {
     }
     println!("xtask: installing Debian packages: {}", missing.join(" "));
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    // The tests start knotd and unbound themselves, in namespaces: the packages' own
+    // The tests start knotd, unbound and nginx themselves, in namespaces: the packages' own
     // services must not start (unbound's would fetch the root trust anchor from the
     // Internet). policy-rc.d says so to invoke-rc.d; one already there is left alone.
     let policy = Path::new("/usr/sbin/policy-rc.d");

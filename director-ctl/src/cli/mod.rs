@@ -181,7 +181,13 @@ enum ServerCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Mark a server up or down; the kernel never answers with a down server.
+    /// Drain a server: no new clients for any service (answers skip it), until undrained.
+    /// Drained and admin-down outlast controller restarts and config reloads.
+    Drain { name: String },
+    /// Give a drained server new clients again.
+    Undrain { name: String },
+    /// Mark a server up or down; the kernel never answers with a down server. `--down`
+    /// wins over health checks; `--up` hands the server back to them.
     Set {
         name: String,
         #[arg(long, conflicts_with = "down", required_unless_present = "down")]
@@ -302,6 +308,8 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 ServerCmd::Del { name } => ops::server_del(&mut m, &name)?,
                 ServerCmd::Set { name, up, .. } => ops::server_set(&mut m, &name, up)?,
+                ServerCmd::Drain { name } => ops::server_drain(&mut m, &name, true)?,
+                ServerCmd::Undrain { name } => ops::server_drain(&mut m, &name, false)?,
                 ServerCmd::List { json } => show(json, &ops::servers(&m)?, print::servers)?,
             }
         }

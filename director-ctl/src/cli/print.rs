@@ -26,7 +26,11 @@ pub fn servers(l: &api::ServerList) -> String {
     for s in &l.servers {
         let v4 = s.ipv4.map_or("-".into(), |a| a.to_string());
         let v6 = s.ipv6.map_or("-".into(), |a| a.to_string());
-        let state = if s.up { "up" } else { "down" };
+        let state = match (s.up, s.drained) {
+            (false, _) => "down",
+            (true, true) => "drained",
+            (true, false) => "up",
+        };
         let _ = writeln!(o, "{:<20} {:<16} {:<40} {state}", s.name, v4, v6);
     }
     o
@@ -97,6 +101,22 @@ pub fn status(st: &api::Status) -> String {
         "servers {}, services {}, routes {} IPv4 + {} IPv6, {} decisions stored",
         st.servers, st.services, st.routes_v4, st.routes_v6, st.stored_decisions
     );
+    for (what, names) in [("set down", &st.admin_down), ("drained", &st.drained)] {
+        if !names.is_empty() {
+            let _ = writeln!(o, "{what}: {}", names.join(", "));
+        }
+    }
+    if !st.health.is_empty() {
+        let _ = writeln!(o, "{:<40} {:<20} health", "service", "server");
+        for h in &st.health {
+            let state = match h.health {
+                api::Health::Up => "up",
+                api::Health::Down => "down",
+                api::Health::Unchecked => "unchecked (kept out)",
+            };
+            let _ = writeln!(o, "{:<40} {:<20} {state}", h.service, h.server);
+        }
+    }
     o
 }
 

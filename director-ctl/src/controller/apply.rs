@@ -59,12 +59,18 @@ fn fresh(used: &mut HashSet<u32>, max: u32) -> Result<u32> {
 
 /// Writes the config's servers and services at their ids, those that differ from what the
 /// kernel holds. Nothing is removed here: the decisions in use may still point at servers
-/// the config dropped. A server the operator set down with `server set --down` stays down.
+/// the config dropped. A server the operator set down (`server set --down`) or drained
+/// stays so: admin state belongs to the operator, not to the config.
 fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
     let now: HashMap<u16, ServerEntry> = m.servers()?.into_iter().map(|s| (s.id, s)).collect();
     let down: HashSet<&str> = now
         .values()
         .filter(|s| !s.up)
+        .map(|s| s.name.as_str())
+        .collect();
+    let drained: HashSet<&str> = now
+        .values()
+        .filter(|s| s.drained)
         .map(|s| s.name.as_str())
         .collect();
     let mut put = Vec::new();
@@ -75,6 +81,7 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
             ipv4: s.ipv4,
             ipv6: s.ipv6,
             up: !down.contains(s.name.as_str()),
+            drained: drained.contains(s.name.as_str()),
         };
         if now.get(&id) != Some(&e) {
             put.push(e);

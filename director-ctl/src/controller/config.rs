@@ -66,6 +66,9 @@ pub struct Server {
     /// Distance from the server to its site's border (`ser`).
     #[serde(default)]
     pub agent_distance: u32,
+    /// Where health checks connect (default: its ipv4, else its ipv6), for servers that
+    /// answer checks on another address than clients use.
+    pub check_address: Option<IpAddr>,
 }
 
 fn thirty() -> u32 {
@@ -106,6 +109,201 @@ pub struct Service {
     /// Per server of this service: its portion here, instead of the server's.
     #[serde(default)]
     pub portion: BTreeMap<String, u16>,
+    /// How to tell whether a server serves this service; without it, only admin state.
+    pub health: Option<Check>,
+    /// When every server is down by its checks, answer with all of them (the default)
+    /// rather than with none.
+    #[serde(default = "yes")]
+    pub fail_open: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `[health]`: the defaults of every service's check.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HealthDefaults {
+    /// Seconds between checks of one server (1 to 3600).
+    #[serde(default = "ten_f")]
+    pub interval: f64,
+    /// Seconds a check may take (at most the interval).
+    #[serde(default = "two_f")]
+    pub timeout: f64,
+    /// Consecutive successes to come back.
+    #[serde(default = "two")]
+    pub rise: u32,
+    /// Consecutive failures to go down.
+    #[serde(default = "three")]
+    pub fall: u32,
+    /// Each wait between checks is the interval times 1 plus or minus up to this share
+    /// (0 to 0.5), so that checks do not synchronise.
+    #[serde(default = "tenth")]
+    pub jitter: f64,
+}
+
+impl Default for HealthDefaults {
+    fn default() -> Self {
+        HealthDefaults {
+            interval: ten_f(),
+            timeout: two_f(),
+            rise: two(),
+            fall: three(),
+            jitter: tenth(),
+        }
+    }
+}
+
+fn ten_f() -> f64 {
+    10.0
+}
+fn two_f() -> f64 {
+    2.0
+}
+fn two() -> u32 {
+    2
+}
+fn three() -> u32 {
+    3
+}
+fn tenth() -> f64 {
+    0.1
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckKind {
+    /// A TCP connection to the port (DistributedDirector's check).
+    Tcp,
+    /// An HTTP/1.1 GET of `path`, expecting `status` and, if given, `body` in the body.
+    Http,
+    /// A DNS query for `query` (type `qtype`), expecting a NOERROR answer.
+    Dns,
+}
+
+/// `[[service]] health = { type = "http", port = 80, ... }`: the check of every server
+/// of the service. Timing keys override `[health]`.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Check {
+    #[serde(rename = "type")]
+    pub kind: CheckKind,
+    pub port: u16,
+    pub path: Option<String>,
+    pub status: Option<u16>,
+    pub body: Option<String>,
+    /// The Host header (default: the service's name).
+    pub host: Option<String>,
+    pub query: Option<String>,
+    pub qtype: Option<String>,
+    pub interval: Option<f64>,
+    pub timeout: Option<f64>,
+    pub rise: Option<u32>,
+    pub fall: Option<u32>,
+    pub jitter: Option<f64>,
+}
+
+/// A check's timing, the service's keys over `[health]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    pub interval: std::time::Duration,
+    pub timeout: std::time::Duration,
+    pub rise: u32,
+    pub fall: u32,
+    pub jitter: f64,
+}
+
+/// DNS types a `dns` check may ask for.
+pub const CHECK_QTYPES: [&str; 6] = ["A", "AAAA", "SOA", "NS", "TXT", "MX"];
+
+impl Check {
+    pub fn timing(&self, d: &HealthDefaults) -> Timing {
+        Timing {
+            interval: std::time::Duration::from_secs_f64(self.interval.unwrap_or(d.interval)),
+            timeout: std::time::Duration::from_secs_f64(self.timeout.unwrap_or(d.timeout)),
+            rise: self.rise.unwrap_or(d.rise),
+            fall: self.fall.unwrap_or(d.fall),
+            jitter: self.jitter.unwrap_or(d.jitter),
+        }
+    }
+
+    fn validate(&self, d: &HealthDefaults) -> Result<()> {
+        check_timing(
+            self.interval.unwrap_or(d.interval),
+            self.timeout.unwrap_or(d.timeout),
+            self.rise.unwrap_or(d.rise),
+            self.fall.unwrap_or(d.fall),
+            self.jitter.unwrap_or(d.jitter),
+        )?;
+        if self.port == 0 {
+            bail!("health: port 0");
+        }
+        let only = |key: &str, set: bool, kind: &str| -> Result<()> {
+            if set {
+                bail!("health: {key} is only for {kind} checks");
+            }
+            Ok(())
+        };
+        let http = self.kind == CheckKind::Http;
+        only("path", !http && self.path.is_some(), "http")?;
+        only("status", !http && self.status.is_some(), "http")?;
+        only("body", !http && self.body.is_some(), "http")?;
+        only("host", !http && self.host.is_some(), "http")?;
+        let dns = self.kind == CheckKind::Dns;
+        only("query", !dns && self.query.is_some(), "dns")?;
+        only("qtype", !dns && self.qtype.is_some(), "dns")?;
+        if let Some(p) = &self.path {
+            if !p.starts_with('/') || p.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                bail!("health: path {p:?} must start with / and have no spaces");
+            }
+        }
+        if let Some(h) = &self.host {
+            if h.is_empty() || h.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                bail!("health: host {h:?} is not a host name");
+            }
+        }
+        if let Some(s) = self.status {
+            if !(100..=599).contains(&s) {
+                bail!("health: status {s} is not an HTTP status");
+            }
+        }
+        if dns {
+            let q = self
+                .query
+                .as_deref()
+                .context("health: a dns check needs query (the name to ask for)")?;
+            director_common::name::encode(q)
+                .map_err(|e| anyhow::anyhow!("health: query {q:?}: {e}"))?;
+            if let Some(t) = &self.qtype {
+                if !CHECK_QTYPES.contains(&t.to_ascii_uppercase().as_str()) {
+                    bail!(
+                        "health: qtype {t:?} is not one of {}",
+                        CHECK_QTYPES.join(", ")
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_timing(interval: f64, timeout: f64, rise: u32, fall: u32, jitter: f64) -> Result<()> {
+    if !(1.0..=3600.0).contains(&interval) {
+        bail!("health: interval {interval} s is not from 1 to 3600");
+    }
+    if !(timeout > 0.0 && timeout <= interval) {
+        bail!(
+            "health: timeout {timeout} s must be above 0 and at most the interval ({interval} s)"
+        );
+    }
+    if !(1..=100).contains(&rise) || !(1..=100).contains(&fall) {
+        bail!("health: rise {rise} and fall {fall} must be from 1 to 100");
+    }
+    if !(0.0..=0.5).contains(&jitter) {
+        bail!("health: jitter {jitter} is not from 0 to 0.5");
+    }
+    Ok(())
 }
 
 impl Service {
@@ -166,6 +364,8 @@ pub struct Config {
     pub services: Vec<Service>,
     #[serde(default)]
     pub rtt: Rtt,
+    #[serde(default)]
+    pub health: HealthDefaults,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     #[serde(default)]
@@ -281,6 +481,8 @@ impl Config {
             policy_of(&self.default_priority, &self.default_weights, 10, false)
                 .context("default_priority and default_weights")?;
         }
+        let d = &self.health;
+        check_timing(d.interval, d.timeout, d.rise, d.fall, d.jitter).context("[health]")?;
         let mut names = HashSet::new();
         for (i, s) in self.services.iter().enumerate() {
             let at = || format!("[[service]] #{} ({:?})", i + 1, s.name);
@@ -316,6 +518,9 @@ impl Config {
             }
             let policy = s.policy(self).with_context(at)?;
             s.select_mode(&policy).with_context(at)?;
+            if let Some(c) = &s.health {
+                c.validate(&self.health).with_context(at)?;
+            }
         }
         Ok(())
     }
@@ -420,6 +625,73 @@ priority = { geo = 1, admin = 2 }
         );
         assert!(refused(&format!("{GOOD}\nbogus = 1\n")).contains("bogus"));
         assert!(refused("").contains("at least one service"));
+    }
+
+    #[test]
+    fn health_checks_are_checked_and_default_from_the_health_block() {
+        let svc = |check: &str| {
+            with_service(&format!(
+                "priority = {{ admin = 1 }}\nhealth = {{ {check} }}"
+            ))
+        };
+        let c = Config::parse(&format!(
+            "[health]\ninterval = 5\nfall = 4\n{}",
+            svc("type = \"http\", port = 80, path = \"/health\", rise = 3")
+        ))
+        .unwrap();
+        let check = c.services[0].health.as_ref().unwrap();
+        let t = check.timing(&c.health);
+        assert_eq!(
+            (t.interval.as_secs(), t.timeout.as_secs(), t.rise, t.fall),
+            (5, 2, 3, 4)
+        );
+        assert!(c.services[0].fail_open);
+        for (check, why) in [
+            ("type = \"tcp\", port = 0", "port 0"),
+            (
+                "type = \"tcp\", port = 80, path = \"/\"",
+                "path is only for http",
+            ),
+            (
+                "type = \"http\", port = 80, path = \"health\"",
+                "must start with /",
+            ),
+            (
+                "type = \"http\", port = 80, status = 999",
+                "not an HTTP status",
+            ),
+            ("type = \"dns\", port = 53", "needs query"),
+            (
+                "type = \"dns\", port = 53, query = \"a..b\"",
+                "query \"a..b\"",
+            ),
+            (
+                "type = \"dns\", port = 53, query = \"x.org\", qtype = \"PTR\"",
+                "qtype \"PTR\"",
+            ),
+            (
+                "type = \"tcp\", port = 80, interval = 0.5",
+                "interval 0.5 s",
+            ),
+            (
+                "type = \"tcp\", port = 80, timeout = 20",
+                "at most the interval",
+            ),
+            (
+                "type = \"tcp\", port = 80, fall = 0",
+                "must be from 1 to 100",
+            ),
+            ("type = \"tcp\", port = 80, jitter = 0.9", "jitter 0.9"),
+            ("type = \"ping\", port = 80", "unknown variant `ping`"),
+        ] {
+            let e = refused(&svc(check));
+            assert!(e.contains(why), "{check}: {e}");
+            if !why.contains("variant") {
+                assert!(e.contains("[[service]] #1"), "{check}: {e}");
+            }
+        }
+        let e = refused(&format!("[health]\ntimeout = 0\n{GOOD}"));
+        assert!(e.contains("[health]") && e.contains("timeout 0"), "{e}");
     }
 
     fn with_service(extra: &str) -> String {

@@ -66,10 +66,29 @@ impl Ids {
     }
 }
 
-/// The services' plans. Servers in `down` (kernel ids) are left out of the sort, so that
-/// the decisions are DistributedDirector's sort over the servers still available; a
-/// service whose servers are all down keeps them all (the kernel skips them anyway).
-pub fn plans(cfg: &Config, ids: &Ids, down: &HashSet<u16>) -> Result<Vec<ServicePlan>> {
+/// The servers (kernel ids) that get no new clients: for every service (set down or
+/// drained), or for one service (its health checks).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unavailable {
+    pub servers: HashSet<u16>,
+    /// By service id.
+    pub health: HashMap<u32, HashSet<u16>>,
+}
+
+impl Unavailable {
+    pub fn contains(&self, service: u32, server: u16) -> bool {
+        self.servers.contains(&server)
+            || self
+                .health
+                .get(&service)
+                .is_some_and(|s| s.contains(&server))
+    }
+}
+
+/// The services' plans. Unavailable servers are left out of the sort, so that the
+/// decisions are DistributedDirector's sort over the servers still available; a service
+/// whose servers are all unavailable keeps them all (the kernel skips them anyway).
+pub fn plans(cfg: &Config, ids: &Ids, down: &Unavailable) -> Result<Vec<ServicePlan>> {
     let site_of: HashMap<&str, usize> = cfg
         .sites
         .iter()
@@ -103,11 +122,12 @@ pub fn plans(cfg: &Config, ids: &Ids, down: &HashSet<u16>) -> Result<Vec<Service
                     }
                 })
                 .collect();
-            if servers.iter().any(|p| !down.contains(&p.id)) {
-                servers.retain(|p| !down.contains(&p.id));
+            let service = ids.services[i];
+            if servers.iter().any(|p| !down.contains(service, p.id)) {
+                servers.retain(|p| !down.contains(service, p.id));
             }
             Ok(ServicePlan {
-                id: ids.services[i],
+                id: service,
                 name: s.name.clone(),
                 policy,
                 select,
@@ -221,7 +241,7 @@ fn all_prefixes(data: &Data) -> Vec<IpNet> {
 }
 
 /// Decisions for every prefix and service, sorting only the servers not in `down`.
-pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &HashSet<u16>) -> Result<Computed> {
+pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &Unavailable) -> Result<Computed> {
     let start = Instant::now();
     let plans = plans(cfg, ids, down)?;
     let prefixes = all_prefixes(data);

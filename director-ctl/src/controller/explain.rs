@@ -3,7 +3,7 @@
 //! the winners, as the [`api::Explain`] document, with server names where the engine
 //! speaks of candidate indexes.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -22,7 +22,7 @@ use crate::api;
 use director_common::select::Mode;
 
 pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result<api::Explain> {
-    let plans = plans(cfg, &Ids::positional(cfg), &HashSet::new())?;
+    let plans = plans(cfg, &Ids::positional(cfg), &Default::default())?;
     let wire = name::encode(service).map_err(|e| anyhow!("bad DNS name {service:?}: {e}"))?;
     let plan = plans
         .iter()

@@ -30,9 +30,10 @@ use super::apply::{assign_ids, sync, update};
 use super::compile::{diff, replace_subtree, Diff, Table};
 use super::config::Config;
 use super::data::{load_rtt, Data};
-use super::decide::{compute, plans, subtree, Computed, Ids};
+use super::decide::{compute, plans, subtree, Computed, Ids, Unavailable};
 use super::guard::{self, Refusal, Removal};
 use crate::api::{self, Event};
+use crate::health::{self, Runner};
 use crate::kernel::{DecisionChange, Maps, WriteLock};
 
 /// How `run` behaves, from its command line.
@@ -60,7 +61,7 @@ pub enum Log {
 }
 
 impl Log {
-    fn event(self, event: Event, message: String) {
+    pub fn event(self, event: Event, message: String) {
         match self {
             Log::Text => eprintln!("director-ctl run: {message}"),
             Log::Json => {
@@ -188,8 +189,26 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     let cfg = Config::load(path)?;
     let files = watched(path, &cfg);
     settled(&files, stamps(&files), o.settle);
-    let data = Data::load(&cfg)?;
     let mut m = Maps::open(pin_dir)?;
+    // Checks start before the data is read (seconds at full scale), so their first round
+    // overlaps it; nothing is published before that round is complete.
+    let checks = start_checks(pin_dir, &m, &cfg, log)?;
+    let data = Data::load(&cfg)?;
+    if let Some(r) = &checks {
+        let limit = r.first_round_limit();
+        if !r.wait_first_round(limit) {
+            log.event(
+                Event::Refused {
+                    error: "first round incomplete".into(),
+                },
+                format!(
+                    "health: the first round of checks did not finish in {} ms; servers \
+                     not checked yet stay out",
+                    limit.as_millis()
+                ),
+            );
+        }
+    }
     let (lock, ids, down, computed) = compute_for_kernel(&m, pin_dir, &cfg, &data)?;
     // On a restart, what the kernel holds is the last applied state; a config cut short
     // since would drop its services and servers.
@@ -243,6 +262,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         down,
         log,
         pin_dir: pin_dir.to_path_buf(),
+        checks,
     };
     let mut seen = stamps(&state.files);
     while !STOP.load(Ordering::Relaxed) {
@@ -361,7 +381,7 @@ fn compute_for_kernel(
     pin_dir: &Path,
     cfg: &Config,
     data: &Data,
-) -> Result<(WriteLock, Ids, HashSet<u16>, Computed)> {
+) -> Result<(WriteLock, Ids, Unavailable, Computed)> {
     const UNLOCKED_TRIES: usize = 2;
     for attempt in 0..=UNLOCKED_TRIES {
         let early = if attempt == UNLOCKED_TRIES {
@@ -370,13 +390,13 @@ fn compute_for_kernel(
             None
         };
         let ids = assign_ids(m, cfg)?;
-        let down = down_servers(m, &ids)?;
+        let down = down_servers(m, cfg, &ids)?;
         let computed = compute(cfg, data, &ids, &down)?;
         let lock = match early {
             Some(l) => l,
             None => WriteLock::take(pin_dir)?,
         };
-        if assign_ids(m, cfg)? == ids && down_servers(m, &ids)? == down {
+        if assign_ids(m, cfg)? == ids && down_servers(m, cfg, &ids)? == down {
             return Ok((lock, ids, down, computed));
         }
     }
@@ -389,11 +409,21 @@ struct State {
     data: Data,
     computed: Computed,
     ids: Ids,
-    /// Kernel ids of the config's servers that are down: left out of the sort.
-    down: HashSet<u16>,
+    /// The config's servers that get no new clients: left out of the sort.
+    down: Unavailable,
     files: Vec<PathBuf>,
     log: Log,
     pin_dir: PathBuf,
+    /// The health checks, when the config has any.
+    checks: Option<Runner>,
+}
+
+/// Starts the config's health checks (none: `None`), on the ids the kernel has or will
+/// give its servers and services.
+fn start_checks(pin_dir: &Path, m: &Maps, cfg: &Config, log: Log) -> Result<Option<Runner>> {
+    let ids = assign_ids(m, cfg)?;
+    let r = Runner::start(pin_dir, health::targets(cfg, &ids), &ids.services, log)?;
+    Ok((!r.targets.is_empty()).then_some(r))
 }
 
 /// Makes the kernel's host addresses the host's (see `kernel::host`), under the write lock
@@ -413,15 +443,33 @@ fn follow_addresses(m: &mut Maps, pin_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The config's servers (by kernel id) that the kernel has marked down.
-fn down_servers(m: &Maps, ids: &Ids) -> Result<HashSet<u16>> {
+/// The config's servers (by kernel id) that the kernel holds out: set down or drained,
+/// and per service, out by health checks.
+fn down_servers(m: &Maps, cfg: &Config, ids: &Ids) -> Result<Unavailable> {
     let ours: HashSet<u16> = ids.servers.iter().copied().collect();
-    Ok(m.servers()?
+    let servers = m
+        .servers()?
         .into_iter()
-        .filter(|s| !s.up && ours.contains(&s.id))
+        .filter(|s| (!s.up || s.drained) && ours.contains(&s.id))
         .map(|s| s.id)
-        .collect())
+        .collect();
+    let mut health = HashMap::new();
+    for (svc, &id) in cfg.services.iter().zip(&ids.services) {
+        if svc.health.is_none() {
+            continue;
+        }
+        let mask = m.health(id)?;
+        let out: HashSet<u16> = ours.iter().copied().filter(|&s| mask.is_out(s)).collect();
+        if !out.is_empty() {
+            health.insert(id, out);
+        }
+    }
+    Ok(Unavailable { servers, health })
 }
+
+/// How long `run` waits after seeing a server's state change before re-sorting, so that
+/// a burst of changes (a fleet flapping, a site going dark) costs one re-sort.
+const COALESCE: Duration = Duration::from_millis(200);
 
 /// Subtrees larger than this are recomputed in full instead (a sweep is faster then).
 const SUBTREE_LIMIT: usize = 20_000;
@@ -430,14 +478,18 @@ impl State {
     /// Re-sorts every decision when a server went down or came back up since the last
     /// sort, and writes what changed.
     fn follow_server_states(&mut self, m: &mut Maps) -> Result<()> {
-        let down = down_servers(m, &self.ids)?;
+        if down_servers(m, &self.cfg, &self.ids)? == self.down {
+            return Ok(());
+        }
+        std::thread::sleep(COALESCE);
+        let down = down_servers(m, &self.cfg, &self.ids)?;
         if down == self.down {
             return Ok(());
         }
         let t = Instant::now();
         let new = compute(&self.cfg, &self.data, &self.ids, &down)?;
         let _lock = WriteLock::take(&self.pin_dir)?;
-        if down_servers(m, &self.ids)? != down {
+        if down_servers(m, &self.cfg, &self.ids)? != down {
             // Changed again while sorting: the next look sorts for the newest states.
             return Ok(());
         }
@@ -454,24 +506,53 @@ impl State {
             .zip(&self.cfg.servers)
             .map(|(&id, s)| (id, s.name.as_str()))
             .collect();
-        let mut names: Vec<String> = down.iter().map(|id| name_of[id].to_string()).collect();
+        let service_of: HashMap<u32, &str> = self
+            .ids
+            .services
+            .iter()
+            .zip(&self.cfg.services)
+            .map(|(&id, s)| (id, s.name.trim_end_matches('.')))
+            .collect();
+        let mut names: Vec<String> = down
+            .servers
+            .iter()
+            .map(|id| name_of[id].to_string())
+            .collect();
         names.sort();
+        let mut health_out: Vec<api::ServiceServer> = down
+            .health
+            .iter()
+            .flat_map(|(svc, out)| {
+                out.iter().map(|s| api::ServiceServer {
+                    service: service_of[svc].to_string(),
+                    server: name_of[s].to_string(),
+                })
+            })
+            .collect();
+        health_out.sort();
         self.computed = new;
         self.down = down;
         let ms = t.elapsed().as_secs_f64() * 1e3;
+        let mut what: Vec<String> = names.clone();
+        what.extend(
+            health_out
+                .iter()
+                .map(|h| format!("{} for {}", h.server, h.service)),
+        );
         self.log.event(
             Event::Resorted {
-                down: names.clone(),
+                down: names,
+                health_out,
                 entries: rewritten,
                 ms,
             },
             format!(
-                "re-sorted without the servers that are down ({}): {rewritten} entries \
+                "re-sorted without the servers that are out ({}): {rewritten} entries \
                  changed in {ms:.0} ms",
-                if names.is_empty() {
+                if what.is_empty() {
                     "none".to_string()
                 } else {
-                    names.join(", ")
+                    what.join(", ")
                 }
             ),
         );
@@ -487,7 +568,9 @@ impl State {
         let after = fresh.iter().map(Vec::len).sum();
         guard::check(&[Removal::count("RTT measurements", before, after)], share)?;
         let _lock = WriteLock::take(&self.pin_dir)?;
-        if assign_ids(m, &self.cfg)? != self.ids || down_servers(m, &self.ids)? != self.down {
+        if assign_ids(m, &self.cfg)? != self.ids
+            || down_servers(m, &self.cfg, &self.ids)? != self.down
+        {
             bail!("servers or services changed in the kernel");
         }
         let changed = self.data.replace_rtt(fresh);
@@ -520,7 +603,7 @@ impl State {
 fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
-    let (_lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data)?;
+    let (lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data)?;
     let removals = guard::removals(
         &guard::State {
             cfg: &state.cfg,
@@ -560,7 +643,19 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
             write_diff(m, state.log, *id, name, None, &d)?;
         }
     }
+    drop(lock);
     let (log, pin_dir) = (state.log, state.pin_dir.clone());
+    // New or changed checks start from the kernel's verdicts (the old runner's); new
+    // servers of a service are out until their first check.
+    let targets = health::targets(&cfg, &ids);
+    let mut checks = state.checks.take();
+    if checks.as_ref().map_or(Vec::new(), |r| r.targets.clone()) != targets {
+        if let Some(r) = checks.take() {
+            r.stop();
+        }
+        let r = Runner::start(&pin_dir, targets, &ids.services, log)?;
+        checks = (!r.targets.is_empty()).then_some(r);
+    }
     *state = State {
         files: watched(path, &cfg),
         cfg,
@@ -570,6 +665,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         down,
         log,
         pin_dir,
+        checks,
     };
     Ok(())
 }

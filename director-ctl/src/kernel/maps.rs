@@ -12,12 +12,12 @@ use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, MapError, 
 use director_common::{
     counters::{self, Reason},
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Iface, NameEntry, ServerRecord,
-        ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED, LOCAL_HOST, MAP_CHOICES,
-        MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_IFACES, MAP_LOCAL, MAP_NAMES,
-        MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL,
-        MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4,
-        SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, HealthMask, Iface, NameEntry,
+        ServerRecord, ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED, LOCAL_HOST,
+        MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_HEALTH, MAP_IFACES,
+        MAP_LOCAL, MAP_NAMES, MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES,
+        MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_DRAINED, SERVER_EXISTS,
+        SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
     },
     name,
     select::Mode,
@@ -35,6 +35,8 @@ pub struct ServerEntry {
     pub ipv4: Option<Ipv4Addr>,
     pub ipv6: Option<Ipv6Addr>,
     pub up: bool,
+    /// `server drain`: no new clients.
+    pub drained: bool,
 }
 
 /// A DNS service as the kernel's tables hold it.
@@ -83,6 +85,7 @@ pub struct Maps {
     ifaces: Array<MapData, Iface>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
+    health: Array<MapData, HealthMask>,
 }
 
 fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
@@ -122,6 +125,7 @@ fn server_entry(id: u16, s: &ServerRecord) -> ServerEntry {
         ipv4: (s.flags & SERVER_V4 != 0).then(|| Ipv4Addr::from(s.ipv4)),
         ipv6: (s.flags & SERVER_V6 != 0).then(|| Ipv6Addr::from(s.ipv6)),
         up: s.flags & SERVER_UP != 0,
+        drained: s.flags & SERVER_DRAINED != 0,
     }
 }
 
@@ -147,6 +151,7 @@ impl Maps {
             ifaces: open(dir, MAP_IFACES)?,
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
+            health: open(dir, MAP_HEALTH)?,
         };
         m.check_name_keys(dir)?;
         Ok(m)
@@ -209,6 +214,9 @@ impl Maps {
         if e.up {
             s.flags |= SERVER_UP;
         }
+        if e.drained {
+            s.flags |= SERVER_DRAINED;
+        }
         if let Some(a) = e.ipv4 {
             s.flags |= SERVER_V4;
             s.ipv4 = a.octets();
@@ -223,19 +231,42 @@ impl Maps {
     }
 
     pub fn set_server_up(&mut self, id: u16, up: bool) -> Result<()> {
+        self.set_server_flag(id, SERVER_UP, up)
+    }
+
+    pub fn set_server_drained(&mut self, id: u16, drained: bool) -> Result<()> {
+        self.set_server_flag(id, SERVER_DRAINED, drained)
+    }
+
+    fn set_server_flag(&mut self, id: u16, flag: u8, on: bool) -> Result<()> {
         let key = u32::from(id);
         let mut s = self
             .servers
             .get(&key, 0)
             .with_context(|| format!("reading server {id}"))?;
-        if up {
-            s.flags |= SERVER_UP;
+        if on {
+            s.flags |= flag;
         } else {
-            s.flags &= !SERVER_UP;
+            s.flags &= !flag;
         }
         self.servers
             .set(key, s, 0)
             .context("writing the server table")
+    }
+
+    // --- health --------------------------------------------------------------------------
+
+    /// The health checks' verdicts for one service's servers.
+    pub fn health(&self, service: u32) -> Result<HealthMask> {
+        self.health
+            .get(&service, 0)
+            .with_context(|| format!("reading the health of service {service}"))
+    }
+
+    pub fn set_health(&mut self, service: u32, mask: &HealthMask) -> Result<()> {
+        self.health
+            .set(service, *mask, 0)
+            .with_context(|| format!("writing the health of service {service}"))
     }
 
     pub fn remove_server(&mut self, id: u16) -> Result<()> {
@@ -352,6 +383,8 @@ impl Maps {
                 self.services
                     .set(id, ServiceRecord::default(), 0)
                     .context("writing the service table")?;
+                // A later service with this id starts with no verdicts.
+                self.set_health(id, &HealthMask::all_in())?;
             }
         }
         for id in 1..MAX_SERVERS {

@@ -34,6 +34,7 @@ fn api_server(s: ServerEntry) -> api::ListedServer {
         ipv4: s.ipv4,
         ipv6: s.ipv6,
         up: s.up,
+        drained: s.drained,
     }
 }
 
@@ -89,7 +90,8 @@ fn require_server(m: &Maps, name: &str) -> Result<ServerEntry> {
         .with_context(|| format!("unknown server {name:?} (see `director-ctl server list`)"))
 }
 
-/// Adds a server, or changes the addresses of an existing one (its up/down state is kept).
+/// Adds a server, or changes the addresses of an existing one (its up/down and drained
+/// states are kept).
 /// Returns its id.
 pub fn server_add(
     m: &mut Maps,
@@ -101,9 +103,9 @@ pub fn server_add(
     if ipv4.is_none() && ipv6.is_none() {
         bail!("server {name:?} needs an address: give --ipv4 and/or --ipv6");
     }
-    let (id, up) = match find_server(m, name)? {
-        Some(s) => (s.id, s.up),
-        None => (m.free_server_id()?, true),
+    let (id, up, drained) = match find_server(m, name)? {
+        Some(s) => (s.id, s.up, s.drained),
+        None => (m.free_server_id()?, true, false),
     };
     m.put_server(&ServerEntry {
         id,
@@ -111,6 +113,7 @@ pub fn server_add(
         ipv4,
         ipv6,
         up,
+        drained,
     })?;
     Ok(id)
 }
@@ -118,6 +121,12 @@ pub fn server_add(
 pub fn server_set(m: &mut Maps, name: &str, up: bool) -> Result<()> {
     let s = require_server(m, name)?;
     m.set_server_up(s.id, up)
+}
+
+/// `server drain` / `undrain`: no new clients for any service while drained.
+pub fn server_drain(m: &mut Maps, name: &str, drained: bool) -> Result<()> {
+    let s = require_server(m, name)?;
+    m.set_server_drained(s.id, drained)
 }
 
 /// Deletes a server that no route uses.
@@ -344,10 +353,44 @@ pub fn status(dir: &Path) -> Result<api::Status> {
         routes_v6: 0,
         stored_decisions: 0,
         active_table: None,
+        drained: Vec::new(),
+        admin_down: Vec::new(),
+        health: Vec::new(),
     };
     if let Ok(m) = Maps::open(dir) {
-        st.servers = m.servers()?.len();
-        st.services = m.services()?.len();
+        let servers = m.servers()?;
+        let mut services = m.services()?;
+        services.sort_by(|a, b| a.name.cmp(&b.name));
+        st.servers = servers.len();
+        st.services = services.len();
+        st.drained = servers
+            .iter()
+            .filter(|s| s.drained)
+            .map(|s| s.name.clone())
+            .collect();
+        st.admin_down = servers
+            .iter()
+            .filter(|s| !s.up)
+            .map(|s| s.name.clone())
+            .collect();
+        let mut by_name: Vec<&ServerEntry> = servers.iter().collect();
+        by_name.sort_by(|a, b| a.name.cmp(&b.name));
+        for svc in &services {
+            let mask = m.health(svc.id)?;
+            for s in &by_name {
+                let health = match (mask.is_known(s.id), mask.is_out(s.id)) {
+                    (false, false) => continue,
+                    (false, true) => api::Health::Unchecked,
+                    (true, false) => api::Health::Up,
+                    (true, true) => api::Health::Down,
+                };
+                st.health.push(api::ServiceHealth {
+                    service: svc.name.clone(),
+                    server: s.name.clone(),
+                    health,
+                });
+            }
+        }
         let routes = m.decisions()?;
         st.routes_v4 = routes
             .iter()

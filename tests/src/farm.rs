@@ -1,0 +1,228 @@
+//! Servers for health tests: a third namespace on its own link from the edge, holding one
+//! address per server and real nginx processes on them, each one stoppable, startable and
+//! blackholable by the test.
+//!
+//! ```text
+//!   edge netns                               servers netns
+//!   <edge side> 203.0.113.1/24  <--veth-->   <srv side> 203.0.113.10, .20, .30 /24
+//!   director-ctl run (checks)                nginx per (server, port), master_process off
+//! ```
+//!
+//! Drop stops every nginx it started, by pid, and deletes the namespace (and so the link).
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use crate::netns::Lab;
+
+pub const EDGE_SIDE_V4: &str = "203.0.113.1";
+
+/// One nginx: a server's address and port, answering `/health` with its name.
+struct Nginx {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+pub struct Farm {
+    pub ns: String,
+    srv_if: String,
+    /// Server name → address.
+    pub servers: BTreeMap<String, String>,
+    nginx: BTreeMap<(String, u16), Nginx>,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("running ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Farm {
+    /// The namespace, the link to the lab's edge, and an address per server (`name`,
+    /// last octet). No nginx runs yet.
+    pub fn new(lab: &Lab, servers: &[(&str, u8)]) -> Farm {
+        let ns = format!("{}-srv", lab.id);
+        let tag = lab.edge_if.trim_start_matches("de");
+        let farm = Farm {
+            ns: ns.clone(),
+            srv_if: format!("ds{tag}"),
+            servers: servers
+                .iter()
+                .map(|(n, o)| (n.to_string(), format!("203.0.113.{o}")))
+                .collect(),
+            nginx: BTreeMap::new(),
+        };
+        let edge_side = format!("dh{tag}");
+        ip(&["netns", "add", &ns]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        ip(&[
+            "link",
+            "add",
+            &edge_side,
+            "netns",
+            &lab.edge_ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &farm.srv_if,
+            "netns",
+            &ns,
+        ]);
+        ip(&[
+            "-n",
+            &lab.edge_ns,
+            "addr",
+            "add",
+            &format!("{EDGE_SIDE_V4}/24"),
+            "dev",
+            &edge_side,
+        ]);
+        ip(&["-n", &lab.edge_ns, "link", "set", &edge_side, "up"]);
+        // Host addresses (/32) with a route for the link: removing one never takes the
+        // others along (deleting a /24's primary address deletes its secondaries).
+        for a in farm.servers.values() {
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{a}/32"),
+                "dev",
+                &farm.srv_if,
+            ]);
+        }
+        ip(&["-n", &ns, "link", "set", &farm.srv_if, "up"]);
+        ip(&[
+            "-n",
+            &ns,
+            "route",
+            "add",
+            "203.0.113.0/24",
+            "dev",
+            &farm.srv_if,
+        ]);
+        farm
+    }
+
+    pub fn addr(&self, server: &str) -> &str {
+        &self.servers[server]
+    }
+
+    /// Starts nginx for `server` on `port`: `/health` answers "<server> ok", everything
+    /// else "<server>". Waits until it accepts connections.
+    pub fn start(&mut self, server: &str, port: u16) {
+        let addr = self.addr(server).to_string();
+        // A stopped one's directory goes first: it is the same directory.
+        self.nginx.remove(&(server.to_string(), port));
+        let dir = std::env::temp_dir().join(format!("{}-nginx-{server}-{port}", self.ns));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("nginx dir");
+        let d = dir.display();
+        let conf = format!(
+            "master_process off;\ndaemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+             error_log {d}/error.log;\nevents {{ worker_connections 64; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n\
+               proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
+               uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+               server {{\n    listen {addr}:{port};\n\
+                 location = /health {{ return 200 \"{server} ok\\n\"; }}\n\
+                 location / {{ return 200 \"{server}\\n\"; }}\n  }}\n}}\n"
+        );
+        fs::write(dir.join("nginx.conf"), conf).expect("nginx.conf");
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.ns))
+            .args(["nginx", "-c"])
+            .arg(dir.join("nginx.conf"))
+            .args(["-p"])
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting nginx");
+        self.nginx.insert(
+            (server.to_string(), port),
+            Nginx {
+                child: Some(child),
+                dir: dir.clone(),
+            },
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{}", self.ns))
+                .args(["bash", "-c", &format!("exec 3<>/dev/tcp/{addr}/{port}")])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nginx for {server} on port {port} not listening after 10 s: {}",
+                fs::read_to_string(dir.join("error.log")).unwrap_or_default()
+            );
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the nginx for `server` on `port` (connections are then refused).
+    pub fn stop(&mut self, server: &str, port: u16) {
+        if let Some(n) = self.nginx.get_mut(&(server.to_string(), port)) {
+            n.stop();
+        }
+    }
+
+    /// Takes the server's address away: connections to it time out (nothing answers, not
+    /// even with a refusal). `restore` gives it back.
+    pub fn blackhole(&self, server: &str) {
+        let a = format!("{}/32", self.addr(server));
+        ip(&["-n", &self.ns, "addr", "del", &a, "dev", &self.srv_if]);
+    }
+
+    pub fn restore(&self, server: &str) {
+        let a = format!("{}/32", self.addr(server));
+        ip(&["-n", &self.ns, "addr", "add", &a, "dev", &self.srv_if]);
+    }
+}
+
+impl Nginx {
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Farm {
+    fn drop(&mut self) {
+        self.nginx.clear();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}

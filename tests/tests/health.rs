@@ -1,0 +1,241 @@
+//! Health checks end to end: `director-ctl run` checks real nginx servers in their own
+//! namespace and the XDP program's answers follow — a stopped server, a port down for one
+//! service only, a blackholed server, a recovery, a drain, a controller restart, and
+//! fail-open when every server of a service is down.
+//!
+//! Run as root: `cargo test -p director-tests --test health -- --test-threads=1`.
+
+use std::{
+    path::Path,
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use director_ctl::api;
+use director_tests::farm::Farm;
+use director_tests::netns::{Controller, Lab, Reply, EDGE_V4};
+use director_tests::tempdir::TempDir;
+
+const WWW: &str = "www.example.com";
+const VIDEO: &str = "video.example.com";
+/// Check timing in the config: interval 1 s (jitter 0.1), timeout 0.5 s, rise 2, fall 2.
+const INTERVAL: f64 = 1.0;
+const TIMEOUT: f64 = 0.5;
+const RISE: f64 = 2.0;
+const FALL: f64 = 2.0;
+/// Beyond the checks' own time: the publisher's write, dig's process start, and this
+/// shared 2-core machine's scheduling.
+const MARGIN: f64 = 2.0;
+
+fn config() -> String {
+    format!(
+        "[health]\ninterval = {INTERVAL}\ntimeout = {TIMEOUT}\nrise = {RISE}\nfall = {FALL}\n\
+         jitter = 0.1\n\
+         [[site]]\nname = \"fra\"\n[[site]]\nname = \"nyc\"\n\
+         [[server]]\nname = \"fra-1\"\nsite = \"fra\"\nipv4 = \"203.0.113.10\"\npreference = 1\n\
+         [[server]]\nname = \"nyc-1\"\nsite = \"nyc\"\nipv4 = \"203.0.113.20\"\npreference = 2\n\
+         [[service]]\nname = \"{WWW}\"\nservers = [\"fra-1\", \"nyc-1\"]\n\
+         priority = {{ admin = 1 }}\n\
+         health = {{ type = \"http\", port = 80, path = \"/health\", body = \"ok\" }}\n\
+         [[service]]\nname = \"{VIDEO}\"\nservers = [\"fra-1\", \"nyc-1\"]\n\
+         priority = {{ admin = 1 }}\nhealth = {{ type = \"tcp\", port = 8080 }}\n"
+    )
+}
+
+/// The A records director answers for `name`, joined by commas; empty when it did not
+/// answer.
+fn answer(lab: &Lab, name: &str) -> String {
+    let r = Reply::parse(&lab.dig(&[&format!("@{EDGE_V4}"), name, "A"]));
+    if r.status.as_deref() != Some("NOERROR") {
+        return String::new();
+    }
+    r.data("A").join(",")
+}
+
+/// Asks every 100 ms until `name` is answered with exactly `want`; returns how long it
+/// took. Fails after `within`. `meanwhile` runs at every try (to check other names).
+fn until(
+    lab: &Lab,
+    ctl: &Controller,
+    name: &str,
+    want: &str,
+    within: Duration,
+    meanwhile: &mut dyn FnMut(),
+) -> Duration {
+    let t = Instant::now();
+    loop {
+        let got = answer(lab, name);
+        if got == want {
+            return t.elapsed();
+        }
+        assert!(
+            t.elapsed() < within,
+            "{name} still answered {got:?}, not {want:?}, after {within:?}; run's log:\n{}",
+            ctl.log()
+        );
+        meanwhile();
+        sleep(Duration::from_millis(100));
+    }
+}
+
+fn health(lab: &Lab) -> Vec<(String, String, api::Health)> {
+    let st: api::Status = serde_json::from_str(&lab.ctl_ok(&["status", "--json"])).unwrap();
+    st.health
+        .into_iter()
+        .map(|h| (h.service, h.server, h.health))
+        .collect()
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+fn start(lab: &Lab, cfg: &Path, log: &Path) -> Controller {
+    let mut c = Controller::start(lab, cfg, log);
+    c.wait_for("entries written", 1, Duration::from_secs(60));
+    c
+}
+
+#[test]
+fn health_checks_steer_answers_end_to_end() {
+    let lab = Lab::new();
+    lab.attach();
+    let mut farm = Farm::new(&lab, &[("fra-1", 10), ("nyc-1", 20)]);
+    let (fra, nyc) = (
+        farm.addr("fra-1").to_string(),
+        farm.addr("nyc-1").to_string(),
+    );
+    // fra-1 is preferred for both services, but its web server is not running yet.
+    farm.start("nyc-1", 80);
+    farm.start("fra-1", 8080);
+    farm.start("nyc-1", 8080);
+    let dir = TempDir::new("health", "config");
+    let cfg = dir.path("director.toml");
+    std::fs::write(&cfg, config()).unwrap();
+    let mut ctl = start(&lab, &cfg, &dir.path("run.log"));
+
+    // Nothing is published before the first round: www's first answer is already nyc-1.
+    assert!(
+        ctl.log().contains("first round of 4 checks"),
+        "{}",
+        ctl.log()
+    );
+    assert_eq!(answer(&lab, WWW), nyc, "{}", ctl.log());
+    assert_eq!(answer(&lab, VIDEO), fra);
+    let h = health(&lab);
+    assert!(
+        h.contains(&(WWW.into(), "fra-1".into(), api::Health::Down)),
+        "{h:?}"
+    );
+    assert!(
+        h.contains(&(VIDEO.into(), "fra-1".into(), api::Health::Up)),
+        "{h:?}"
+    );
+
+    // It comes up: back after `rise` successes.
+    farm.start("fra-1", 80);
+    let back = until(
+        &lab,
+        &ctl,
+        WWW,
+        &fra,
+        secs(RISE * INTERVAL * 1.1 + MARGIN),
+        &mut || {},
+    );
+    println!("fra-1 started: www answers it after {back:?}");
+
+    // Its web server stops: out of www within fall x (interval + timeout), while video
+    // (another port) keeps it throughout.
+    farm.stop("fra-1", 80);
+    let resorts = ctl.count("re-sorted");
+    let bound = secs(FALL * (INTERVAL * 1.1 + TIMEOUT) + MARGIN);
+    let mut video_kept = || assert_eq!(answer(&lab, VIDEO), fra);
+    let gone = until(&lab, &ctl, WWW, &nyc, bound, &mut video_kept);
+    let t = Instant::now();
+    ctl.wait_for("re-sorted", resorts + 1, Duration::from_secs(10));
+    println!(
+        "fra-1 stopped: first answer without it after {gone:?}, table re-sorted {:?} later",
+        t.elapsed()
+    );
+    let routes: api::RouteList =
+        serde_json::from_str(&lab.ctl_ok(&["route", "list", "--json"])).unwrap();
+    for r in &routes.routes {
+        let servers: Vec<&str> = r
+            .primary
+            .iter()
+            .chain(&r.fallback)
+            .map(|s| s.server.as_str())
+            .collect();
+        if r.service == WWW {
+            assert_eq!(servers, ["nyc-1"], "www re-sorted without fra-1: {r:?}");
+        } else {
+            assert_eq!(
+                servers,
+                ["fra-1", "nyc-1"],
+                "video keeps fra-1 first: {r:?}"
+            );
+        }
+    }
+    assert_eq!(answer(&lab, VIDEO), fra);
+
+    // Blackholed: its checks time out (not refused), and video loses it too.
+    farm.blackhole("fra-1");
+    let gone = until(&lab, &ctl, VIDEO, &nyc, bound, &mut || {});
+    println!("fra-1 blackholed: video answers without it after {gone:?}");
+    assert!(
+        ctl.log().contains("no answer within 500 ms"),
+        "{}",
+        ctl.log()
+    );
+    farm.restore("fra-1");
+    until(
+        &lab,
+        &ctl,
+        VIDEO,
+        &fra,
+        secs(RISE * INTERVAL * 1.1 + MARGIN),
+        &mut || {},
+    );
+
+    // A controller killed and started again changes no state and no answer: www still
+    // answers nyc-1 right after the restart, with no first round to wait for.
+    let before = health(&lab);
+    ctl.kill();
+    let mut ctl = start(&lab, &cfg, &dir.path("run2.log"));
+    assert_eq!(
+        answer(&lab, WWW),
+        nyc,
+        "{}\n{:?}\n{}",
+        ctl.log(),
+        health(&lab),
+        lab.ctl_ok(&["route", "list"])
+    );
+    assert_eq!(answer(&lab, VIDEO), fra);
+    assert_eq!(health(&lab), before);
+    assert!(!ctl.log().contains("first round"), "{}", ctl.log());
+
+    // Drained: no new clients, at once; undrained: back.
+    lab.ctl_ok(&["server", "drain", "fra-1"]);
+    assert_eq!(answer(&lab, VIDEO), nyc);
+    let st: api::Status = serde_json::from_str(&lab.ctl_ok(&["status", "--json"])).unwrap();
+    assert_eq!(st.drained, ["fra-1"]);
+    lab.ctl_ok(&["server", "undrain", "fra-1"]);
+    assert_eq!(answer(&lab, VIDEO), fra);
+
+    // Every server of www down by its checks: fail-open answers with all of them, so the
+    // best ranked (fra-1) again.
+    farm.stop("nyc-1", 80);
+    until(&lab, &ctl, WWW, &fra, bound, &mut || {});
+    ctl.wait_for("fail-open", 1, Duration::from_secs(5));
+    // One comes back: fail-open ends and answers follow the checks again.
+    farm.start("nyc-1", 80);
+    until(
+        &lab,
+        &ctl,
+        WWW,
+        &nyc,
+        secs(RISE * INTERVAL * 1.1 + MARGIN),
+        &mut || {},
+    );
+    ctl.assert_alive();
+}
