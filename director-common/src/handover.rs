@@ -307,6 +307,8 @@ pub struct Plan {
     pub scope: u8,
     /// How many addresses were put in `Scratch::addrs`: 0..=15 (at most `MAX_CANDIDATES`).
     pub n: usize,
+    /// The server id of the first address (counted as the one the client was sent to).
+    pub first: u16,
 }
 
 mod plan_words {
@@ -315,6 +317,7 @@ mod plan_words {
     pub const TTL: Field = SERVICE.next(32);
     pub const SCOPE: Field = Field::at(0, 8);
     pub const N: Field = SCOPE.next(4);
+    pub const FIRST: Field = N.next(16);
 }
 
 impl Plan {
@@ -326,7 +329,7 @@ impl Plan {
         use plan_words::*;
         [
             SERVICE.put(self.service as u64) | TTL.put(self.ttl as u64),
-            SCOPE.put(self.scope as u64) | N.put(self.n as u64),
+            SCOPE.put(self.scope as u64) | N.put(self.n as u64) | FIRST.put(self.first as u64),
         ]
     }
 
@@ -339,6 +342,7 @@ impl Plan {
             ttl: TTL.get(a) as u32,
             scope: SCOPE.get(b) as u8,
             n: N.get(b) as usize,
+            first: FIRST.get(b) as u16,
         }
     }
 }
@@ -385,8 +389,8 @@ mod tests {
     }
 
     prop_compose! {
-        fn plans()(service: u32, ttl: u32, scope: u8, n in 0..=Plan::MAX_N) -> Plan {
-            Plan { service, ttl, scope, n }
+        fn plans()(service: u32, ttl: u32, scope: u8, n in 0..=Plan::MAX_N, first: u16) -> Plan {
+            Plan { service, ttl, scope, n, first }
         }
     }
 

@@ -20,6 +20,7 @@ pub const MAP_IFACES: &str = "DIR_IFACES";
 pub const MAP_COUNTERS: &str = "DIR_COUNTERS";
 pub const MAP_SERVICE_STATS: &str = "DIR_SVC_STATS";
 pub const MAP_HEALTH: &str = "DIR_HEALTH";
+pub const MAP_SERVER_STATS: &str = "DIR_SRV_STATS";
 pub const MAP_SCRATCH: &str = "DIR_SCRATCH";
 pub const PROGRAM: &str = "director";
 
@@ -123,20 +124,20 @@ impl ServerRecord {
 /// Words of a per-service server bitmap: one bit per server id.
 pub const SERVER_WORDS: usize = MAX_SERVERS as usize / 64;
 
-/// Value of `DIR_HEALTH`, indexed by service id: the health checks' verdicts for that
-/// service's servers. One lookup per query gives the kernel every server's state for the
-/// service (a flat services x servers array would be 8192^2 entries, a lookup per
-/// candidate a cost per answer). Pinned, so a restarted controller starts from it instead
-/// of from "everything up".
+/// Value of `DIR_HEALTH`, indexed by service id: which of the service's servers get no
+/// answers, and the health checks' verdicts. One lookup per query gives the kernel every
+/// server's state for the service (a flat services x servers array would be 8192^2
+/// entries, a lookup per candidate a cost per answer). Pinned, so a restarted controller
+/// starts from the verdicts instead of from "everything up". 3 KB per service.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HealthMask {
-    /// Bit set: the server gets no answers for this service (down, or not yet checked).
-    /// The only part the kernel reads.
+    /// Bit set: the server gets no answers for this service (down, not yet checked, or
+    /// over its load threshold). The only part the kernel reads.
     pub out: [u64; SERVER_WORDS],
-    /// Bit set: a check has given a verdict (the controller's record; `out` without
-    /// `known` means "not checked yet").
+    /// Bit set: a check has given a verdict; `down` says which.
     pub known: [u64; SERVER_WORDS],
+    pub down: [u64; SERVER_WORDS],
 }
 
 impl HealthMask {
@@ -144,34 +145,36 @@ impl HealthMask {
         HealthMask {
             out: [0; SERVER_WORDS],
             known: [0; SERVER_WORDS],
+            down: [0; SERVER_WORDS],
         }
     }
 
     #[inline(always)]
-    pub fn is_out(&self, server: u16) -> bool {
-        let w = (server as usize >> 6) & (SERVER_WORDS - 1);
-        self.out[w] >> (server & 63) & 1 != 0
+    fn at(server: u16) -> (usize, u64) {
+        (
+            (server as usize >> 6) & (SERVER_WORDS - 1),
+            1u64 << (server & 63),
+        )
     }
 
     #[inline(always)]
-    pub fn is_known(&self, server: u16) -> bool {
-        let w = (server as usize >> 6) & (SERVER_WORDS - 1);
-        self.known[w] >> (server & 63) & 1 != 0
+    pub fn is_out(&self, server: u16) -> bool {
+        let (w, bit) = Self::at(server);
+        self.out[w] & bit != 0
     }
 
-    pub fn set(&mut self, server: u16, out: bool, known: bool) {
-        let w = (server as usize >> 6) & (SERVER_WORDS - 1);
-        let bit = 1u64 << (server & 63);
-        self.out[w] = if out {
-            self.out[w] | bit
-        } else {
-            self.out[w] & !bit
-        };
-        self.known[w] = if known {
-            self.known[w] | bit
-        } else {
-            self.known[w] & !bit
-        };
+    /// The checks' verdict: up (`Some(true)`), down, or none yet.
+    pub fn verdict(&self, server: u16) -> Option<bool> {
+        let (w, bit) = Self::at(server);
+        (self.known[w] & bit != 0).then_some(self.down[w] & bit == 0)
+    }
+
+    pub fn set(&mut self, server: u16, out: bool, verdict: Option<bool>) {
+        let (w, bit) = Self::at(server);
+        let put = |word: &mut u64, on: bool| *word = if on { *word | bit } else { *word & !bit };
+        put(&mut self.out[w], out);
+        put(&mut self.known[w], verdict.is_some());
+        put(&mut self.down[w], verdict == Some(false));
     }
 }
 
@@ -274,6 +277,8 @@ pub struct Scratch {
     /// carry each parse path's different stack contents through the rest of the program.
     pub client: [u8; 16],
     pub ecs_addr: [u8; 16],
+    /// The chosen servers' ids, in the order of `addrs`.
+    pub ids: [u16; MAX_CANDIDATES],
 }
 
 #[cfg(feature = "user")]
@@ -300,13 +305,16 @@ mod tests {
     fn health_bits_are_per_server() {
         let mut m = HealthMask::all_in();
         for id in [1u16, 63, 64, 8191] {
-            assert!(!m.is_out(id) && !m.is_known(id));
-            m.set(id, true, false);
-            assert!(m.is_out(id) && !m.is_known(id));
-            m.set(id, false, true);
-            assert!(!m.is_out(id) && m.is_known(id));
+            assert!(!m.is_out(id) && m.verdict(id).is_none());
+            m.set(id, true, None);
+            assert!(m.is_out(id) && m.verdict(id).is_none());
+            m.set(id, false, Some(true));
+            assert!(!m.is_out(id) && m.verdict(id) == Some(true));
+            m.set(id, true, Some(false));
+            assert!(m.is_out(id) && m.verdict(id) == Some(false));
         }
         assert!(!m.is_out(2) && !m.is_out(65) && !m.is_out(8190));
+        assert!(m.verdict(2).is_none());
     }
 
     // The kernel and userspace agree on these by construction; the sizes pin the padding.
@@ -321,11 +329,11 @@ mod tests {
         assert_eq!(size_of::<DecisionRef>(), 8);
         assert_eq!(size_of::<Iface>(), 8);
         assert_eq!(size_of::<TableSwitch>(), 16);
-        assert_eq!(size_of::<HealthMask>(), 2 * MAX_SERVERS as usize / 8);
+        assert_eq!(size_of::<HealthMask>(), 3 * MAX_SERVERS as usize / 8);
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),
-            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 32
+            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 32 + 2 * MAX_CANDIDATES
         );
         assert_eq!(align_of::<Scratch>(), 8);
     }

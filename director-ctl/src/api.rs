@@ -130,6 +130,9 @@ pub struct ServiceHealth {
     pub service: String,
     pub server: String,
     pub health: Health,
+    /// Kept out of this service's answers: down, not checked yet, or over its load
+    /// threshold (false under fail-open).
+    pub out: bool,
 }
 
 /// `status --json`.
@@ -454,6 +457,16 @@ pub enum Event {
         health: Health,
         error: Option<String>,
     },
+    /// A server's load crossed a service's threshold (`over`) or came back under its
+    /// resume level.
+    Load {
+        service: String,
+        server: String,
+        load: f64,
+        over: bool,
+    },
+    /// A server's load could not be read (it keeps its last value and its state).
+    LoadUnreadable { server: String, error: String },
     /// Every server of a service is down by its checks: all are answered (`open`), or
     /// one is up again and fail-open ends.
     FailOpen { service: String, open: bool },

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod controller;
 pub mod health;
 pub mod kernel;
+pub mod metrics;
 pub mod ops;
 
 /// The XDP object, built by build.rs from director-ebpf.

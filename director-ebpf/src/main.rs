@@ -20,13 +20,14 @@ use director_common::{
     handover::{Plan, Query, Slot},
 };
 
-use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SVC_STATS};
+use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
 
 #[xdp]
 pub fn director(ctx: XdpContext) -> u32 {
     let reason = match answer(&ctx) {
-        Ok(service) => {
+        Ok((service, server)) => {
             count(&DIR_SVC_STATS, service);
+            count(&DIR_SRV_STATS, server as u32);
             Reason::Answered
         }
         Err(r) => r,
@@ -45,7 +46,8 @@ pub fn director(ctx: XdpContext) -> u32 {
 }
 
 #[inline(always)]
-fn answer(ctx: &XdpContext) -> Result<u32, Reason> {
+/// Answers the query in place; returns the service and the server it was sent to.
+fn answer(ctx: &XdpContext) -> Result<(u32, u16), Reason> {
     let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Reason::Malformed)?;
     // Each stage starts from what the last one stored (see `opaque`).
     opaque::put_words(s, Slot::Query, parse::query(ctx, s)?.pack());
@@ -54,7 +56,7 @@ fn answer(ctx: &XdpContext) -> Result<u32, Reason> {
     let q = Query::unpack(opaque::get_words(s, Slot::Query));
     let plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
     rewrite::answer(ctx, &q, &plan, s)?;
-    Ok(plan.service)
+    Ok((plan.service, plan.first))
 }
 
 #[inline(always)]

@@ -40,6 +40,9 @@ pub static DIR_CONFIG: Array<TableSwitch> = Array::pinned(1, 0);
 pub static DIR_COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(COUNTER_SLOTS, 0);
 #[map]
 pub static DIR_SVC_STATS: PerCpuArray<u64> = PerCpuArray::pinned(MAX_SERVICES, 0);
+/// Answers per server (the first address of each answer: where the client was sent).
+#[map]
+pub static DIR_SRV_STATS: PerCpuArray<u64> = PerCpuArray::pinned(MAX_SERVERS, 0);
 /// Per service, the servers its health checks keep out of answers.
 #[map]
 pub static DIR_HEALTH: Array<HealthMask> = Array::pinned(MAX_SERVICES, 0);

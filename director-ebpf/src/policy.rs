@@ -89,6 +89,9 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
             core::ptr::write_volatile(dst, lo);
             core::ptr::write_volatile(dst.add(1), hi);
         }
+        // Every id taken, without a branch for the first (each one doubles the verifier's
+        // paths through the candidates).
+        unsafe { core::ptr::write_volatile(&mut (*s).ids[n as usize & (MAX_CANDIDATES - 1)], id) };
         opaque::put(s, Slot::Taken, n + 1);
         n + 1 >= want
     });
@@ -98,6 +101,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         ttl: service.ttl,
         scope,
         n,
+        first: unsafe { core::ptr::read_volatile(&(*s).ids[0]) },
     };
     if plan.n == 0 {
         return Err(Reason::NoServer);

@@ -136,6 +136,7 @@ impl Farm {
                uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
                server {{\n    listen {addr}:{port};\n\
                  location = /health {{ return 200 \"{server} ok\\n\"; }}\n\
+                 location = /load {{ default_type text/plain; alias {d}/load.txt; }}\n\
                  location / {{ return 200 \"{server}\\n\"; }}\n  }}\n}}\n"
         );
         fs::write(dir.join("nginx.conf"), conf).expect("nginx.conf");
@@ -174,6 +175,14 @@ impl Farm {
             );
             sleep(Duration::from_millis(50));
         }
+    }
+
+    /// What the nginx for `server` on `port` answers at `/load`.
+    pub fn set_load(&self, server: &str, port: u16, text: &str) {
+        let n = &self.nginx[&(server.to_string(), port)];
+        let tmp = n.dir.join("load.tmp");
+        fs::write(&tmp, text).expect("load.tmp");
+        fs::rename(&tmp, n.dir.join("load.txt")).expect("load.txt");
     }
 
     /// Stops the nginx for `server` on `port` (connections are then refused).

@@ -239,3 +239,193 @@ fn health_checks_steer_answers_end_to_end() {
     );
     ctl.assert_alive();
 }
+
+/// Prometheus text with a node_load1 gauge.
+fn node_load(v: f64) -> String {
+    format!("# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\nnode_load1 {v}\n")
+}
+
+/// GET /metrics from the controller's endpoint in the edge namespace, parsed by a real
+/// Prometheus text parser: (metric, labels) → value.
+/// One sample: metric name, sorted labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+fn scrape(lab: &Lab, listen: &str) -> Vec<Sample> {
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", lab.edge_ns))
+        .args([
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            &format!("http://{listen}/metrics"),
+        ])
+        .output()
+        .expect("running curl");
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines)
+        .unwrap_or_else(|e| panic!("not Prometheus text ({e}):\n{text}"));
+    scrape
+        .samples
+        .into_iter()
+        .map(|s| {
+            let v = match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                other => panic!("{}: unexpected {other:?}", s.metric),
+            };
+            let mut labels: Vec<(String, String)> = s
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            labels.sort();
+            (s.metric, labels, v)
+        })
+        .collect()
+}
+
+fn sample(samples: &[Sample], metric: &str, labels: &[(&str, &str)]) -> f64 {
+    let mut want: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    want.sort();
+    samples
+        .iter()
+        .find(|(m, l, _)| m == metric && *l == want)
+        .unwrap_or_else(|| panic!("no {metric} {labels:?} in {samples:?}"))
+        .2
+}
+
+#[test]
+fn load_thresholds_and_metrics() {
+    const LOAD_PORT: u16 = 9100;
+    const LISTEN: &str = "127.0.0.1:9273";
+    let lab = Lab::new();
+    lab.attach();
+    let mut farm = Farm::new(&lab, &[("fra-1", 10), ("nyc-1", 20)]);
+    let (fra, nyc) = (
+        farm.addr("fra-1").to_string(),
+        farm.addr("nyc-1").to_string(),
+    );
+    for s in ["fra-1", "nyc-1"] {
+        farm.start(s, 80);
+        farm.start(s, LOAD_PORT);
+        farm.set_load(s, LOAD_PORT, &node_load(0.1));
+    }
+    let load = |s: &str| {
+        format!(
+            "load = {{ url = \"http://{}:{LOAD_PORT}/load\", metric = \"node_load1\" }}\n",
+            farm.addr(s)
+        )
+    };
+    let text = config()
+        .replace(
+            "preference = 1\n",
+            &format!("preference = 1\n{}", load("fra-1")),
+        )
+        .replace(
+            "preference = 2\n",
+            &format!("preference = 2\n{}", load("nyc-1")),
+        )
+        .replace(
+            "body = \"ok\" }\n",
+            "body = \"ok\" }\nload_threshold = 0.8\n",
+        )
+        + &format!("[metrics]\nlisten = \"{LISTEN}\"\n");
+    let dir = TempDir::new("health", "config");
+    let cfg = dir.path("director.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    let ctl = start(&lab, &cfg, &dir.path("run.log"));
+    let poll = secs(INTERVAL * 1.1 + MARGIN);
+    until(&lab, &ctl, WWW, &fra, poll, &mut || {});
+
+    // Over the threshold: no new clients for www (video has no threshold: it keeps it).
+    farm.set_load("fra-1", LOAD_PORT, &node_load(0.95));
+    until(&lab, &ctl, WWW, &nyc, poll, &mut || {});
+    assert_eq!(answer(&lab, VIDEO), fra);
+    // Between the resume level (0.72) and the threshold: still out (hysteresis).
+    farm.set_load("fra-1", LOAD_PORT, &node_load(0.75));
+    let t = Instant::now();
+    while t.elapsed() < secs(2.5 * INTERVAL) {
+        assert_eq!(
+            answer(&lab, WWW),
+            nyc,
+            "back before the load fell under 0.72"
+        );
+        sleep(Duration::from_millis(200));
+    }
+    farm.set_load("fra-1", LOAD_PORT, &node_load(0.5));
+    until(&lab, &ctl, WWW, &fra, poll, &mut || {});
+    // A load endpoint that stops answering takes nobody out by itself.
+    farm.stop("fra-1", LOAD_PORT);
+    let t = Instant::now();
+    while t.elapsed() < secs(2.5 * INTERVAL) {
+        assert_eq!(
+            answer(&lab, WWW),
+            fra,
+            "out because its load was unreadable"
+        );
+        sleep(Duration::from_millis(200));
+    }
+    assert!(
+        ctl.log().contains("cannot read fra-1's load"),
+        "{}",
+        ctl.log()
+    );
+
+    // The metrics agree with the kernel's counters and with what the test did.
+    let stats = lab.stats();
+    let m = scrape(&lab, LISTEN);
+    let www = [("service", WWW)];
+    assert_eq!(
+        sample(&m, "director_answers_total", &www) as u64,
+        stats.service(WWW)
+    );
+    assert_eq!(
+        sample(&m, "director_packets_total", &[("reason", "answered")]) as u64,
+        stats.get("answered")
+    );
+    let per_server: f64 = ["fra-1", "nyc-1"]
+        .iter()
+        .map(|s| sample(&m, "director_server_answers_total", &[("server", s)]))
+        .sum();
+    assert_eq!(
+        per_server as u64,
+        stats.get("answered"),
+        "each answer sends to one server"
+    );
+    assert!(sample(&m, "director_server_answers_total", &[("server", "nyc-1")]) > 0.0);
+    let fra_www = [("service", WWW), ("server", "fra-1")];
+    assert_eq!(sample(&m, "director_health_up", &fra_www), 1.0);
+    assert_eq!(sample(&m, "director_health_out", &fra_www), 0.0);
+    assert!(sample(&m, "director_health_check_seconds", &fra_www) < TIMEOUT);
+    assert_eq!(
+        sample(&m, "director_server_load", &[("server", "fra-1")]),
+        0.5
+    );
+    assert!(sample(&m, "director_decision_entries", &[]) >= 4.0);
+    assert!(sample(&m, "director_last_recompute_timestamp_seconds", &[]) > 1.7e9);
+
+    // A server stopped for www shows as down and out.
+    farm.stop("fra-1", 80);
+    until(
+        &lab,
+        &ctl,
+        WWW,
+        &nyc,
+        secs(FALL * (INTERVAL * 1.1 + TIMEOUT) + MARGIN),
+        &mut || {},
+    );
+    let m = scrape(&lab, LISTEN);
+    assert_eq!(sample(&m, "director_health_up", &fra_www), 0.0);
+    assert_eq!(sample(&m, "director_health_out", &fra_www), 1.0);
+}

@@ -1020,7 +1020,7 @@ fn health_out_and_drained_servers_are_skipped_per_service() {
     let fra = m.servers().unwrap();
     let fra = fra.iter().find(|s| s.name == FRA.name).unwrap().id;
     let mut mask = HealthMask::all_in();
-    mask.set(fra, true, true);
+    mask.set(fra, true, Some(false));
     m.set_health(www, &mask).unwrap();
     // Every address answered for `name` over 64 queries of each type (random selection:
     // with two usable servers both show up).

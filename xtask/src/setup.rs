@@ -21,6 +21,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("unbound", "unbound"),
     // The health tests' real HTTP servers.
     ("nginx-light", "nginx"),
+    ("curl", "curl"),
 ];
 
 pub fn root() -> PathBuf {

@@ -107,14 +107,23 @@ pub fn status(st: &api::Status) -> String {
         }
     }
     if !st.health.is_empty() {
-        let _ = writeln!(o, "{:<40} {:<20} health", "service", "server");
+        let _ = writeln!(
+            o,
+            "{:<40} {:<20} {:<10} answered",
+            "service", "server", "health"
+        );
         for h in &st.health {
             let state = match h.health {
                 api::Health::Up => "up",
                 api::Health::Down => "down",
-                api::Health::Unchecked => "unchecked (kept out)",
+                api::Health::Unchecked => "unchecked",
             };
-            let _ = writeln!(o, "{:<40} {:<20} {state}", h.service, h.server);
+            let answered = if h.out { "no" } else { "yes" };
+            let _ = writeln!(
+                o,
+                "{:<40} {:<20} {state:<10} {answered}",
+                h.service, h.server
+            );
         }
     }
     o

@@ -69,6 +69,66 @@ pub struct Server {
     /// Where health checks connect (default: its ipv4, else its ipv6), for servers that
     /// answer checks on another address than clients use.
     pub check_address: Option<IpAddr>,
+    /// Where the server publishes its load (polled at the `[health]` interval).
+    pub load: Option<LoadSource>,
+}
+
+/// `[[server]] load = { url = "http://ADDR:PORT/PATH", metric = "NAME" }`: the body is one
+/// number, or Prometheus text holding `metric` (its samples summed).
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSource {
+    pub url: String,
+    pub metric: Option<String>,
+}
+
+/// An `http://` URL whose host is an address literal (no DNS lookup in the checks'
+/// path): where to connect, the path and the Host header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpUrl {
+    pub addr: std::net::SocketAddr,
+    pub host: String,
+    pub path: String,
+}
+
+impl HttpUrl {
+    pub fn parse(url: &str) -> Result<HttpUrl> {
+        let rest = url
+            .strip_prefix("http://")
+            .with_context(|| format!("url {url:?} must start with http://"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            bail!("url {url:?}: the path has spaces or control characters");
+        }
+        let addr: std::net::SocketAddr = match authority.parse() {
+            Ok(a) => a,
+            Err(_) => {
+                let ip: IpAddr = authority
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse()
+                    .with_context(|| {
+                        format!("url {url:?}: the host must be an IP address (and :port)")
+                    })?;
+                std::net::SocketAddr::new(ip, 80)
+            }
+        };
+        Ok(HttpUrl {
+            addr,
+            host: authority.to_string(),
+            path: path.to_string(),
+        })
+    }
+}
+
+/// `[metrics]`: where `run` serves Prometheus text (`GET /metrics`).
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    pub listen: std::net::SocketAddr,
 }
 
 fn thirty() -> u32 {
@@ -115,6 +175,19 @@ pub struct Service {
     /// rather than with none.
     #[serde(default = "yes")]
     pub fail_open: bool,
+    /// Over this load a server gets no new clients for this service (the CDS service
+    /// router's "next Service Engine in the list"), until it is under `load_resume`.
+    pub load_threshold: Option<f64>,
+    /// Default: 90 % of the threshold.
+    pub load_resume: Option<f64>,
+}
+
+impl Service {
+    /// The load threshold and the level under which an overloaded server is back.
+    pub fn load_limits(&self) -> Option<(f64, f64)> {
+        self.load_threshold
+            .map(|t| (t, self.load_resume.unwrap_or(t * 0.9)))
+    }
 }
 
 fn yes() -> bool {
@@ -366,6 +439,7 @@ pub struct Config {
     pub rtt: Rtt,
     #[serde(default)]
     pub health: HealthDefaults,
+    pub metrics: Option<Metrics>,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     #[serde(default)]
@@ -465,6 +539,12 @@ impl Config {
             if s.ipv4.is_none() && s.ipv6.is_none() {
                 bail!("{}: needs ipv4 and/or ipv6", at());
             }
+            if let Some(l) = &s.load {
+                HttpUrl::parse(&l.url).with_context(|| format!("{}: load", at()))?;
+                if l.metric.as_deref() == Some("") {
+                    bail!("{}: load metric is empty", at());
+                }
+            }
         }
         // A file caught half-written (or emptied) must not take every service away.
         if self.services.is_empty() {
@@ -520,6 +600,30 @@ impl Config {
             s.select_mode(&policy).with_context(at)?;
             if let Some(c) = &s.health {
                 c.validate(&self.health).with_context(at)?;
+            }
+            if let Some((t, r)) = s.load_limits() {
+                if !(t.is_finite() && t > 0.0) {
+                    bail!("{}: load_threshold {t} must be above 0", at());
+                }
+                if !(r.is_finite() && (0.0..t).contains(&r)) {
+                    bail!(
+                        "{}: load_resume {r} must be from 0 to below load_threshold {t}",
+                        at()
+                    );
+                }
+                let publish = s.servers.iter().any(|n| {
+                    self.servers
+                        .iter()
+                        .any(|sv| &sv.name == n && sv.load.is_some())
+                });
+                if !publish {
+                    bail!(
+                        "{}: load_threshold, but none of its servers has load (a url)",
+                        at()
+                    );
+                }
+            } else if s.load_resume.is_some() {
+                bail!("{}: load_resume without load_threshold", at());
             }
         }
         Ok(())
@@ -692,6 +796,47 @@ priority = { geo = 1, admin = 2 }
         }
         let e = refused(&format!("[health]\ntimeout = 0\n{GOOD}"));
         assert!(e.contains("[health]") && e.contains("timeout 0"), "{e}");
+    }
+
+    #[test]
+    fn load_sources_and_thresholds_are_checked() {
+        let load = |url: &str| {
+            GOOD.replace(
+                "ipv4 = \"192.0.2.10\"",
+                &format!("ipv4 = \"192.0.2.10\"\nload = {{ url = \"{url}\" }}"),
+            )
+        };
+        let ok = load("http://192.0.2.10:9100/load").replace(
+            "priority = { geo = 1, admin = 2 }",
+            "priority = { geo = 1, admin = 2 }\nload_threshold = 0.8",
+        );
+        let c = Config::parse(&ok).unwrap();
+        assert_eq!(c.services[0].load_limits(), Some((0.8, 0.8 * 0.9)));
+        let u = HttpUrl::parse("http://[2001:db8::1]:8080/m?x=1").unwrap();
+        assert_eq!((u.addr.port(), u.path.as_str()), (8080, "/m?x=1"));
+        assert_eq!(HttpUrl::parse("http://192.0.2.1").unwrap().addr.port(), 80);
+        for (text, why) in [
+            (load("https://192.0.2.10/load"), "must start with http://"),
+            (load("http://lb.example.com/load"), "must be an IP address"),
+            (ok.replace("0.8", "0"), "must be above 0"),
+            (
+                ok.replace(
+                    "load_threshold = 0.8",
+                    "load_threshold = 0.8\nload_resume = 0.9",
+                ),
+                "load_resume 0.9",
+            ),
+            (
+                GOOD.replace(
+                    "priority = { geo = 1, admin = 2 }",
+                    "priority = { geo = 1 }\nload_threshold = 1",
+                ),
+                "none of its servers has load",
+            ),
+        ] {
+            let e = refused(&text);
+            assert!(e.contains(why), "{e}");
+        }
     }
 
     fn with_service(extra: &str) -> String {

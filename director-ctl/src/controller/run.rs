@@ -33,8 +33,9 @@ use super::data::{load_rtt, Data};
 use super::decide::{compute, plans, subtree, Computed, Ids, Unavailable};
 use super::guard::{self, Refusal, Removal};
 use crate::api::{self, Event};
-use crate::health::{self, Runner};
+use crate::health::{self, Runner, Shared};
 use crate::kernel::{DecisionChange, Maps, WriteLock};
+use crate::metrics;
 
 /// How `run` behaves, from its command line.
 #[derive(Clone, Debug)]
@@ -192,7 +193,8 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     let mut m = Maps::open(pin_dir)?;
     // Checks start before the data is read (seconds at full scale), so their first round
     // overlaps it; nothing is published before that round is complete.
-    let checks = start_checks(pin_dir, &m, &cfg, log)?;
+    let shared = Shared::default();
+    let checks = start_checks(pin_dir, &m, &cfg, shared.clone(), log)?;
     let data = Data::load(&cfg)?;
     if let Some(r) = &checks {
         let limit = r.first_round_limit();
@@ -253,6 +255,17 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
              in {compute_s:.1} s compute + {apply_s:.1} s apply"
         ),
     );
+    let table = metrics::SharedTable::default();
+    if let Some(mc) = &cfg.metrics {
+        metrics::serve(
+            mc.listen,
+            metrics::Sources {
+                pin_dir: pin_dir.to_path_buf(),
+                health: shared.clone(),
+                table: table.clone(),
+            },
+        )?;
+    }
     let mut state = State {
         files,
         cfg,
@@ -263,7 +276,10 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         log,
         pin_dir: pin_dir.to_path_buf(),
         checks,
+        shared,
+        table,
     };
+    state.note_table(compute_s);
     let mut seen = stamps(&state.files);
     while !STOP.load(Ordering::Relaxed) {
         let mut now = stamps(&state.files);
@@ -416,14 +432,24 @@ struct State {
     pin_dir: PathBuf,
     /// The health checks, when the config has any.
     checks: Option<Runner>,
+    /// What they found, for the metrics endpoint.
+    shared: Shared,
+    /// The table's size and last recompute, for the metrics endpoint.
+    table: metrics::SharedTable,
 }
 
 /// Starts the config's health checks (none: `None`), on the ids the kernel has or will
 /// give its servers and services.
-fn start_checks(pin_dir: &Path, m: &Maps, cfg: &Config, log: Log) -> Result<Option<Runner>> {
+fn start_checks(
+    pin_dir: &Path,
+    m: &Maps,
+    cfg: &Config,
+    shared: Shared,
+    log: Log,
+) -> Result<Option<Runner>> {
     let ids = assign_ids(m, cfg)?;
-    let r = Runner::start(pin_dir, health::targets(cfg, &ids), &ids.services, log)?;
-    Ok((!r.targets.is_empty()).then_some(r))
+    let r = Runner::start(pin_dir, health::Plan::new(cfg, &ids), shared, log)?;
+    Ok((!r.plan.is_empty()).then_some(r))
 }
 
 /// Makes the kernel's host addresses the host's (see `kernel::host`), under the write lock
@@ -455,7 +481,7 @@ fn down_servers(m: &Maps, cfg: &Config, ids: &Ids) -> Result<Unavailable> {
         .collect();
     let mut health = HashMap::new();
     for (svc, &id) in cfg.services.iter().zip(&ids.services) {
-        if svc.health.is_none() {
+        if svc.health.is_none() && svc.load_threshold.is_none() {
             continue;
         }
         let mask = m.health(id)?;
@@ -475,6 +501,22 @@ const COALESCE: Duration = Duration::from_millis(200);
 const SUBTREE_LIMIT: usize = 20_000;
 
 impl State {
+    /// Records the table's size and the time of this write for the metrics.
+    fn note_table(&self, seconds: f64) {
+        let entries = self.computed.tables.iter().map(|t| t.2.entries.len()).sum();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        *self
+            .table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = metrics::Table {
+            entries,
+            last_recompute: now,
+            last_recompute_seconds: seconds,
+        };
+    }
+
     /// Re-sorts every decision when a server went down or came back up since the last
     /// sort, and writes what changed.
     fn follow_server_states(&mut self, m: &mut Maps) -> Result<()> {
@@ -533,6 +575,7 @@ impl State {
         self.computed = new;
         self.down = down;
         let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.note_table(ms / 1e3);
         let mut what: Vec<String> = names.clone();
         what.extend(
             health_out
@@ -563,6 +606,7 @@ impl State {
     /// A [`Refusal`] refuses the change (too many measurements gone); any other error means
     /// "do a full recompute" (a new prefix, a large subtree, a bad file, ids changed).
     fn rtt_changed(&mut self, m: &mut Maps, share: Option<f64>) -> Result<()> {
+        let t = Instant::now();
         let fresh = load_rtt(&self.cfg)?;
         let before = self.data.summary.rtt_measurements;
         let after = fresh.iter().map(Vec::len).sum();
@@ -594,6 +638,7 @@ impl State {
                 write_diff(m, self.log, *id, name, Some(root), &d)?;
             }
         }
+        self.note_table(t.elapsed().as_secs_f64());
         Ok(())
     }
 }
@@ -647,14 +692,18 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
     let (log, pin_dir) = (state.log, state.pin_dir.clone());
     // New or changed checks start from the kernel's verdicts (the old runner's); new
     // servers of a service are out until their first check.
-    let targets = health::targets(&cfg, &ids);
+    let plan = health::Plan::new(&cfg, &ids);
     let mut checks = state.checks.take();
-    if checks.as_ref().map_or(Vec::new(), |r| r.targets.clone()) != targets {
+    if checks
+        .as_ref()
+        .map_or(health::Plan::default(), |r| r.plan.clone())
+        != plan
+    {
         if let Some(r) = checks.take() {
             r.stop();
         }
-        let r = Runner::start(&pin_dir, targets, &ids.services, log)?;
-        checks = (!r.targets.is_empty()).then_some(r);
+        let r = Runner::start(&pin_dir, plan, state.shared.clone(), log)?;
+        checks = (!r.plan.is_empty()).then_some(r);
     }
     *state = State {
         files: watched(path, &cfg),
@@ -666,7 +715,10 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         log,
         pin_dir,
         checks,
+        shared: state.shared.clone(),
+        table: state.table.clone(),
     };
+    state.note_table(state.computed.seconds);
     Ok(())
 }
 

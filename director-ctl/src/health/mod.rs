@@ -1,9 +1,10 @@
-//! Health checks, run by `director-ctl run`: one check per (service, server), each on its
-//! own interval with jitter, on a tokio runtime of their own. Results go to one publisher
-//! thread, which keeps every check's [`track::Track`] and writes a service's
-//! `HealthMask` to the kernel the moment a verdict changes, so the very next query already
-//! skips (or takes) the server. `run`'s loop sees the new mask when it next polls and
-//! re-sorts the decisions without the servers that are out.
+//! Health checks and load, run by `director-ctl run`: one check per (service, server) and
+//! one load poll per server that publishes its load, each on its own interval with
+//! jitter, on a tokio runtime of their own. Results go to one publisher thread, which keeps
+//! every check's [`track::Track`] and every server's load, and writes a service's
+//! `HealthMask` to the kernel the moment what it says changes, so the very next query
+//! already skips (or takes) the server. `run`'s loop sees the new mask when it next polls
+//! and re-sorts the decisions without the servers that are out.
 //!
 //! Verdicts live in the pinned mask, so a restarted controller starts from them: a server
 //! that was down stays out until its checks bring it back, and nothing is marked up by a
@@ -12,7 +13,7 @@
 pub mod probe;
 pub mod track;
 
-use std::collections::{hash_map::RandomState, HashMap, HashSet};
+use std::collections::{hash_map::RandomState, BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ use director_common::maps::HealthMask;
 use hickory_proto::rr::RecordType;
 
 use crate::api::{self, Event};
-use crate::controller::config::{CheckKind, Config, Timing};
+use crate::controller::config::{CheckKind, Config, HttpUrl, Timing};
 use crate::controller::decide::Ids;
 use crate::controller::run::Log;
 use crate::kernel::{Maps, WriteLock};
@@ -39,120 +40,225 @@ use track::{Track, Verdict};
 pub struct Target {
     pub service: u32,
     pub server: u16,
-    pub service_name: String,
-    pub server_name: String,
     pub addr: SocketAddr,
     pub probe: Probe,
     pub timing: Timing,
-    /// Answer with every server when all are down by checks (see [`mask`]).
-    pub fail_open: bool,
 }
 
-/// Every check the config asks for, with kernel ids.
-pub fn targets(cfg: &Config, ids: &Ids) -> Vec<Target> {
-    let server_idx: HashMap<&str, usize> = cfg
-        .servers
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.name.as_str(), i))
-        .collect();
-    let mut out = Vec::new();
-    for (si, svc) in cfg.services.iter().enumerate() {
-        let Some(check) = &svc.health else { continue };
-        let probe = match check.kind {
-            CheckKind::Tcp => Probe::Tcp,
-            CheckKind::Http => Probe::Http {
-                path: check.path.clone().unwrap_or_else(|| "/".into()),
-                host: check
-                    .host
-                    .clone()
-                    .unwrap_or_else(|| svc.name.trim_end_matches('.').to_string()),
-                status: check.status.unwrap_or(200),
-                body: check.body.clone(),
-            },
-            CheckKind::Dns => Probe::Dns {
-                name: check.query.clone().unwrap_or_default(),
-                qtype: check
-                    .qtype
-                    .as_deref()
-                    .and_then(|t| t.to_ascii_uppercase().parse().ok())
-                    .unwrap_or(RecordType::A),
-            },
+/// One server's load source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadTarget {
+    pub server: u16,
+    pub url: HttpUrl,
+    pub metric: Option<String>,
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+/// A service whose mask the publisher keeps: its servers, whether it has checks, and its
+/// load limits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Watched {
+    pub id: u32,
+    pub name: String,
+    pub servers: Vec<u16>,
+    pub checked: bool,
+    pub fail_open: bool,
+    /// (threshold, resume).
+    pub load: Option<(f64, f64)>,
+}
+
+/// Everything the config asks to watch, with kernel ids.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub targets: Vec<Target>,
+    pub loads: Vec<LoadTarget>,
+    pub services: Vec<Watched>,
+    /// Server names by id (for logs and metrics).
+    pub names: BTreeMap<u16, String>,
+}
+
+impl Plan {
+    pub fn new(cfg: &Config, ids: &Ids) -> Plan {
+        let server_idx: HashMap<&str, usize> = cfg
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
+        let mut p = Plan {
+            names: cfg
+                .servers
+                .iter()
+                .zip(&ids.servers)
+                .map(|(s, &id)| (id, s.name.clone()))
+                .collect(),
+            ..Plan::default()
         };
-        for name in &svc.servers {
-            let i = server_idx[name.as_str()];
+        let mut loaded = HashSet::new();
+        for (si, svc) in cfg.services.iter().enumerate() {
+            let members: Vec<usize> = svc.servers.iter().map(|n| server_idx[n.as_str()]).collect();
+            p.services.push(Watched {
+                id: ids.services[si],
+                name: svc.name.trim_end_matches('.').to_string(),
+                servers: members.iter().map(|&i| ids.servers[i]).collect(),
+                checked: svc.health.is_some(),
+                fail_open: svc.fail_open,
+                load: svc.load_limits(),
+            });
+            if svc.load_limits().is_some() {
+                loaded.extend(members.iter().copied());
+            }
+            let Some(check) = &svc.health else { continue };
+            let probe = match check.kind {
+                CheckKind::Tcp => Probe::Tcp,
+                CheckKind::Http => Probe::Http {
+                    path: check.path.clone().unwrap_or_else(|| "/".into()),
+                    host: check
+                        .host
+                        .clone()
+                        .unwrap_or_else(|| svc.name.trim_end_matches('.').to_string()),
+                    status: check.status.unwrap_or(200),
+                    body: check.body.clone(),
+                },
+                CheckKind::Dns => Probe::Dns {
+                    name: check.query.clone().unwrap_or_default(),
+                    qtype: check
+                        .qtype
+                        .as_deref()
+                        .and_then(|t| t.to_ascii_uppercase().parse().ok())
+                        .unwrap_or(RecordType::A),
+                },
+            };
+            for &i in &members {
+                let s = &cfg.servers[i];
+                let Some(ip) = s
+                    .check_address
+                    .or(s.ipv4.map(IpAddr::V4))
+                    .or(s.ipv6.map(IpAddr::V6))
+                else {
+                    continue;
+                };
+                p.targets.push(Target {
+                    service: ids.services[si],
+                    server: ids.servers[i],
+                    addr: SocketAddr::new(ip, check.port),
+                    probe: probe.clone(),
+                    timing: check.timing(&cfg.health),
+                });
+            }
+        }
+        let mut loaded: Vec<usize> = loaded.into_iter().collect();
+        loaded.sort_unstable();
+        for i in loaded {
             let s = &cfg.servers[i];
-            let Some(ip) = s
-                .check_address
-                .or(s.ipv4.map(IpAddr::V4))
-                .or(s.ipv6.map(IpAddr::V6))
-            else {
+            let Some(l) = &s.load else { continue };
+            let Ok(url) = HttpUrl::parse(&l.url) else {
                 continue;
             };
-            out.push(Target {
-                service: ids.services[si],
+            p.loads.push(LoadTarget {
                 server: ids.servers[i],
-                service_name: svc.name.trim_end_matches('.').to_string(),
-                server_name: name.clone(),
-                addr: SocketAddr::new(ip, check.port),
-                probe: probe.clone(),
-                timing: check.timing(&cfg.health),
-                fail_open: svc.fail_open,
+                url,
+                metric: l.metric.clone(),
+                interval: Duration::from_secs_f64(cfg.health.interval),
+                timeout: Duration::from_secs_f64(cfg.health.timeout),
             });
         }
+        p
     }
-    out
+
+    /// Whether anything is watched at all (else no threads are needed).
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty() && self.loads.is_empty()
+    }
 }
 
-/// A service's mask from its checks' verdicts. Unknown and down servers are out. When
-/// every server of the service is down by its checks, all are answered instead (fail-open,
-/// as gdnsd and Route 53 do: a checker cut off from the servers is likelier than all of
-/// them failing at once), unless the service set `fail_open = false`.
-pub fn mask(tracks: &[(&Target, Verdict)]) -> (HealthMask, bool) {
+/// What the publisher knows, for the metrics endpoint.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Per (service name, server name).
+    pub checks: BTreeMap<(String, String), CheckState>,
+    /// Per server name: the last load read.
+    pub load: BTreeMap<String, f64>,
+    /// Per service name: times it went fail-open, and whether it is now.
+    pub fail_open: BTreeMap<String, (u64, bool)>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CheckState {
+    /// Up (`Some(true)`), down, or not checked yet.
+    pub verdict: Option<bool>,
+    /// Out of the service's answers.
+    pub out: bool,
+    /// How long the last check took.
+    pub seconds: Option<f64>,
+}
+
+pub type Shared = Arc<Mutex<Snapshot>>;
+
+/// A service's mask from its servers' verdicts and loads. Unknown and down servers are
+/// out, and so are overloaded ones unless every server that is up is overloaded (then the
+/// load says nothing about where to send clients). When every server is down by its checks,
+/// all are answered instead (fail-open, as gdnsd and Route 53 do: a checker cut off from
+/// the servers is likelier than all of them failing at once), unless the service set
+/// `fail_open = false`. Returns the mask and whether it is fail-open.
+pub fn mask(
+    w: &Watched,
+    verdict: &dyn Fn(u16) -> Verdict,
+    over: &dyn Fn(u16) -> bool,
+) -> (HealthMask, bool) {
     let mut m = HealthMask::all_in();
-    let all_down = !tracks.is_empty() && tracks.iter().all(|(_, v)| *v == Verdict::Down);
-    let open = all_down && tracks.iter().all(|(t, _)| t.fail_open);
-    for (t, v) in tracks {
-        let out = !open && *v != Verdict::Up;
-        m.set(t.server, out, *v != Verdict::Unknown);
+    let v: Vec<(u16, Verdict)> = w.servers.iter().map(|&s| (s, verdict(s))).collect();
+    let all_down = !v.is_empty() && v.iter().all(|(_, v)| *v == Verdict::Down);
+    let open = all_down && w.fail_open;
+    let up_not_over = v.iter().any(|&(s, v)| v == Verdict::Up && !over(s));
+    for (s, v) in v {
+        let out = !open && (v != Verdict::Up || (up_not_over && over(s)));
+        let known = match v {
+            Verdict::Unknown => None,
+            Verdict::Up => Some(true),
+            Verdict::Down => Some(false),
+        };
+        m.set(s, out, if w.checked { known } else { None });
     }
     (m, open)
 }
 
 /// The checks running, until dropped or [`Runner::stop`]ped.
 pub struct Runner {
-    pub targets: Vec<Target>,
+    pub plan: Plan,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     first_round: Arc<(Mutex<bool>, Condvar)>,
 }
 
-struct Outcome {
-    index: usize,
-    result: std::result::Result<(), String>,
+enum Outcome {
+    Check {
+        index: usize,
+        result: std::result::Result<(), String>,
+        seconds: f64,
+    },
+    Load {
+        server: u16,
+        result: std::result::Result<f64, String>,
+    },
 }
 
 impl Runner {
-    /// Seeds every check from the pinned masks, writes the masks of `services` (those
-    /// without checks get none out), and starts checking.
-    pub fn start(
-        pin_dir: &Path,
-        targets: Vec<Target>,
-        services: &[u32],
-        log: Log,
-    ) -> Result<Runner> {
+    /// Seeds every check from the pinned masks, writes the masks of every service of the
+    /// plan (those with neither checks nor load get none out), and starts watching.
+    pub fn start(pin_dir: &Path, plan: Plan, shared: Shared, log: Log) -> Result<Runner> {
         let m = Maps::open(pin_dir)?;
-        let mut tracks = Vec::with_capacity(targets.len());
+        let mut tracks = Vec::with_capacity(plan.targets.len());
         let mut masks: HashMap<u32, HealthMask> = HashMap::new();
-        for t in &targets {
+        for t in &plan.targets {
             if let std::collections::hash_map::Entry::Vacant(e) = masks.entry(t.service) {
                 e.insert(m.health(t.service)?);
             }
-            let k = &masks[&t.service];
-            let v = match (k.is_known(t.server), k.is_out(t.server)) {
-                (false, _) => Verdict::Unknown,
-                (true, false) => Verdict::Up,
-                (true, true) => Verdict::Down,
+            let v = match masks[&t.service].verdict(t.server) {
+                None => Verdict::Unknown,
+                Some(true) => Verdict::Up,
+                Some(false) => Verdict::Down,
             };
             tracks.push(Track::new(v));
         }
@@ -165,52 +271,45 @@ impl Runner {
         let mut publisher = Publisher {
             pin_dir: pin_dir.to_path_buf(),
             maps: m,
-            targets: targets.clone(),
+            plan: plan.clone(),
             tracks,
-            log,
+            load: HashMap::new(),
+            over: HashSet::new(),
             open: HashSet::new(),
+            unreadable: HashSet::new(),
+            shared,
+            log,
         };
         {
             let _lock = WriteLock::take(pin_dir)?;
-            let checked: HashSet<u32> = targets.iter().map(|t| t.service).collect();
-            for &s in services {
-                if !checked.contains(&s) && publisher.maps.health(s)? != HealthMask::all_in() {
-                    publisher.maps.set_health(s, &HealthMask::all_in())?;
-                }
-            }
-            for s in checked {
-                publisher.publish(s)?;
+            for w in &plan.services {
+                publisher.publish(w.id)?;
             }
         }
         let stop = Arc::new(AtomicBool::new(false));
         let first_round = Arc::new((Mutex::new(pending.is_empty()), Condvar::new()));
-        if targets.is_empty() {
-            return Ok(Runner {
-                targets,
-                stop,
-                threads: Vec::new(),
-                first_round,
-            });
+        let mut threads = Vec::new();
+        if !plan.is_empty() {
+            let (tx, rx) = mpsc::channel::<Outcome>();
+            let (p, s) = (plan.clone(), stop.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("health-checks".into())
+                    .spawn(move || run_probes(p, tx, s))
+                    .context("starting the health checks")?,
+            );
+            let (s, first) = (stop.clone(), first_round.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("health-publish".into())
+                    .spawn(move || publisher.serve(rx, pending, first, s))
+                    .context("starting the health publisher")?,
+            );
         }
-        let (tx, rx) = mpsc::channel::<Outcome>();
-        let probes = {
-            let (targets, stop) = (targets.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("health-checks".into())
-                .spawn(move || run_probes(targets, tx, stop))
-                .context("starting the health checks")?
-        };
-        let publish = {
-            let (stop, first) = (stop.clone(), first_round.clone());
-            std::thread::Builder::new()
-                .name("health-publish".into())
-                .spawn(move || publisher.serve(rx, pending, first, stop))
-                .context("starting the health publisher")?
-        };
         Ok(Runner {
-            targets,
+            plan,
             stop,
-            threads: vec![probes, publish],
+            threads,
             first_round,
         })
     }
@@ -231,7 +330,8 @@ impl Runner {
     /// The longest the first round can take: every check's first start (jitter) plus its
     /// timeout, and a margin for scheduling.
     pub fn first_round_limit(&self) -> Duration {
-        self.targets
+        self.plan
+            .targets
             .iter()
             .map(|t| t.timing.interval.mul_f64(t.timing.jitter) + t.timing.timeout)
             .max()
@@ -262,7 +362,13 @@ fn unit() -> f64 {
     (RandomState::new().hash_one(Instant::now()) >> 11) as f64 / (1u64 << 53) as f64
 }
 
-fn run_probes(targets: Vec<Target>, tx: mpsc::Sender<Outcome>, stop: Arc<AtomicBool>) {
+/// Sleeps until `began` plus the interval, give or take the jitter share.
+async fn next(began: tokio::time::Instant, interval: Duration, jitter: f64) {
+    let j = jitter * (2.0 * unit() - 1.0);
+    tokio::time::sleep_until(began + interval.mul_f64(1.0 + j)).await;
+}
+
+fn run_probes(plan: Plan, tx: mpsc::Sender<Outcome>, stop: Arc<AtomicBool>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -274,7 +380,7 @@ fn run_probes(targets: Vec<Target>, tx: mpsc::Sender<Outcome>, stop: Arc<AtomicB
         }
     };
     rt.block_on(async move {
-        for (index, t) in targets.into_iter().enumerate() {
+        for (index, t) in plan.targets.into_iter().enumerate() {
             let (tx, stop) = (tx.clone(), stop.clone());
             tokio::spawn(async move {
                 // The first check starts within the jitter share of the interval, so the
@@ -284,12 +390,32 @@ fn run_probes(targets: Vec<Target>, tx: mpsc::Sender<Outcome>, stop: Arc<AtomicB
                 while !stop.load(Ordering::Relaxed) {
                     let began = tokio::time::Instant::now();
                     let result = probe::run(&t.probe, t.addr, t.timing.timeout).await;
-                    if tx.send(Outcome { index, result }).is_err() {
+                    let seconds = began.elapsed().as_secs_f64();
+                    if tx
+                        .send(Outcome::Check {
+                            index,
+                            result,
+                            seconds,
+                        })
+                        .is_err()
+                    {
                         return;
                     }
-                    let j = t.timing.jitter * (2.0 * unit() - 1.0);
-                    let wait = t.timing.interval.mul_f64(1.0 + j);
-                    tokio::time::sleep_until(began + wait).await;
+                    next(began, t.timing.interval, t.timing.jitter).await;
+                }
+            });
+        }
+        for l in plan.loads {
+            let (tx, stop) = (tx.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let began = tokio::time::Instant::now();
+                    let result = probe::load(&l.url, l.metric.as_deref(), l.timeout).await;
+                    let server = l.server;
+                    if tx.send(Outcome::Load { server, result }).is_err() {
+                        return;
+                    }
+                    next(began, l.interval, 0.1).await;
                 }
             });
         }
@@ -303,14 +429,26 @@ fn run_probes(targets: Vec<Target>, tx: mpsc::Sender<Outcome>, stop: Arc<AtomicB
 struct Publisher {
     pin_dir: PathBuf,
     maps: Maps,
-    targets: Vec<Target>,
+    plan: Plan,
     tracks: Vec<Track>,
-    log: Log,
+    /// Last load read per server (an unreachable load endpoint keeps the last value: it
+    /// does not take a server out by itself).
+    load: HashMap<u16, f64>,
+    /// (service, server) over the service's load threshold, until under its resume level.
+    over: HashSet<(u32, u16)>,
     /// Services answered fail-open now.
     open: HashSet<u32>,
+    /// Servers whose load endpoint failed at the last poll.
+    unreadable: HashSet<u16>,
+    shared: Shared,
+    log: Log,
 }
 
 impl Publisher {
+    fn name(&self, server: u16) -> String {
+        self.plan.names.get(&server).cloned().unwrap_or_default()
+    }
+
     fn serve(
         mut self,
         rx: mpsc::Receiver<Outcome>,
@@ -326,83 +464,210 @@ impl Publisher {
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             };
-            let t = &self.targets[o.index];
-            let (rise, fall) = (t.timing.rise, t.timing.fall);
-            if let Some(v) = self.tracks[o.index].observe(o.result.is_ok(), rise, fall) {
-                let health = match v {
-                    Verdict::Up => api::Health::Up,
-                    Verdict::Down => api::Health::Down,
-                    Verdict::Unknown => api::Health::Unchecked,
-                };
-                let error = o.result.as_ref().err().cloned();
-                let why = error.as_ref().map_or(String::new(), |e| format!(": {e}"));
-                self.log.event(
-                    Event::Health {
-                        service: t.service_name.clone(),
-                        server: t.server_name.clone(),
-                        health,
-                        error,
-                    },
-                    format!(
-                        "health: {} is {} for {}{why}",
-                        t.server_name,
-                        if v == Verdict::Up { "up" } else { "down" },
-                        t.service_name
-                    ),
-                );
-                let service = t.service;
-                let r = WriteLock::take(&self.pin_dir).and_then(|_lock| self.publish(service));
-                if let Err(e) = r {
-                    self.log.event(
-                        Event::Refused {
-                            error: format!("{e:#}"),
-                        },
-                        format!("writing health verdicts failed: {e:#}"),
-                    );
+            let changed = match o {
+                Outcome::Check {
+                    index,
+                    result,
+                    seconds,
+                } => {
+                    let c = self.check(index, &result, seconds);
+                    if pending.remove(&index) && pending.is_empty() && waiting > 0 {
+                        self.first_round_done(began, &first);
+                    }
+                    c
                 }
+                Outcome::Load { server, result } => self.loaded(server, result),
+            };
+            if changed.is_empty() {
+                continue;
             }
-            if pending.remove(&o.index) && pending.is_empty() && waiting > 0 {
-                let up = self
-                    .tracks
-                    .iter()
-                    .filter(|t| t.verdict == Verdict::Up)
-                    .count();
-                let (checks, ms) = (self.tracks.len(), began.elapsed().as_secs_f64() * 1e3);
+            let r = WriteLock::take(&self.pin_dir).and_then(|_lock| {
+                for s in changed {
+                    self.publish(s)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
                 self.log.event(
-                    Event::FirstRound {
-                        checks,
-                        up,
-                        down: checks - up,
-                        ms,
+                    Event::Refused {
+                        error: format!("{e:#}"),
                     },
-                    format!(
-                        "health: first round of {checks} checks done in {ms:.0} ms: {up} up, {} \
-                         down",
-                        checks - up
-                    ),
+                    format!("writing health verdicts failed: {e:#}"),
                 );
-                let (done, cv) = &*first;
-                *done
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-                cv.notify_all();
             }
         }
     }
 
+    /// Takes one check's result; returns the services whose masks may have changed.
+    fn check(
+        &mut self,
+        index: usize,
+        result: &std::result::Result<(), String>,
+        seconds: f64,
+    ) -> Vec<u32> {
+        let t = self.plan.targets[index].clone();
+        let (rise, fall) = (t.timing.rise, t.timing.fall);
+        let service = self.service_name(t.service);
+        let server = self.name(t.server);
+        {
+            let mut sh = self
+                .shared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let e = sh
+                .checks
+                .entry((service.clone(), server.clone()))
+                .or_default();
+            e.seconds = Some(seconds);
+        }
+        let Some(v) = self.tracks[index].observe(result.is_ok(), rise, fall) else {
+            return Vec::new();
+        };
+        let health = match v {
+            Verdict::Up => api::Health::Up,
+            Verdict::Down => api::Health::Down,
+            Verdict::Unknown => api::Health::Unchecked,
+        };
+        let error = result.as_ref().err().cloned();
+        let why = error.as_ref().map_or(String::new(), |e| format!(": {e}"));
+        let word = if v == Verdict::Up { "up" } else { "down" };
+        self.log.event(
+            Event::Health {
+                service: service.clone(),
+                server: server.clone(),
+                health,
+                error,
+            },
+            format!("health: {server} is {word} for {service}{why}"),
+        );
+        vec![t.service]
+    }
+
+    /// Takes one load reading; returns the services whose masks may have changed.
+    fn loaded(&mut self, server: u16, result: std::result::Result<f64, String>) -> Vec<u32> {
+        let value = match result {
+            Ok(v) => v,
+            Err(e) => {
+                // Once per outage, not once per poll.
+                if self.unreadable.insert(server) {
+                    let name = self.name(server);
+                    self.log.event(
+                        Event::LoadUnreadable {
+                            server: name.clone(),
+                            error: e.clone(),
+                        },
+                        format!("load: cannot read {name}'s load ({e}); keeping the last value"),
+                    );
+                }
+                return Vec::new();
+            }
+        };
+        self.unreadable.remove(&server);
+        self.load.insert(server, value);
+        let name = self.name(server);
+        self.shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .load
+            .insert(name.clone(), value);
+        let mut changed = Vec::new();
+        for w in &self.plan.services {
+            let Some((threshold, resume)) = w.load else {
+                continue;
+            };
+            if !w.servers.contains(&server) {
+                continue;
+            }
+            let key = (w.id, server);
+            let was = self.over.contains(&key);
+            let now = if was {
+                value >= resume
+            } else {
+                value > threshold
+            };
+            if now == was {
+                continue;
+            }
+            if now {
+                self.over.insert(key);
+            } else {
+                self.over.remove(&key);
+            }
+            let what = if now {
+                format!("over the threshold {threshold}: no new clients")
+            } else {
+                format!("under {resume} again: back")
+            };
+            self.log.event(
+                Event::Load {
+                    service: w.name.clone(),
+                    server: name.clone(),
+                    load: value,
+                    over: now,
+                },
+                format!("load: {name} at {value} for {}: {what}", w.name),
+            );
+            changed.push(w.id);
+        }
+        changed
+    }
+
+    fn service_name(&self, id: u32) -> String {
+        self.plan
+            .services
+            .iter()
+            .find(|w| w.id == id)
+            .map_or(String::new(), |w| w.name.clone())
+    }
+
+    fn first_round_done(&self, began: Instant, first: &Arc<(Mutex<bool>, Condvar)>) {
+        let up = self
+            .tracks
+            .iter()
+            .filter(|t| t.verdict == Verdict::Up)
+            .count();
+        let (checks, ms) = (self.tracks.len(), began.elapsed().as_secs_f64() * 1e3);
+        let down = checks - up;
+        self.log.event(
+            Event::FirstRound {
+                checks,
+                up,
+                down,
+                ms,
+            },
+            format!(
+                "health: first round of {checks} checks done in {ms:.0} ms: {up} up, {down} down"
+            ),
+        );
+        let (done, cv) = &**first;
+        *done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        cv.notify_all();
+    }
+
     /// Writes one service's mask if the kernel's differs. The caller holds the write lock.
     fn publish(&mut self, service: u32) -> Result<()> {
-        let of: Vec<(&Target, Verdict)> = self
+        let Some(w) = self.plan.services.iter().find(|w| w.id == service).cloned() else {
+            return Ok(());
+        };
+        let verdicts: HashMap<u16, Verdict> = self
+            .plan
             .targets
             .iter()
             .zip(&self.tracks)
             .filter(|(t, _)| t.service == service)
-            .map(|(t, k)| (t, k.verdict))
+            .map(|(t, k)| (t.server, k.verdict))
             .collect();
-        let (mask, open) = mask(&of);
-        let name = of
-            .first()
-            .map_or(String::new(), |(t, _)| t.service_name.clone());
+        let verdict = |s: u16| {
+            if w.checked {
+                verdicts.get(&s).copied().unwrap_or(Verdict::Unknown)
+            } else {
+                Verdict::Up
+            }
+        };
+        let over = |s: u16| self.over.contains(&(service, s));
+        let (mask, open) = mask(&w, &verdict, &over);
         if open != self.open.contains(&service) {
             let what = if open {
                 "every server is down by its checks: answering with all of them (fail-open)"
@@ -411,20 +676,89 @@ impl Publisher {
             };
             self.log.event(
                 Event::FailOpen {
-                    service: name.clone(),
+                    service: w.name.clone(),
                     open,
                 },
-                format!("health: {name}: {what}"),
+                format!("health: {}: {what}", w.name),
             );
             if open {
                 self.open.insert(service);
             } else {
                 self.open.remove(&service);
             }
+            let mut sh = self
+                .shared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let e = sh.fail_open.entry(w.name.clone()).or_default();
+            e.0 += u64::from(open);
+            e.1 = open;
+        }
+        {
+            let mut sh = self
+                .shared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for &s in &w.servers {
+                if !w.checked {
+                    continue;
+                }
+                let e = sh.checks.entry((w.name.clone(), self.name(s))).or_default();
+                e.verdict = mask.verdict(s);
+                e.out = mask.is_out(s);
+            }
         }
         if self.maps.health(service)? != mask {
             self.maps.set_health(service, &mask)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watched(servers: &[u16], fail_open: bool) -> Watched {
+        Watched {
+            id: 1,
+            name: "www.example.com".into(),
+            servers: servers.to_vec(),
+            checked: true,
+            fail_open,
+            load: Some((0.8, 0.7)),
+        }
+    }
+
+    #[test]
+    fn masks_follow_verdicts_load_and_fail_open() {
+        use Verdict::*;
+        let w = watched(&[1, 2, 3], true);
+        let of = |v: [Verdict; 3], over: [bool; 3]| {
+            let (m, open) = mask(&w, &|s| v[s as usize - 1], &|s| over[s as usize - 1]);
+            ([1, 2, 3].map(|s| m.is_out(s)), open)
+        };
+        assert_eq!(
+            of([Up, Down, Unknown], [false; 3]),
+            ([false, true, true], false)
+        );
+        // Overloaded is out while an up server is not overloaded.
+        assert_eq!(
+            of([Up, Up, Down], [true, false, false]),
+            ([true, false, true], false)
+        );
+        // Every up server overloaded: load says nothing, they stay in.
+        assert_eq!(
+            of([Up, Up, Down], [true, true, false]),
+            ([false, false, true], false)
+        );
+        // Every server down: fail-open answers all.
+        assert_eq!(of([Down, Down, Down], [false; 3]), ([false; 3], true));
+        // Not fail-open while a verdict is missing (the first round), nor when refused.
+        assert_eq!(of([Down, Down, Unknown], [false; 3]), ([true; 3], false));
+        let w = watched(&[1, 2], false);
+        let (m, open) = mask(&w, &|_| Down, &|_| false);
+        assert!(!open && m.is_out(1) && m.is_out(2));
+        assert_eq!(m.verdict(1), Some(false));
     }
 }

@@ -9,6 +9,8 @@ use hickory_proto::rr::{Name, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
+use crate::controller::config::HttpUrl;
+
 /// What to ask a server, resolved from the config.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Probe {
@@ -58,6 +60,25 @@ async fn http(
     want: u16,
     body: Option<&str>,
 ) -> Result<(), String> {
+    let (code, got) = get(addr, host, path, body.is_some()).await?;
+    if code != want {
+        return Err(format!("HTTP status {code}, expected {want}"));
+    }
+    if let Some(b) = body {
+        if !got.windows(b.len().max(1)).any(|w| w == b.as_bytes()) {
+            return Err(format!("body lacks {b:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// An HTTP/1.1 GET: the status and, when `want_body`, the body (up to the read limit).
+async fn get(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    want_body: bool,
+) -> Result<(u16, Vec<u8>), String> {
     let mut s = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -70,7 +91,7 @@ async fn http(
         .map_err(|e| format!("send: {e}"))?;
     let mut buf = Vec::with_capacity(4096);
     // Reads to the end (the server closes) or to the limit; the status needs only the
-    // head, the body check needs the body.
+    // head.
     loop {
         if buf.len() >= HTTP_READ_LIMIT {
             break;
@@ -84,7 +105,7 @@ async fn http(
             break;
         }
         buf.extend_from_slice(&chunk[..n]);
-        if body.is_none() && head_end(&buf).is_some() {
+        if !want_body && head_end(&buf).is_some() {
             break;
         }
     }
@@ -96,16 +117,51 @@ async fn http(
         Err(e) => return Err(format!("bad HTTP answer: {e}")),
     };
     let code = resp.code.unwrap_or(0);
-    if code != want {
-        return Err(format!("HTTP status {code}, expected {want}"));
+    buf.drain(..head);
+    Ok((code, buf))
+}
+
+/// A server's load from `url`: the body as one number, or with `metric`, the sum of that
+/// metric's samples in Prometheus text.
+pub async fn load(url: &HttpUrl, metric: Option<&str>, timeout: Duration) -> Result<f64, String> {
+    let fetch = get(url.addr, &url.host, &url.path, true);
+    let (code, body) = match tokio::time::timeout(timeout, fetch).await {
+        Ok(r) => r?,
+        Err(_) => return Err(format!("no answer within {} ms", timeout.as_millis())),
+    };
+    if code != 200 {
+        return Err(format!("HTTP status {code}"));
     }
-    if let Some(b) = body {
-        let got = &buf[head..];
-        if !got.windows(b.len().max(1)).any(|w| w == b.as_bytes()) {
-            return Err(format!("body lacks {b:?}"));
-        }
+    let text = String::from_utf8_lossy(&body);
+    parse_load(&text, metric)
+}
+
+/// The load in a body (see [`load`]).
+pub fn parse_load(text: &str, metric: Option<&str>) -> Result<f64, String> {
+    let Some(name) = metric else {
+        return text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| format!("not a number: {:?}", text.trim()));
+    };
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape =
+        prometheus_parse::Scrape::parse(lines).map_err(|e| format!("not Prometheus text: {e}"))?;
+    let mut found = None;
+    for s in scrape.samples.iter().filter(|s| s.metric == name) {
+        let (prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v)) = s.value
+        else {
+            return Err(format!("{name} is a histogram or summary, not a number"));
+        };
+        found = Some(found.unwrap_or(0.0) + v);
     }
-    Ok(())
+    found
+        .filter(|v: &f64| v.is_finite())
+        .ok_or_else(|| format!("no sample of {name}"))
 }
 
 fn head_end(buf: &[u8]) -> Option<usize> {
@@ -210,6 +266,22 @@ mod tests {
                 .contains("bad HTTP"));
             assert_eq!(run(&Probe::Tcp, ok, t).await, Ok(()));
         });
+    }
+
+    #[test]
+    fn load_is_a_number_or_a_prometheus_metric() {
+        assert_eq!(parse_load(" 0.75\n", None), Ok(0.75));
+        assert!(parse_load("high", None)
+            .unwrap_err()
+            .contains("not a number"));
+        let text = "# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\n\
+                    node_load1 0.93\n# TYPE conns gauge\nconns{port=\"80\"} 10\n\
+                    conns{port=\"443\"} 32\n";
+        assert_eq!(parse_load(text, Some("node_load1")), Ok(0.93));
+        assert_eq!(parse_load(text, Some("conns")), Ok(42.0));
+        assert!(parse_load(text, Some("cpu"))
+            .unwrap_err()
+            .contains("no sample of cpu"));
     }
 
     #[test]

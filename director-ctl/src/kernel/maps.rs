@@ -15,9 +15,10 @@ use director_common::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, HealthMask, Iface, NameEntry,
         ServerRecord, ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED, LOCAL_HOST,
         MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_HEALTH, MAP_IFACES,
-        MAP_LOCAL, MAP_NAMES, MAP_SERVERS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES,
-        MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_DRAINED, SERVER_EXISTS,
-        SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
+        MAP_LOCAL, MAP_NAMES, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_STATS,
+        MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_DRAINED,
+        SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE,
+        SERVICE_BITS,
     },
     name,
     select::Mode,
@@ -86,6 +87,7 @@ pub struct Maps {
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
     health: Array<MapData, HealthMask>,
+    server_stats: PerCpuArray<MapData, u64>,
 }
 
 fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
@@ -152,6 +154,7 @@ impl Maps {
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
             health: open(dir, MAP_HEALTH)?,
+            server_stats: open(dir, MAP_SERVER_STATS)?,
         };
         m.check_name_keys(dir)?;
         Ok(m)
@@ -829,6 +832,11 @@ impl Maps {
     /// Answers sent for a service, summed over CPUs.
     pub fn service_answers(&self, id: u32) -> Result<u64> {
         per_cpu_sum(&self.service_stats, id)
+    }
+
+    /// Answers that sent clients to a server (its address first).
+    pub fn server_answers(&self, id: u16) -> Result<u64> {
+        per_cpu_sum(&self.server_stats, u32::from(id))
     }
 }
 

@@ -378,16 +378,18 @@ pub fn status(dir: &Path) -> Result<api::Status> {
         for svc in &services {
             let mask = m.health(svc.id)?;
             for s in &by_name {
-                let health = match (mask.is_known(s.id), mask.is_out(s.id)) {
-                    (false, false) => continue,
-                    (false, true) => api::Health::Unchecked,
-                    (true, false) => api::Health::Up,
-                    (true, true) => api::Health::Down,
+                let out = mask.is_out(s.id);
+                let health = match mask.verdict(s.id) {
+                    None if !out => continue,
+                    None => api::Health::Unchecked,
+                    Some(true) => api::Health::Up,
+                    Some(false) => api::Health::Down,
                 };
                 st.health.push(api::ServiceHealth {
                     service: svc.name.clone(),
                     server: s.name.clone(),
                     health,
+                    out,
                 });
             }
         }

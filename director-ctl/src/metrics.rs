@@ -1,0 +1,247 @@
+//! `[metrics] listen = "ADDR:PORT"`: Prometheus exposition text at `GET /metrics`, built
+//! at each scrape from the kernel's per-CPU counters and maps and from what the health
+//! checks found. Served by `run` on a thread of its own (tokio, hyper), so a slow scraper
+//! never delays a recompute.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use prometheus::{Encoder, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+
+use crate::health::Shared;
+use crate::kernel::Maps;
+
+/// What `run` knows of its table, for the metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    pub entries: usize,
+    /// Unix time of the last write of decisions, and how long its computation took.
+    pub last_recompute: f64,
+    pub last_recompute_seconds: f64,
+}
+
+pub type SharedTable = Arc<Mutex<Table>>;
+
+#[derive(Clone)]
+pub struct Sources {
+    pub pin_dir: PathBuf,
+    pub health: Shared,
+    pub table: SharedTable,
+}
+
+/// Binds `listen` now (so a taken port is an error at start) and serves from a thread.
+pub fn serve(listen: SocketAddr, src: Sources) -> Result<()> {
+    let std_listener = std::net::TcpListener::bind(listen)
+        .with_context(|| format!("[metrics] listen {listen}: cannot bind"))?;
+    std_listener.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("director-ctl run: metrics cannot start: {e}");
+                    return;
+                }
+            };
+            rt.block_on(accept(std_listener, src));
+        })
+        .context("starting the metrics thread")?;
+    Ok(())
+}
+
+async fn accept(l: std::net::TcpListener, src: Sources) {
+    let Ok(l) = tokio::net::TcpListener::from_std(l) else {
+        return;
+    };
+    loop {
+        let Ok((stream, _)) = l.accept().await else {
+            continue;
+        };
+        let src = src.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let svc = hyper::service::service_fn(move |req| {
+                let src = src.clone();
+                async move { Ok::<_, Infallible>(respond(&req, &src)) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, svc)
+                .await;
+        });
+    }
+}
+
+fn respond(req: &Request<hyper::body::Incoming>, src: &Sources) -> Response<Full<Bytes>> {
+    let (status, body) = if req.uri().path() != "/metrics" {
+        (
+            StatusCode::NOT_FOUND,
+            "not found: the metrics are at /metrics\n".to_string(),
+        )
+    } else {
+        match render(src) {
+            Ok(t) => (StatusCode::OK, t),
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the maps failed: {e:#}\n"),
+            ),
+        }
+    };
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(prometheus::TEXT_FORMAT) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn counter(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    reg.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn gauge(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec> {
+    let g = GaugeVec::new(Opts::new(name, help), labels)?;
+    reg.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+fn single(reg: &Registry, name: &str, help: &str, value: f64) -> Result<()> {
+    let g = prometheus::Gauge::new(name, help)?;
+    g.set(value);
+    reg.register(Box::new(g))?;
+    Ok(())
+}
+
+/// The exposition text now. A fresh registry per scrape: the values are the kernel's
+/// and the checks', read at this moment.
+pub fn render(src: &Sources) -> Result<String> {
+    let m = Maps::open(&src.pin_dir)?;
+    let reg = Registry::new();
+    let answers = counter(
+        &reg,
+        "director_answers_total",
+        "DNS answers sent by the XDP program, by service.",
+        &["service"],
+    )?;
+    for s in m.services()? {
+        answers
+            .with_label_values(&[s.name.as_str()])
+            .inc_by(m.service_answers(s.id)?);
+    }
+    let to_server = counter(
+        &reg,
+        "director_server_answers_total",
+        "DNS answers that sent the client to a server (its address first), by server.",
+        &["server"],
+    )?;
+    for s in m.servers()? {
+        to_server
+            .with_label_values(&[s.name.as_str()])
+            .inc_by(m.server_answers(s.id)?);
+    }
+    let packets = counter(
+        &reg,
+        "director_packets_total",
+        "Packets the XDP program saw, by verdict reason (answered, pass_*, drop_*).",
+        &["reason"],
+    )?;
+    for (reason, n) in m.counters()? {
+        packets.with_label_values(&[reason.name()]).inc_by(n);
+    }
+    let up = gauge(
+        &reg,
+        "director_health_up",
+        "1 when the service's health check says the server is up, 0 when down or not yet checked.",
+        &["service", "server"],
+    )?;
+    let out = gauge(
+        &reg,
+        "director_health_out",
+        "1 when the server gets no answers for the service (down, unchecked, overloaded).",
+        &["service", "server"],
+    )?;
+    let took = gauge(
+        &reg,
+        "director_health_check_seconds",
+        "How long the last health check of the server for the service took.",
+        &["service", "server"],
+    )?;
+    let load = gauge(
+        &reg,
+        "director_server_load",
+        "The server's last load read.",
+        &["server"],
+    )?;
+    let open = gauge(
+        &reg,
+        "director_fail_open",
+        "1 while every server of the service is down by its checks and all are answered.",
+        &["service"],
+    )?;
+    let opened = counter(
+        &reg,
+        "director_fail_open_total",
+        "Times the service went fail-open.",
+        &["service"],
+    )?;
+    {
+        let h = src
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for ((svc, srv), c) in &h.checks {
+            let l = [svc.as_str(), srv.as_str()];
+            up.with_label_values(&l)
+                .set(f64::from(u8::from(c.verdict == Some(true))));
+            out.with_label_values(&l).set(f64::from(u8::from(c.out)));
+            if let Some(s) = c.seconds {
+                took.with_label_values(&l).set(s);
+            }
+        }
+        for (srv, v) in &h.load {
+            load.with_label_values(&[srv.as_str()]).set(*v);
+        }
+        for (svc, (times, now)) in &h.fail_open {
+            open.with_label_values(&[svc.as_str()])
+                .set(f64::from(u8::from(*now)));
+            opened.with_label_values(&[svc.as_str()]).inc_by(*times);
+        }
+    }
+    let t = src
+        .table
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    single(
+        &reg,
+        "director_decision_entries",
+        "Entries in the kernel's decision table (all services).",
+        t.entries as f64,
+    )?;
+    single(
+        &reg,
+        "director_last_recompute_timestamp_seconds",
+        "Unix time decisions were last written.",
+        t.last_recompute,
+    )?;
+    single(
+        &reg,
+        "director_last_recompute_seconds",
+        "How long the last computation of decisions took.",
+        t.last_recompute_seconds,
+    )?;
+    let mut buf = Vec::new();
+    TextEncoder::new().encode(&reg.gather(), &mut buf)?;
+    Ok(String::from_utf8(buf)?)
+}
