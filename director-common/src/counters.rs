@@ -47,11 +47,16 @@ pub enum Reason {
     /// Dropped: an IPv4 header checksum that does not verify, or an IPv6 UDP checksum of 0
     /// (RFC 8200 §8.1: discard).
     BadChecksum = 19,
+    /// Answered (counted under `Answered` too) with a CNAME to the service's alternate:
+    /// none of its servers could be.
+    FallbackAlternate = 20,
+    /// Answered (counted under `Answered` too) with the service's origin address.
+    FallbackOrigin = 21,
 }
 
 pub const COUNTER_SLOTS: u32 = 32;
 
-pub const ALL: [Reason; 20] = [
+pub const ALL: [Reason; 22] = [
     Reason::Answered,
     Reason::NotIp,
     Reason::NotDns,
@@ -72,6 +77,8 @@ pub const ALL: [Reason; 20] = [
     Reason::BadSource,
     Reason::ReflectingPort,
     Reason::BadChecksum,
+    Reason::FallbackAlternate,
+    Reason::FallbackOrigin,
 ];
 
 impl Reason {
@@ -97,6 +104,8 @@ impl Reason {
             Reason::BadSource => "drop_bad_source",
             Reason::ReflectingPort => "drop_reflecting_port",
             Reason::BadChecksum => "drop_bad_checksum",
+            Reason::FallbackAlternate => "answered_alternate",
+            Reason::FallbackOrigin => "answered_origin",
         }
     }
 

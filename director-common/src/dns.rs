@@ -211,6 +211,25 @@ pub fn record_sum(v6: bool, ttl: u32, addr: &[u8; 16]) -> u64 {
         + sum16(addr)
 }
 
+pub const TYPE_CNAME: u16 = 5;
+
+/// A CNAME answer record for the question (its name by pointer) to `target` (a wire
+/// name), written into `out`; returns its length and its checksum sum from an even offset.
+/// The kernel copies these bytes as they are.
+pub fn cname_record(ttl: u32, target: &[u8], out: &mut [u8]) -> Option<(usize, u64)> {
+    let len = 12 + target.len();
+    if target.is_empty() || target.len() > 255 || out.len() < len {
+        return None;
+    }
+    out[0..2].copy_from_slice(&NAME_POINTER.to_be_bytes());
+    out[2..4].copy_from_slice(&TYPE_CNAME.to_be_bytes());
+    out[4..6].copy_from_slice(&CLASS_IN.to_be_bytes());
+    out[6..10].copy_from_slice(&ttl.to_be_bytes());
+    out[10..12].copy_from_slice(&(target.len() as u16).to_be_bytes());
+    out[12..len].copy_from_slice(target);
+    Some((len, crate::checksum::sum_bytes(&out[..len])))
+}
+
 /// Bytes of the answer's OPT record (and ECS option, when the query had one).
 #[inline(always)]
 pub fn opt_len(ecs: Option<&Ecs>) -> usize {

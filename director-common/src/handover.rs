@@ -309,7 +309,14 @@ pub struct Plan {
     pub n: usize,
     /// The server id of the first address (counted as the one the client was sent to).
     pub first: u16,
+    /// `FALLBACK_NONE`, `_ALTERNATE` (one CNAME record from `DIR_FALLBACK`) or `_ORIGIN`
+    /// (the origin's address in `Scratch::addrs[0]`).
+    pub fallback: u8,
 }
+
+pub const FALLBACK_NONE: u8 = 0;
+pub const FALLBACK_ALTERNATE: u8 = 1;
+pub const FALLBACK_ORIGIN: u8 = 2;
 
 mod plan_words {
     use super::*;
@@ -318,6 +325,7 @@ mod plan_words {
     pub const SCOPE: Field = Field::at(0, 8);
     pub const N: Field = SCOPE.next(4);
     pub const FIRST: Field = N.next(16);
+    pub const FALLBACK: Field = FIRST.next(2);
 }
 
 impl Plan {
@@ -329,7 +337,10 @@ impl Plan {
         use plan_words::*;
         [
             SERVICE.put(self.service as u64) | TTL.put(self.ttl as u64),
-            SCOPE.put(self.scope as u64) | N.put(self.n as u64) | FIRST.put(self.first as u64),
+            SCOPE.put(self.scope as u64)
+                | N.put(self.n as u64)
+                | FIRST.put(self.first as u64)
+                | FALLBACK.put(self.fallback as u64),
         ]
     }
 
@@ -343,6 +354,7 @@ impl Plan {
             scope: SCOPE.get(b) as u8,
             n: N.get(b) as usize,
             first: FIRST.get(b) as u16,
+            fallback: FALLBACK.get(b) as u8,
         }
     }
 }
@@ -389,8 +401,11 @@ mod tests {
     }
 
     prop_compose! {
-        fn plans()(service: u32, ttl: u32, scope: u8, n in 0..=Plan::MAX_N, first: u16) -> Plan {
-            Plan { service, ttl, scope, n, first }
+        fn plans()(
+            service: u32, ttl: u32, scope: u8, n in 0..=Plan::MAX_N, first: u16,
+            fallback in 0u8..=2,
+        ) -> Plan {
+            Plan { service, ttl, scope, n, first, fallback }
         }
     }
 

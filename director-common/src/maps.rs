@@ -21,6 +21,7 @@ pub const MAP_COUNTERS: &str = "DIR_COUNTERS";
 pub const MAP_SERVICE_STATS: &str = "DIR_SVC_STATS";
 pub const MAP_HEALTH: &str = "DIR_HEALTH";
 pub const MAP_SERVER_STATS: &str = "DIR_SRV_STATS";
+pub const MAP_FALLBACK: &str = "DIR_FALLBACK";
 pub const MAP_SCRATCH: &str = "DIR_SCRATCH";
 pub const PROGRAM: &str = "director";
 
@@ -132,6 +133,9 @@ pub const SERVER_WORDS: usize = MAX_SERVERS as usize / 64;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HealthMask {
+    /// The TTL of answers while the service is degraded (fail-open), 0: the service's own.
+    pub ttl: u32,
+    pub _pad: u32,
     /// Bit set: the server gets no answers for this service (down, not yet checked, or
     /// over its load threshold). The only part the kernel reads.
     pub out: [u64; SERVER_WORDS],
@@ -143,6 +147,8 @@ pub struct HealthMask {
 impl HealthMask {
     pub const fn all_in() -> HealthMask {
         HealthMask {
+            ttl: 0,
+            _pad: 0,
             out: [0; SERVER_WORDS],
             known: [0; SERVER_WORDS],
             down: [0; SERVER_WORDS],
@@ -175,6 +181,48 @@ impl HealthMask {
         put(&mut self.out[w], out);
         put(&mut self.known[w], verdict.is_some());
         put(&mut self.down[w], verdict == Some(false));
+    }
+}
+
+/// Room for a CNAME record as answered: the 12 fixed bytes and a name of up to 255, in
+/// whole words.
+pub const CNAME_RECORD_BUF: usize = 272;
+
+pub const FALLBACK_ALTERNATE: u32 = 1;
+pub const FALLBACK_ORIGIN4: u32 = 2;
+pub const FALLBACK_ORIGIN6: u32 = 4;
+
+/// Value of `DIR_FALLBACK`, indexed by service id: what the kernel answers when none of a
+/// decision's servers can be (the CDS service router's order): a CNAME to an alternate
+/// domain, else the origin's address, else nothing (the query is passed).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fallback {
+    /// `FALLBACK_*` bits.
+    pub flags: u32,
+    /// Bytes of `cname`: the whole record (pointer to the question, type, class, TTL,
+    /// length, the alternate's wire name).
+    pub cname_len: u32,
+    /// The record's checksum sum as 16-bit big-endian words from an even offset.
+    pub cname_sum: u64,
+    /// The TTL of origin answers.
+    pub ttl: u32,
+    pub origin4: [u8; 4],
+    pub origin6: [u8; 16],
+    pub cname: [u8; CNAME_RECORD_BUF],
+}
+
+impl Fallback {
+    pub const fn none() -> Fallback {
+        Fallback {
+            flags: 0,
+            cname_len: 0,
+            cname_sum: 0,
+            ttl: 0,
+            origin4: [0; 4],
+            origin6: [0; 16],
+            cname: [0; CNAME_RECORD_BUF],
+        }
     }
 }
 
@@ -294,6 +342,7 @@ mod pod {
     unsafe impl aya::Pod for DecisionKeyV6 {}
     unsafe impl aya::Pod for TableSwitch {}
     unsafe impl aya::Pod for HealthMask {}
+    unsafe impl aya::Pod for Fallback {}
 }
 
 #[cfg(test)]
@@ -329,7 +378,8 @@ mod tests {
         assert_eq!(size_of::<DecisionRef>(), 8);
         assert_eq!(size_of::<Iface>(), 8);
         assert_eq!(size_of::<TableSwitch>(), 16);
-        assert_eq!(size_of::<HealthMask>(), 3 * MAX_SERVERS as usize / 8);
+        assert_eq!(size_of::<HealthMask>(), 8 + 3 * MAX_SERVERS as usize / 8);
+        assert_eq!(size_of::<Fallback>(), 40 + CNAME_RECORD_BUF);
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),

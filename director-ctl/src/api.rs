@@ -470,6 +470,13 @@ pub enum Event {
     /// Every server of a service is down by its checks: all are answered (`open`), or
     /// one is up again and fail-open ends.
     FailOpen { service: String, open: bool },
+    /// No server of a service is usable by its checks and load (`active`), so the kernel
+    /// answers its `fallback` (`alternate`, `origin` or `pass`); or one is usable again.
+    Fallback {
+        service: String,
+        fallback: String,
+        active: bool,
+    },
     /// Every check has given its first verdict (at start): only now is anything published.
     FirstRound {
         checks: usize,

@@ -17,7 +17,7 @@ use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::debug;
 use director_common::{
     counters::Reason,
-    handover::{Plan, Query, Slot},
+    handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_ORIGIN},
 };
 
 use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
@@ -25,9 +25,13 @@ use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
 #[xdp]
 pub fn director(ctx: XdpContext) -> u32 {
     let reason = match answer(&ctx) {
-        Ok((service, server)) => {
+        Ok((service, server, fallback)) => {
             count(&DIR_SVC_STATS, service);
-            count(&DIR_SRV_STATS, server as u32);
+            match fallback {
+                FALLBACK_ALTERNATE => count(&DIR_COUNTERS, Reason::FallbackAlternate as u32),
+                FALLBACK_ORIGIN => count(&DIR_COUNTERS, Reason::FallbackOrigin as u32),
+                _ => count(&DIR_SRV_STATS, server as u32),
+            }
             Reason::Answered
         }
         Err(r) => r,
@@ -46,8 +50,9 @@ pub fn director(ctx: XdpContext) -> u32 {
 }
 
 #[inline(always)]
-/// Answers the query in place; returns the service and the server it was sent to.
-fn answer(ctx: &XdpContext) -> Result<(u32, u16), Reason> {
+/// Answers the query in place; returns the service, the server it was sent to and
+/// whether a fallback answered instead.
+fn answer(ctx: &XdpContext) -> Result<(u32, u16, u8), Reason> {
     let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Reason::Malformed)?;
     // Each stage starts from what the last one stored (see `opaque`).
     opaque::put_words(s, Slot::Query, parse::query(ctx, s)?.pack());
@@ -56,7 +61,7 @@ fn answer(ctx: &XdpContext) -> Result<(u32, u16), Reason> {
     let q = Query::unpack(opaque::get_words(s, Slot::Query));
     let plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
     rewrite::answer(ctx, &q, &plan, s)?;
-    Ok((plan.service, plan.first))
+    Ok((plan.service, plan.first, plan.fallback))
 }
 
 #[inline(always)]

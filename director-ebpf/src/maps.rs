@@ -8,9 +8,9 @@ use aya_ebpf::{
 use director_common::{
     counters::COUNTER_SLOTS,
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, HealthMask, Iface, NameEntry, Scratch,
-        ServerRecord, ServiceRecord, TableSwitch, MAX_CHOICES, MAX_DECISIONS, MAX_IFACES,
-        MAX_LOCAL, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, Iface,
+        NameEntry, Scratch, ServerRecord, ServiceRecord, TableSwitch, MAX_CHOICES, MAX_DECISIONS,
+        MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
     },
 };
 
@@ -46,6 +46,9 @@ pub static DIR_SRV_STATS: PerCpuArray<u64> = PerCpuArray::pinned(MAX_SERVERS, 0)
 /// Per service, the servers its health checks keep out of answers.
 #[map]
 pub static DIR_HEALTH: Array<HealthMask> = Array::pinned(MAX_SERVICES, 0);
+/// Per service, what to answer when none of a decision's servers can be.
+#[map]
+pub static DIR_FALLBACK: Array<Fallback> = Array::pinned(MAX_SERVICES, 0);
 /// Not pinned: per-CPU working memory only this program uses.
 #[map]
 pub static DIR_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);

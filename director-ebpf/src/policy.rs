@@ -5,10 +5,11 @@ use aya_ebpf::helpers::bpf_get_prandom_u32;
 use aya_ebpf::maps::lpm_trie::Key;
 use director_common::{
     counters::Reason,
-    handover::{Plan, Query, Slot},
+    handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
     maps::{
-        DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch, KIND_DNS, MAX_CANDIDATES, MAX_CHOICES,
-        NAME_BUF, SERVICE_ACTIVE, SERVICE_BITS,
+        DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch, FALLBACK_ALTERNATE as HAS_ALTERNATE,
+        FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS, MAX_CANDIDATES, MAX_CHOICES, NAME_BUF,
+        SERVICE_ACTIVE, SERVICE_BITS,
     },
     select::{self, Mode},
 };
@@ -96,16 +97,62 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         n + 1 >= want
     });
     let n = opaque::get(s, Slot::Taken) as usize & Plan::MAX_N;
-    let plan = Plan {
+    // Fail-open answers carry the service's degraded TTL.
+    let ttl = if health.ttl != 0 {
+        health.ttl
+    } else {
+        service.ttl
+    };
+    if n == 0 {
+        return fallback(service_id, scope, aaaa, s);
+    }
+    Ok(Plan {
         service: service_id,
-        ttl: service.ttl,
+        ttl,
         scope,
         n,
         first: unsafe { core::ptr::read_volatile(&(*s).ids[0]) },
+        fallback: FALLBACK_NONE,
+    })
+}
+
+/// None of the decision's servers can be answered: the service's alternate (a CNAME),
+/// else its origin's address of the asked family, else the query is passed.
+#[inline(always)]
+fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan, Reason> {
+    let fb = DIR_FALLBACK.get(service).ok_or(Reason::NoServer)?;
+    let mut plan = Plan {
+        service,
+        ttl: fb.ttl,
+        scope,
+        n: 0,
+        first: 0,
+        fallback: FALLBACK_ALTERNATE,
     };
-    if plan.n == 0 {
+    if fb.flags & HAS_ALTERNATE != 0 {
+        return Ok(plan);
+    }
+    let have = if aaaa {
+        FALLBACK_ORIGIN6
+    } else {
+        FALLBACK_ORIGIN4
+    };
+    if fb.flags & have == 0 {
         return Err(Reason::NoServer);
     }
+    unsafe {
+        let dst = (*s).addrs[0].as_mut_ptr() as *mut u64;
+        let (lo, hi) = if aaaa {
+            let src = fb.origin6.as_ptr() as *const u64;
+            (*src, *src.add(1))
+        } else {
+            (u32::from_ne_bytes(fb.origin4) as u64, 0)
+        };
+        core::ptr::write_volatile(dst, lo);
+        core::ptr::write_volatile(dst.add(1), hi);
+    }
+    plan.n = 1;
+    plan.fallback = FALLBACK_ORIGIN;
     Ok(plan)
 }
 

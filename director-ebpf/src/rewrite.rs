@@ -9,10 +9,12 @@ use director_common::{
     checksum::{finish_ip, finish_udp, halves, le_to_network, shift_odd},
     counters::Reason,
     dns::{self, record, Ecs},
-    handover::{Plan, Query, Slot},
+    handover::{Plan, Query, Slot, FALLBACK_ALTERNATE},
     headers::{eth, ipv4, ipv6, udp},
-    maps::{Scratch, MAX_CANDIDATES},
+    maps::{Fallback, Scratch, CNAME_RECORD_BUF, MAX_CANDIDATES},
 };
+
+use crate::maps::DIR_FALLBACK;
 
 use crate::opaque::hide;
 use crate::packet::{at_fenced as at, be16, header_sum, ld, put16, put32, st};
@@ -24,7 +26,16 @@ const MAX_MOVE: usize = 0x1ff;
 
 pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Result<(), Reason> {
     let n = plan.n & (MAX_CANDIDATES * 2 - 1);
-    let rec_len = dns::record_len(q.aaaa);
+    // A CNAME to the alternate is the one record, as the controller built it.
+    let cname = if plan.fallback == FALLBACK_ALTERNATE {
+        Some(DIR_FALLBACK.get(plan.service).ok_or(Reason::NoServer)?)
+    } else {
+        None
+    };
+    let records_len = match cname {
+        Some(fb) => fb.cname_len as usize & MAX_CNAME,
+        None => n * dns::record_len(q.aaaa),
+    };
     let ecs_value = Ecs {
         family: q.ecs_family,
         source: q.ecs_source,
@@ -32,7 +43,7 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
     };
     let ecs = if q.has_ecs { Some(&ecs_value) } else { None };
     let opt_len = if q.edns { dns::opt_len(ecs) } else { 0 };
-    let dns_len = q.question_end - q.dns + n * rec_len + opt_len;
+    let dns_len = q.question_end - q.dns + records_len + opt_len;
     if dns_len > q.udp_size as usize {
         return Err(Reason::TooBig);
     }
@@ -52,7 +63,45 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
         move_to_front(ctx, (delta as usize) & MAX_MOVE, keep).map_err(|_| Reason::Dropped)?;
     }
     // Every packet pointer is stale now; `at` re-reads data/data_end each time.
-    write(ctx, q, plan, s, n, dns_len, ecs).map_err(|_| Reason::Dropped)
+    write(ctx, q, plan, s, dns_len, ecs, cname).map_err(|_| Reason::Dropped)
+}
+
+/// Bound (a mask) of a CNAME record's length (at most 12 + 255).
+const MAX_CNAME: usize = 0x1ff;
+
+/// Copies the CNAME record into place after the question, in words: the last word is the
+/// one that ends where the record ends, so no byte-sized tail is needed (the record is at
+/// least 14 bytes). Returns the record's checksum sum from an even offset.
+#[inline(always)]
+fn write_cname(ctx: &XdpContext, off: usize, fb: &Fallback) -> Result<u64, Reason> {
+    const WORDS: usize = CNAME_RECORD_BUF / 8;
+    let len = fb.cname_len as usize & MAX_CNAME;
+    if !(8..=CNAME_RECORD_BUF).contains(&len) {
+        return Err(Reason::Dropped);
+    }
+    let src = fb.cname.as_ptr();
+    let tail = (len - 8).min(CNAME_RECORD_BUF - 8);
+    // SAFETY: tail + 8 <= CNAME_RECORD_BUF; map values may be read unaligned.
+    let last = unsafe { (src.add(tail) as *const u64).read_unaligned() };
+    let mut at_word = 0;
+    let mut i = 0;
+    while i < WORDS {
+        if at_word + 8 > len {
+            break;
+        }
+        // SAFETY: at_word + 8 <= len <= CNAME_RECORD_BUF, 8-aligned in an 8-aligned value.
+        let w = unsafe { *(src.add(at_word.min(CNAME_RECORD_BUF - 8)) as *const u64) };
+        let dst = at::<8>(ctx, off + at_word, Reason::Dropped)?;
+        st(dst, 0, w);
+        at_word += 8;
+        i += 1;
+    }
+    // An opaque offset: folded, the -8 would become a negative packet offset, which the
+    // verifier refuses.
+    let tail_off = core::hint::black_box(off + len - 8);
+    let dst = at::<8>(ctx, tail_off, Reason::Dropped)?;
+    st(dst, 0, last);
+    Ok(fb.cname_sum)
 }
 
 /// Moves the first `len` bytes of what now starts `by` bytes into the packet to its start,
@@ -89,10 +138,11 @@ fn write(
     q: &Query,
     plan: &Plan,
     s: *mut Scratch,
-    n: usize,
     dns_len: usize,
     ecs: Option<&Ecs>,
+    cname: Option<&Fallback>,
 ) -> Result<(), Reason> {
+    let n = plan.n & (MAX_CANDIDATES * 2 - 1);
     // The answer goes back the way the query came: swap the MACs (the EtherType stays).
     const MACS: usize = eth::TYPE;
     let frame = at::<MACS>(ctx, 0, Reason::Dropped)?;
@@ -142,23 +192,36 @@ fn write(
 
     let flags = dns::answer_flags(q.flags);
     let ar = q.edns as u16;
+    let an = if cname.is_some() { 1 } else { n };
     let hdr = at::<{ dns::HEADER_LEN }>(ctx, q.dns, Reason::Dropped)?;
     put16(hdr, dns::header::FLAGS, flags);
-    put16(hdr, dns::header::ANCOUNT, n as u16);
+    put16(hdr, dns::header::ANCOUNT, an as u16);
     put16(hdr, dns::header::NSCOUNT, 0);
     put16(hdr, dns::header::ARCOUNT, ar);
 
     let qtype = if q.aaaa { dns::TYPE_AAAA } else { dns::TYPE_A };
-    let mut tail_sum = write_records(ctx, q, plan, s, n)?;
-    // The loop left the verifier one state per record count; read the count back so that
-    // what follows is verified once, not once per count.
-    let n = hide(s, Slot::Records, n as u64) as usize & Plan::MAX_N;
+    let (mut tail_sum, records_len) = match cname {
+        Some(fb) => (
+            write_cname(ctx, q.question_end, fb)?,
+            fb.cname_len as usize & MAX_CNAME,
+        ),
+        None => {
+            let sum = write_records(ctx, q, plan, s, n)?;
+            // The loop left the verifier one state per record count; read the count back
+            // so that what follows is verified once, not once per count.
+            let n = hide(s, Slot::Records, n as u64) as usize & Plan::MAX_N;
+            let rec_len = dns::record_len(hide(s, Slot::Aaaa, q.aaaa as u64) & 1 == 1);
+            (sum, n * rec_len)
+        }
+    };
+    let records_len = hide(s, Slot::Records, records_len as u64) as usize & MAX_CNAME;
     if q.edns {
-        let rec_len = dns::record_len(hide(s, Slot::Aaaa, q.aaaa as u64) & 1 == 1);
-        write_opt(ctx, plan, q.question_end + n * rec_len, ecs, q.dnssec_ok)?;
-        tail_sum += dns::opt_sum(ecs, plan.scope, q.dnssec_ok);
+        write_opt(ctx, plan, q.question_end + records_len, ecs, q.dnssec_ok)?;
+        // After a record of odd length the OPT's words start at the other parity.
+        let opt = dns::opt_sum(ecs, plan.scope, q.dnssec_ok);
+        tail_sum += shift_odd(opt, records_len & 1 == 1);
     }
-    let n = hide(s, Slot::Records, n as u64) as usize & Plan::MAX_N;
+    let n = hide(s, Slot::Records, an as u64) as usize & Plan::MAX_N;
 
     // The UDP checksum over the answer as written: pseudo-header, UDP header, DNS header,
     // the echoed question (its name summed during the walk) and the appended records.

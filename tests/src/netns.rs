@@ -455,6 +455,11 @@ impl Lab {
     /// 192.0.2.1 (a stub zone), forwards the client's ECS option (at most /24 and /56),
     /// and caches answers by the scope director returns. Waits until it answers `probe`.
     pub fn start_unbound(&mut self, zone: &str, probe: &str) {
+        self.start_unbound_for(&[zone], probe);
+    }
+
+    /// Like [`Lab::start_unbound`], with a stub zone at the edge for each of `zones`.
+    pub fn start_unbound_for(&mut self, zones: &[&str], probe: &str) {
         assert!(
             self.unbound.is_none(),
             "unbound already runs in lab {}",
@@ -471,10 +476,12 @@ impl Lab {
              \x20 verbosity: 1\n  num-threads: 1\n  qname-minimisation: no\n\
              \x20 module-config: \"subnetcache iterator\"\n\
              \x20 send-client-subnet: {EDGE_V4}\n\
-             \x20 max-client-subnet-ipv4: 24\n  max-client-subnet-ipv6: 56\n\
-             stub-zone:\n  name: \"{zone}\"\n  stub-addr: {EDGE_V4}\n",
+             \x20 max-client-subnet-ipv4: 24\n  max-client-subnet-ipv6: 56\n",
             d = dir.display()
-        );
+        ) + &zones
+            .iter()
+            .map(|z| format!("stub-zone:\n  name: \"{z}\"\n  stub-addr: {EDGE_V4}\n"))
+            .collect::<String>();
         let conf_path = dir.join("unbound.conf");
         fs::write(&conf_path, conf).expect("writing unbound.conf");
         let log = fs::File::create(dir.join("unbound.log")).expect("creating unbound.log");

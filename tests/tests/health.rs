@@ -13,7 +13,7 @@ use std::{
 
 use director_ctl::api;
 use director_tests::farm::Farm;
-use director_tests::netns::{Controller, Lab, Reply, EDGE_V4};
+use director_tests::netns::{Controller, Lab, Reply, Zone, EDGE_V4, RESOLVER, RESOLVER_PORT};
 use director_tests::tempdir::TempDir;
 
 const WWW: &str = "www.example.com";
@@ -428,4 +428,112 @@ fn load_thresholds_and_metrics() {
     let m = scrape(&lab, LISTEN);
     assert_eq!(sample(&m, "director_health_up", &fra_www), 0.0);
     assert_eq!(sample(&m, "director_health_out", &fra_www), 1.0);
+}
+
+/// With every server of a service down and no fail-open: the alternate's CNAME, which a
+/// real resolver (unbound) follows to the alternate's address; with no alternate, the
+/// origin's address; both with the degraded TTL, logged and counted.
+#[test]
+fn fallbacks_when_no_server_is_usable() {
+    let mut lab = Lab::new();
+    lab.attach();
+    // Knot on the edge serves the alternate's zone (and the rest of example.com).
+    lab.start_knot(&[
+        Zone {
+            origin: "example.com.",
+            records: "mail A 192.0.2.25",
+        },
+        Zone {
+            origin: "example.net.",
+            records: "www.cdn-b A 198.51.100.77",
+        },
+    ]);
+    let mut farm = Farm::new(&lab, &[("fra-1", 10), ("nyc-1", 20)]);
+    let fra = farm.addr("fra-1").to_string();
+    for s in ["fra-1", "nyc-1"] {
+        farm.start(s, 80);
+    }
+    // video's port 8080 is served by nobody: down from the first round on.
+    let text = config()
+        .replace(
+            "body = \"ok\" }\n",
+            "body = \"ok\" }\nfail_open = false\nalternate = \"www.cdn-b.example.net\"\n\
+             degraded_ttl = 5\n",
+        )
+        .replace(
+            "health = { type = \"tcp\", port = 8080 }\n",
+            "health = { type = \"tcp\", port = 8080 }\nfail_open = false\n\
+             origin = [\"198.51.100.99\"]\ndegraded_ttl = 5\n",
+        );
+    let dir = TempDir::new("health", "config");
+    let cfg = dir.path("director.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    let ctl = start(&lab, &cfg, &dir.path("run.log"));
+    lab.start_unbound_for(&["example.com", "example.net"], "mail.example.com");
+
+    // No server of video can serve it: its origin, with the degraded TTL.
+    let r = Reply::parse(&lab.dig(&[&format!("@{EDGE_V4}"), VIDEO, "A"]));
+    assert_eq!(r.data("A"), ["198.51.100.99"], "{}\n{}", r.text, ctl.log());
+    assert_eq!(r.answers[0].ttl, 5);
+    assert!(r.has_flag("aa"));
+    assert_eq!(answer(&lab, WWW), fra);
+
+    // www's servers stop: the CNAME to the alternate, straight from director ...
+    farm.stop("fra-1", 80);
+    farm.stop("nyc-1", 80);
+    let bound = secs(FALL * (INTERVAL * 1.1 + TIMEOUT) + MARGIN);
+    let t = Instant::now();
+    let r = loop {
+        let r = Reply::parse(&lab.dig(&[&format!("@{EDGE_V4}"), WWW, "A"]));
+        if !r.data("CNAME").is_empty() {
+            break r;
+        }
+        assert!(
+            t.elapsed() < bound,
+            "no CNAME after {bound:?}: {}\n{}",
+            r.text,
+            ctl.log()
+        );
+        sleep(Duration::from_millis(100));
+    };
+    assert_eq!(r.data("CNAME"), ["www.cdn-b.example.net."], "{}", r.text);
+    assert_eq!(r.answers[0].ttl, 5);
+    assert!(r.has_flag("aa"), "{}", r.text);
+    // ... which a resolver follows to the alternate's address.
+    let via = Reply::parse(&lab.dig(&[&format!("@{RESOLVER}"), "-p", RESOLVER_PORT, WWW, "A"]));
+    assert_eq!(
+        via.status.as_deref(),
+        Some("NOERROR"),
+        "{}\n{}",
+        via.text,
+        lab.unbound_log()
+    );
+    assert_eq!(
+        via.data("CNAME"),
+        ["www.cdn-b.example.net."],
+        "{}",
+        via.text
+    );
+    assert_eq!(via.data("A"), ["198.51.100.77"], "{}", via.text);
+    let log = ctl.log();
+    for want in [
+        "www.example.com: no server is usable: answering with the fallback (alternate)",
+        "video.example.com: no server is usable: answering with the fallback (origin)",
+    ] {
+        assert!(log.contains(want), "{want:?} not logged:\n{log}");
+    }
+    let stats = lab.stats();
+    assert!(stats.get("answered_alternate") >= 2, "{stats:?}");
+    assert!(stats.get("answered_origin") >= 1, "{stats:?}");
+
+    // A server back: answered again, the fallback ends.
+    farm.start("fra-1", 80);
+    until(
+        &lab,
+        &ctl,
+        WWW,
+        &fra,
+        secs(RISE * INTERVAL * 1.1 + MARGIN),
+        &mut || {},
+    );
 }

@@ -3,16 +3,21 @@
 //! controller that writes, and it writes through `kernel::Maps`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 
 use anyhow::{anyhow, Context, Result};
 use director_common::{
-    maps::{Decision, MAX_SERVERS, MAX_SERVICES},
+    dns,
+    maps::{
+        Decision, Fallback, FALLBACK_ALTERNATE, FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, MAX_SERVERS,
+        MAX_SERVICES,
+    },
     name,
 };
 use ipnet::IpNet;
 
 use super::compile::diff;
-use super::config::Config;
+use super::config::{self, Config};
 use super::decide::{Computed, Ids};
 use super::sweep::sort_key;
 use crate::kernel::{DecisionChange, Maps, ServerEntry, ServiceEntry};
@@ -55,6 +60,34 @@ fn fresh(used: &mut HashSet<u32>, max: u32) -> Result<u32> {
         .with_context(|| format!("no free id left (at most {})", max - 1))?;
     used.insert(id);
     Ok(id)
+}
+
+/// What the kernel answers for `s` when none of a client's servers can be (see
+/// `maps::Fallback`).
+pub fn fallback(s: &config::Service) -> Result<Fallback> {
+    let mut f = Fallback::none();
+    f.ttl = s.degraded_ttl();
+    if let Some(a) = &s.alternate {
+        let target = name::encode(a).map_err(|e| anyhow!("alternate {a:?}: {e}"))?;
+        let (len, sum) = dns::cname_record(f.ttl, &target, &mut f.cname)
+            .with_context(|| format!("alternate {a:?} does not fit a record"))?;
+        f.flags |= FALLBACK_ALTERNATE;
+        f.cname_len = len as u32;
+        f.cname_sum = sum;
+    }
+    for a in &s.origin {
+        match a {
+            IpAddr::V4(v4) => {
+                f.flags |= FALLBACK_ORIGIN4;
+                f.origin4 = v4.octets();
+            }
+            IpAddr::V6(v6) => {
+                f.flags |= FALLBACK_ORIGIN6;
+                f.origin6 = v6.octets();
+            }
+        }
+    }
+    Ok(f)
 }
 
 /// Writes the config's servers and services at their ids, those that differ from what the
@@ -102,6 +135,10 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
         };
         if now.get(&id) != Some(&e) {
             m.put_service(&e)?;
+        }
+        let fb = fallback(s)?;
+        if m.fallback(id)? != fb {
+            m.set_fallback(id, &fb)?;
         }
     }
     Ok(())

@@ -180,9 +180,21 @@ pub struct Service {
     pub load_threshold: Option<f64>,
     /// Default: 90 % of the threshold.
     pub load_resume: Option<f64>,
+    /// When none of a client's servers can be answered: a CNAME to this domain (the CDS
+    /// service router's alternate domain) ...
+    pub alternate: Option<String>,
+    /// ... else this address (one per family) ...
+    #[serde(default)]
+    pub origin: Vec<IpAddr>,
+    /// ... with this TTL, also for fail-open answers. Default: the TTL, at most 10 s.
+    pub degraded_ttl: Option<u32>,
 }
 
 impl Service {
+    pub fn degraded_ttl(&self) -> u32 {
+        self.degraded_ttl.unwrap_or(self.ttl.min(10))
+    }
+
     /// The load threshold and the level under which an overloaded server is back.
     pub fn load_limits(&self) -> Option<(f64, f64)> {
         self.load_threshold
@@ -625,6 +637,21 @@ impl Config {
             } else if s.load_resume.is_some() {
                 bail!("{}: load_resume without load_threshold", at());
             }
+            if let Some(a) = &s.alternate {
+                let target = director_common::name::encode(a)
+                    .map_err(|e| anyhow::anyhow!("{}: alternate {a:?}: {e}", at()))?;
+                let own = director_common::name::encode(&s.name).unwrap_or_default();
+                if target.eq_ignore_ascii_case(&own) {
+                    bail!(
+                        "{}: alternate is the service's own name (a CNAME loop)",
+                        at()
+                    );
+                }
+            }
+            let v4 = s.origin.iter().filter(|a| a.is_ipv4()).count();
+            if v4 > 1 || s.origin.len() - v4 > 1 {
+                bail!("{}: origin takes at most one address per family", at());
+            }
         }
         Ok(())
     }
@@ -836,6 +863,28 @@ priority = { geo = 1, admin = 2 }
         ] {
             let e = refused(&text);
             assert!(e.contains(why), "{e}");
+        }
+    }
+
+    #[test]
+    fn fallbacks_are_checked() {
+        let svc = |extra: &str| with_service(&format!("priority = {{ admin = 1 }}\n{extra}"));
+        let c = Config::parse(&svc(
+            "alternate = \"www.cdn-b.example.net\"\norigin = [\"192.0.2.99\", \"2001:db8::99\"]",
+        ))
+        .unwrap();
+        assert_eq!(c.services[0].degraded_ttl(), 10, "the TTL (30), at most 10");
+        for (extra, why) in [
+            ("alternate = \"WWW.example.com.\"", "a CNAME loop"),
+            ("alternate = \"a..b\"", "alternate \"a..b\""),
+            (
+                "origin = [\"192.0.2.1\", \"192.0.2.2\"]",
+                "one address per family",
+            ),
+            ("origin = [\"192.0.2\"]", "origin"),
+        ] {
+            let e = refused(&svc(extra));
+            assert!(e.contains(why), "{extra}: {e}");
         }
     }
 

@@ -66,6 +66,10 @@ pub struct Watched {
     pub fail_open: bool,
     /// (threshold, resume).
     pub load: Option<(f64, f64)>,
+    /// The TTL of fail-open answers.
+    pub degraded_ttl: u32,
+    /// What the kernel answers when no server is usable: "alternate", "origin" or "pass".
+    pub fallback: &'static str,
 }
 
 /// Everything the config asks to watch, with kernel ids.
@@ -105,6 +109,14 @@ impl Plan {
                 checked: svc.health.is_some(),
                 fail_open: svc.fail_open,
                 load: svc.load_limits(),
+                degraded_ttl: svc.degraded_ttl(),
+                fallback: if svc.alternate.is_some() {
+                    "alternate"
+                } else if !svc.origin.is_empty() {
+                    "origin"
+                } else {
+                    "pass"
+                },
             });
             if svc.load_limits().is_some() {
                 loaded.extend(members.iter().copied());
@@ -221,6 +233,9 @@ pub fn mask(
         };
         m.set(s, out, if w.checked { known } else { None });
     }
+    if open {
+        m.ttl = w.degraded_ttl;
+    }
     (m, open)
 }
 
@@ -277,6 +292,7 @@ impl Runner {
             over: HashSet::new(),
             open: HashSet::new(),
             unreadable: HashSet::new(),
+            degraded: HashSet::new(),
             shared,
             log,
         };
@@ -440,6 +456,8 @@ struct Publisher {
     open: HashSet<u32>,
     /// Servers whose load endpoint failed at the last poll.
     unreadable: HashSet<u16>,
+    /// Services with no usable server (answered by their fallback).
+    degraded: HashSet<u32>,
     shared: Shared,
     log: Log,
 }
@@ -708,6 +726,32 @@ impl Publisher {
                 e.out = mask.is_out(s);
             }
         }
+        // No server usable by checks or load (admin state aside): the kernel answers the
+        // fallback from the next query on.
+        let none = !w.servers.is_empty() && w.servers.iter().all(|&s| mask.is_out(s));
+        if none != self.degraded.contains(&service) {
+            let what = if none {
+                format!(
+                    "no server is usable: answering with the fallback ({})",
+                    w.fallback
+                )
+            } else {
+                "a server is usable again: the fallback ends".to_string()
+            };
+            self.log.event(
+                Event::Fallback {
+                    service: w.name.clone(),
+                    fallback: w.fallback.to_string(),
+                    active: none,
+                },
+                format!("health: {}: {what}", w.name),
+            );
+            if none {
+                self.degraded.insert(service);
+            } else {
+                self.degraded.remove(&service);
+            }
+        }
         if self.maps.health(service)? != mask {
             self.maps.set_health(service, &mask)?;
         }
@@ -727,6 +771,8 @@ mod tests {
             checked: true,
             fail_open,
             load: Some((0.8, 0.7)),
+            degraded_ttl: 5,
+            fallback: "pass",
         }
     }
 
@@ -754,6 +800,10 @@ mod tests {
         );
         // Every server down: fail-open answers all.
         assert_eq!(of([Down, Down, Down], [false; 3]), ([false; 3], true));
+        let (m, _) = mask(&w, &|_| Down, &|_| false);
+        assert_eq!(m.ttl, 5, "fail-open answers carry the degraded TTL");
+        let (m, _) = mask(&w, &|_| Up, &|_| false);
+        assert_eq!(m.ttl, 0);
         // Not fail-open while a verdict is missing (the first round), nor when refused.
         assert_eq!(of([Down, Down, Unknown], [false; 3]), ([true; 3], false));
         let w = watched(&[1, 2], false);

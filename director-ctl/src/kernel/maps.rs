@@ -12,13 +12,13 @@ use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, MapError, 
 use director_common::{
     counters::{self, Reason},
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, HealthMask, Iface, NameEntry,
-        ServerRecord, ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED, LOCAL_HOST,
-        MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_HEALTH, MAP_IFACES,
-        MAP_LOCAL, MAP_NAMES, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_STATS,
-        MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_DRAINED,
-        SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE,
-        SERVICE_BITS,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, Iface,
+        NameEntry, ServerRecord, ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED,
+        LOCAL_HOST, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_FALLBACK,
+        MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_NAMES, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES,
+        MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF,
+        SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6,
+        SERVICE_ACTIVE, SERVICE_BITS,
     },
     name,
     select::Mode,
@@ -88,6 +88,7 @@ pub struct Maps {
     service_stats: PerCpuArray<MapData, u64>,
     health: Array<MapData, HealthMask>,
     server_stats: PerCpuArray<MapData, u64>,
+    fallback: Array<MapData, Fallback>,
 }
 
 fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
@@ -155,6 +156,7 @@ impl Maps {
             service_stats: open(dir, MAP_SERVICE_STATS)?,
             health: open(dir, MAP_HEALTH)?,
             server_stats: open(dir, MAP_SERVER_STATS)?,
+            fallback: open(dir, MAP_FALLBACK)?,
         };
         m.check_name_keys(dir)?;
         Ok(m)
@@ -264,6 +266,18 @@ impl Maps {
         self.health
             .get(&service, 0)
             .with_context(|| format!("reading the health of service {service}"))
+    }
+
+    pub fn fallback(&self, service: u32) -> Result<Fallback> {
+        self.fallback
+            .get(&service, 0)
+            .with_context(|| format!("reading the fallback of service {service}"))
+    }
+
+    pub fn set_fallback(&mut self, service: u32, f: &Fallback) -> Result<()> {
+        self.fallback
+            .set(service, *f, 0)
+            .with_context(|| format!("writing the fallback of service {service}"))
     }
 
     pub fn set_health(&mut self, service: u32, mask: &HealthMask) -> Result<()> {
@@ -386,8 +400,9 @@ impl Maps {
                 self.services
                     .set(id, ServiceRecord::default(), 0)
                     .context("writing the service table")?;
-                // A later service with this id starts with no verdicts.
+                // A later service with this id starts with no verdicts and no fallback.
                 self.set_health(id, &HealthMask::all_in())?;
+                self.set_fallback(id, &Fallback::none())?;
             }
         }
         for id in 1..MAX_SERVERS {
