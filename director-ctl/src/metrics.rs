@@ -218,6 +218,21 @@ pub fn render(src: &Sources) -> Result<String> {
             opened.with_label_values(&[svc.as_str()]).inc_by(*times);
         }
     }
+    let (done, failed) = {
+        let h = src
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (h.checks_done, h.checks_failed)
+    };
+    let checks = counter(
+        &reg,
+        "director_health_checks_total",
+        "Health checks finished, by result.",
+        &["result"],
+    )?;
+    checks.with_label_values(&["ok"]).inc_by(done - failed);
+    checks.with_label_values(&["failed"]).inc_by(failed);
     let t = src
         .table
         .lock()

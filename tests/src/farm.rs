@@ -122,6 +122,11 @@ impl Farm {
     /// else "<server>". Waits until it accepts connections.
     pub fn start(&mut self, server: &str, port: u16) {
         let addr = self.addr(server).to_string();
+        self.start_on(server, &addr, port);
+    }
+
+    /// Like [`Farm::start`], listening on `addr` (`[::]` for every IPv6 address).
+    pub fn start_on(&mut self, server: &str, addr: &str, port: u16) {
         // A stopped one's directory goes first: it is the same directory.
         self.nginx.remove(&(server.to_string(), port));
         let dir = std::env::temp_dir().join(format!("{}-nginx-{server}-{port}", self.ns));
@@ -130,7 +135,7 @@ impl Farm {
         let d = dir.display();
         let conf = format!(
             "master_process off;\ndaemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-             error_log {d}/error.log;\nevents {{ worker_connections 64; }}\n\
+             error_log {d}/error.log;\nevents {{ worker_connections 4096; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n\
                proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
                uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
@@ -158,11 +163,12 @@ impl Farm {
                 dir: dir.clone(),
             },
         );
+        let probe = if addr == "[::]" { "::1" } else { addr };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let ok = Command::new("nsenter")
                 .arg(format!("--net=/run/netns/{}", self.ns))
-                .args(["bash", "-c", &format!("exec 3<>/dev/tcp/{addr}/{port}")])
+                .args(["bash", "-c", &format!("exec 3<>/dev/tcp/{probe}/{port}")])
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
@@ -190,6 +196,53 @@ impl Farm {
         if let Some(n) = self.nginx.get_mut(&(server.to_string(), port)) {
             n.stop();
         }
+    }
+
+    /// Adds `n` IPv6 addresses (2001:db8:5::1, ::2, ...) in the namespace, routed from the
+    /// edge through one neighbour (2001:db8:4::2), for checks at scale. Returns them.
+    pub fn add_v6_hosts(&self, lab: &Lab, n: usize) -> Vec<String> {
+        let tag = lab.edge_if.trim_start_matches("de");
+        let edge_side = format!("dh{tag}");
+        ip(&[
+            "-n",
+            &lab.edge_ns,
+            "addr",
+            "add",
+            "2001:db8:4::1/64",
+            "dev",
+            &edge_side,
+            "nodad",
+        ]);
+        ip(&[
+            "-n",
+            &self.ns,
+            "addr",
+            "add",
+            "2001:db8:4::2/64",
+            "dev",
+            &self.srv_if,
+            "nodad",
+        ]);
+        ip(&[
+            "-n",
+            &lab.edge_ns,
+            "-6",
+            "route",
+            "add",
+            "2001:db8:5::/64",
+            "via",
+            "2001:db8:4::2",
+        ]);
+        let addrs: Vec<String> = (1..=n).map(|i| format!("2001:db8:5::{i:x}")).collect();
+        let batch: String = addrs
+            .iter()
+            .map(|a| format!("addr add {a}/128 dev lo nodad\n"))
+            .collect();
+        let file = std::env::temp_dir().join(format!("{}-addrs", self.ns));
+        fs::write(&file, batch).expect("address batch");
+        ip(&["-n", &self.ns, "-batch", &file.to_string_lossy()]);
+        let _ = fs::remove_file(&file);
+        addrs
     }
 
     /// Takes the server's address away: connections to it time out (nothing answers, not

@@ -748,6 +748,11 @@ impl Controller {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The controller's pid (nsenter execs it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `signal` (e.g. `libc::SIGUSR1`) to the controller, which this lab started.
     pub fn signal(&self, signal: i32) {
         let pid = self.child.id() as i32;

@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: per-packet cost from BPF_PROG_TEST_RUN, answers per second on a veth
-//! against knot in the same run, and the controller's full-scale compile, printed as tables
+//! against knot in the same run, the controller's full-scale compile, and health checks at
+//! scale (1,000 servers x 3 services every second), printed as tables
 //! (the bench programs of the test crate).
 
 use std::process::Command;
@@ -25,5 +26,6 @@ pub fn run_bench(seconds: u32) -> Result<()> {
             .args(args))
     };
     bench("bench", &["--seconds", &seconds.to_string()])?;
-    bench("bench_controller", &[])
+    bench("bench_controller", &[])?;
+    bench("bench_health", &["--seconds", "10"])
 }

@@ -194,6 +194,9 @@ pub struct Snapshot {
     pub load: BTreeMap<String, f64>,
     /// Per service name: times it went fail-open, and whether it is now.
     pub fail_open: BTreeMap<String, (u64, bool)>,
+    /// Checks finished, and those that failed.
+    pub checks_done: u64,
+    pub checks_failed: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -532,6 +535,8 @@ impl Publisher {
                 .shared
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            sh.checks_done += 1;
+            sh.checks_failed += u64::from(result.is_err());
             let e = sh
                 .checks
                 .entry((service.clone(), server.clone()))
