@@ -228,6 +228,10 @@ pub struct Explain {
     pub servers: Vec<ExplainServer>,
     pub sort: Sort,
     pub pick: Pick,
+    /// `portion = "auto"`: the portions shown are where a running controller starts; it
+    /// moves them toward each server's headroom (`director_auto_portion` in the metrics).
+    #[serde(default)]
+    pub portion_auto: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

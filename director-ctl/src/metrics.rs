@@ -183,6 +183,12 @@ pub fn render(src: &Sources) -> Result<String> {
         "The server's last load read.",
         &["server"],
     )?;
+    let auto = gauge(
+        &reg,
+        "director_auto_portion",
+        "portion = \"auto\": the server's share weight for the service now.",
+        &["service", "server"],
+    )?;
     let open = gauge(
         &reg,
         "director_fail_open",
@@ -211,6 +217,10 @@ pub fn render(src: &Sources) -> Result<String> {
         }
         for (srv, v) in &h.load {
             load.with_label_values(&[srv.as_str()]).set(*v);
+        }
+        for ((svc, srv), p) in &h.auto_named {
+            auto.with_label_values(&[svc.as_str(), srv.as_str()])
+                .set(f64::from(*p));
         }
         for (svc, (times, now)) in &h.fail_open {
             open.with_label_values(&[svc.as_str()])

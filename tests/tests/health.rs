@@ -18,6 +18,25 @@ use director_tests::tempdir::TempDir;
 
 const WWW: &str = "www.example.com";
 const VIDEO: &str = "video.example.com";
+const AUTO: &str = "auto.example.com";
+
+/// The kernel's weights for fra-1 and nyc-1 in AUTO's decision for IPv4 clients.
+fn auto_weights(lab: &Lab) -> (u16, u16) {
+    let routes: api::RouteList =
+        serde_json::from_str(&lab.ctl_ok(&["route", "list", AUTO, "--json"])).unwrap();
+    let r = routes
+        .routes
+        .iter()
+        .find(|r| r.prefix.to_string() == "0.0.0.0/0")
+        .expect("a default route for auto");
+    let w = |name: &str| {
+        r.primary
+            .iter()
+            .find(|s| s.server == name)
+            .map_or(0, |s| s.weight)
+    };
+    (w("fra-1"), w("nyc-1"))
+}
 /// Check timing in the config: interval 1 s (jitter 0.1), timeout 0.5 s, rise 2, fall 2.
 const INTERVAL: f64 = 1.0;
 const TIMEOUT: f64 = 0.5;
@@ -340,7 +359,11 @@ fn load_thresholds_and_metrics() {
             "body = \"ok\" }\n",
             "body = \"ok\" }\nload_threshold = 0.8\n",
         )
-        + &format!("[metrics]\nlisten = \"{LISTEN}\"\n");
+        + &format!(
+            "[[service]]\nname = \"{AUTO}\"\nservers = [\"fra-1\", \"nyc-1\"]\n\
+             priority = {{ portion = 1 }}\nportion = \"auto\"\nload_threshold = 0.8\n\
+             [metrics]\nlisten = \"{LISTEN}\"\n"
+        );
     let dir = TempDir::new("health", "config");
     let cfg = dir.path("director.toml");
     std::fs::write(&cfg, &text).unwrap();
@@ -382,6 +405,22 @@ fn load_thresholds_and_metrics() {
         ctl.log()
     );
 
+    // portion = "auto": the least loaded (nyc-1 at 0.1: headroom 88 %) gets the largest
+    // share; fra-1 (last read 0.5, or lower on its way up from overload) less.
+    let t = Instant::now();
+    let (fra_w, nyc_w) = loop {
+        let w = auto_weights(&lab);
+        if w.1 == 88 && w.0 < w.1 {
+            break w;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "auto weights {w:?}\n{}",
+            ctl.log()
+        );
+        sleep(Duration::from_millis(200));
+    };
+
     // The metrics agree with the kernel's counters and with what the test did.
     let stats = lab.stats();
     let m = scrape(&lab, LISTEN);
@@ -413,6 +452,10 @@ fn load_thresholds_and_metrics() {
         0.5
     );
     assert!(sample(&m, "director_decision_entries", &[]) >= 4.0);
+    for (server, w) in [("fra-1", fra_w), ("nyc-1", nyc_w)] {
+        let l = [("service", AUTO), ("server", server)];
+        assert_eq!(sample(&m, "director_auto_portion", &l), f64::from(w));
+    }
     assert!(sample(&m, "director_last_recompute_timestamp_seconds", &[]) > 1.7e9);
 
     // A server stopped for www shows as down and out.

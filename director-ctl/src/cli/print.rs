@@ -206,6 +206,14 @@ pub fn explain(e: &api::Explain) -> String {
             None => o.push_str("  client location unknown\n"),
         }
     }
+    if e.portion_auto {
+        let _ = writeln!(
+            o,
+            "  portion = \"auto\": shares start at {} and follow each server's headroom under \
+             the load threshold in a running controller (director_auto_portion)",
+            crate::controller::config::AUTO_PORTION_START
+        );
+    }
     for s in &e.servers {
         let _ = write!(o, "  {} (site {}", s.server, s.site);
         if e.sort.draw == Some(Metric::Portion) {

@@ -166,9 +166,10 @@ pub struct Service {
     /// Per server of this service: its `admin` preference here, instead of the server's.
     #[serde(default)]
     pub admin: BTreeMap<String, u32>,
-    /// Per server of this service: its portion here, instead of the server's.
+    /// Per server of this service: its portion here, instead of the server's; or "auto":
+    /// portions follow the servers' measured headroom under `load_threshold`.
     #[serde(default)]
-    pub portion: BTreeMap<String, u16>,
+    pub portion: Portions,
     /// How to tell whether a server serves this service; without it, only admin state.
     pub health: Option<Check>,
     /// When every server is down by its checks, answer with all of them (the default)
@@ -205,6 +206,46 @@ impl Service {
 fn yes() -> bool {
     true
 }
+
+/// A service's `portion`: a table of server = portion, or `"auto"`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Portions {
+    pub each: BTreeMap<String, u16>,
+    pub auto: bool,
+}
+
+impl<'de> Deserialize<'de> for Portions {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Word(String),
+            Each(BTreeMap<String, u16>),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Word(w) if w == "auto" => Ok(Portions {
+                each: BTreeMap::new(),
+                auto: true,
+            }),
+            Raw::Word(w) => Err(serde::de::Error::custom(format!(
+                "portion {w:?}: give \"auto\" or a table of server = portion"
+            ))),
+            Raw::Each(each) => Ok(Portions { each, auto: false }),
+        }
+    }
+}
+
+/// An auto portion's target for a load under `threshold`: the headroom left, in percent
+/// (1 to 100; an overloaded server gets no new clients anyway).
+pub fn auto_portion_target(load: f64, threshold: f64) -> u16 {
+    (100.0 * (threshold - load) / threshold)
+        .round()
+        .clamp(1.0, 100.0) as u16
+}
+
+/// Where an auto portion starts before any load is read, and how far it moves per reading.
+pub const AUTO_PORTION_START: u16 = 50;
+pub const AUTO_PORTION_STEP: u16 = 20;
 
 /// `[health]`: the defaults of every service's check.
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -598,7 +639,10 @@ impl Config {
                     bail!("{}: unknown server {n:?}", at());
                 }
             }
-            for (what, names) in [("admin", keys(&s.admin)), ("portion", keys(&s.portion))] {
+            for (what, names) in [
+                ("admin", keys(&s.admin)),
+                ("portion", keys(&s.portion.each)),
+            ] {
                 for n in names {
                     if !s.servers.contains(n) {
                         bail!(
@@ -636,6 +680,13 @@ impl Config {
                 }
             } else if s.load_resume.is_some() {
                 bail!("{}: load_resume without load_threshold", at());
+            }
+            if s.portion.auto && s.load_threshold.is_none() {
+                bail!(
+                    "{}: portion = \"auto\" needs load_threshold (shares follow the headroom \
+                     under it)",
+                    at()
+                );
             }
             if let Some(a) = &s.alternate {
                 let target = director_common::name::encode(a)
@@ -839,6 +890,13 @@ priority = { geo = 1, admin = 2 }
         );
         let c = Config::parse(&ok).unwrap();
         assert_eq!(c.services[0].load_limits(), Some((0.8, 0.8 * 0.9)));
+        let auto =
+            Config::parse(&ok.replace("load_threshold", "portion = \"auto\"\nload_threshold"))
+                .unwrap();
+        assert!(auto.services[0].portion.auto);
+        assert_eq!(auto_portion_target(0.2, 0.8), 75);
+        assert_eq!(auto_portion_target(0.9, 0.8), 1);
+        assert_eq!(auto_portion_target(0.0, 0.8), 100);
         let u = HttpUrl::parse("http://[2001:db8::1]:8080/m?x=1").unwrap();
         assert_eq!((u.addr.port(), u.path.as_str()), (8080, "/m?x=1"));
         assert_eq!(HttpUrl::parse("http://192.0.2.1").unwrap().addr.port(), 80);
@@ -859,6 +917,20 @@ priority = { geo = 1, admin = 2 }
                     "priority = { geo = 1 }\nload_threshold = 1",
                 ),
                 "none of its servers has load",
+            ),
+            (
+                GOOD.replace(
+                    "priority = { geo = 1, admin = 2 }",
+                    "priority = { portion = 1 }\nportion = \"auto\"",
+                ),
+                "needs load_threshold",
+            ),
+            (
+                GOOD.replace(
+                    "priority = { geo = 1, admin = 2 }",
+                    "priority = { portion = 1 }\nportion = \"most\"",
+                ),
+                "give \"auto\" or a table",
             ),
         ] {
             let e = refused(&text);
@@ -932,7 +1004,7 @@ priority = { geo = 1, admin = 2 }
         let p = c.services[0].policy(&c).unwrap();
         assert_eq!(p.levels(), vec![(101, vec![(Metric::Geo, 2.0)])]);
         assert_eq!(c.services[0].admin["fra-1"], 7);
-        assert_eq!(c.services[0].portion["fra-1"], 3);
+        assert_eq!(c.services[0].portion.each["fra-1"], 3);
         let e = refused(&with_service("admin = { \"nyc-1\" = 7 }"));
         assert!(
             e.contains("admin names \"nyc-1\", which is not one of its servers"),

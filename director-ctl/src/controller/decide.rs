@@ -73,6 +73,8 @@ pub struct Unavailable {
     pub servers: HashSet<u16>,
     /// By service id.
     pub health: HashMap<u32, HashSet<u16>>,
+    /// `portion = "auto"`: each (service, server)'s portion now (from measured load).
+    pub portions: std::collections::BTreeMap<(u32, u16), u16>,
 }
 
 impl Unavailable {
@@ -116,7 +118,14 @@ pub fn plans(cfg: &Config, ids: &Ids, down: &Unavailable) -> Result<Vec<ServiceP
                     PlannedServer {
                         id: ids.servers[idx],
                         site: site_of[srv.site.as_str()],
-                        portion: s.portion.get(n).copied().unwrap_or(srv.portion),
+                        portion: if s.portion.auto {
+                            down.portions
+                                .get(&(ids.services[i], ids.servers[idx]))
+                                .copied()
+                                .unwrap_or(config::AUTO_PORTION_START)
+                        } else {
+                            s.portion.each.get(n).copied().unwrap_or(srv.portion)
+                        },
                         agent_distance: srv.agent_distance,
                         preference: s.admin.get(n).copied().unwrap_or(srv.preference),
                     }

@@ -117,6 +117,11 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         servers,
         pick: pick(&replay, plan.select, &decision, &wire, addr, &server_name),
         sort: sort(&replay, &server_name),
+        portion_auto: cfg
+            .services
+            .iter()
+            .find(|s| s.name.trim_end_matches('.') == plan.name.trim_end_matches('.'))
+            .is_some_and(|s| s.portion.auto),
     })
 }
 

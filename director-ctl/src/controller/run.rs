@@ -211,7 +211,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
             );
         }
     }
-    let (lock, ids, down, computed) = compute_for_kernel(&m, pin_dir, &cfg, &data)?;
+    let (lock, ids, down, computed) = compute_for_kernel(&m, pin_dir, &cfg, &data, &shared)?;
     // On a restart, what the kernel holds is the last applied state; a config cut short
     // since would drop its services and servers.
     let removals = guard::removals_from_kernel(&m, &cfg)?;
@@ -397,6 +397,7 @@ fn compute_for_kernel(
     pin_dir: &Path,
     cfg: &Config,
     data: &Data,
+    shared: &Shared,
 ) -> Result<(WriteLock, Ids, Unavailable, Computed)> {
     const UNLOCKED_TRIES: usize = 2;
     for attempt in 0..=UNLOCKED_TRIES {
@@ -406,13 +407,13 @@ fn compute_for_kernel(
             None
         };
         let ids = assign_ids(m, cfg)?;
-        let down = down_servers(m, cfg, &ids)?;
+        let down = down_servers(m, cfg, &ids, shared)?;
         let computed = compute(cfg, data, &ids, &down)?;
         let lock = match early {
             Some(l) => l,
             None => WriteLock::take(pin_dir)?,
         };
-        if assign_ids(m, cfg)? == ids && down_servers(m, cfg, &ids)? == down {
+        if assign_ids(m, cfg)? == ids && down_servers(m, cfg, &ids, shared)? == down {
             return Ok((lock, ids, down, computed));
         }
     }
@@ -471,7 +472,7 @@ fn follow_addresses(m: &mut Maps, pin_dir: &Path) -> Result<()> {
 
 /// The config's servers (by kernel id) that the kernel holds out: set down or drained,
 /// and per service, out by health checks.
-fn down_servers(m: &Maps, cfg: &Config, ids: &Ids) -> Result<Unavailable> {
+fn down_servers(m: &Maps, cfg: &Config, ids: &Ids, shared: &Shared) -> Result<Unavailable> {
     let ours: HashSet<u16> = ids.servers.iter().copied().collect();
     let servers = m
         .servers()?
@@ -490,7 +491,20 @@ fn down_servers(m: &Maps, cfg: &Config, ids: &Ids) -> Result<Unavailable> {
             health.insert(id, out);
         }
     }
-    Ok(Unavailable { servers, health })
+    let services: HashSet<u32> = ids.services.iter().copied().collect();
+    let portions = shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .auto
+        .iter()
+        .filter(|((svc, srv), _)| services.contains(svc) && ours.contains(srv))
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    Ok(Unavailable {
+        servers,
+        health,
+        portions,
+    })
 }
 
 /// How long `run` waits after seeing a server's state change before re-sorting, so that
@@ -520,18 +534,18 @@ impl State {
     /// Re-sorts every decision when a server went down or came back up since the last
     /// sort, and writes what changed.
     fn follow_server_states(&mut self, m: &mut Maps) -> Result<()> {
-        if down_servers(m, &self.cfg, &self.ids)? == self.down {
+        if down_servers(m, &self.cfg, &self.ids, &self.shared)? == self.down {
             return Ok(());
         }
         std::thread::sleep(COALESCE);
-        let down = down_servers(m, &self.cfg, &self.ids)?;
+        let down = down_servers(m, &self.cfg, &self.ids, &self.shared)?;
         if down == self.down {
             return Ok(());
         }
         let t = Instant::now();
         let new = compute(&self.cfg, &self.data, &self.ids, &down)?;
         let _lock = WriteLock::take(&self.pin_dir)?;
-        if down_servers(m, &self.cfg, &self.ids)? != down {
+        if down_servers(m, &self.cfg, &self.ids, &self.shared)? != down {
             // Changed again while sorting: the next look sorts for the newest states.
             return Ok(());
         }
@@ -572,6 +586,16 @@ impl State {
             })
             .collect();
         health_out.sort();
+        let portions: Vec<String> = down
+            .portions
+            .iter()
+            .map(|((svc, srv), p)| format!("{} {p} for {}", name_of[srv], service_of[svc]))
+            .collect();
+        let portions = if portions.is_empty() {
+            String::new()
+        } else {
+            format!("; auto portions: {}", portions.join(", "))
+        };
         self.computed = new;
         self.down = down;
         let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -590,8 +614,8 @@ impl State {
                 ms,
             },
             format!(
-                "re-sorted without the servers that are out ({}): {rewritten} entries \
-                 changed in {ms:.0} ms",
+                "re-sorted without the servers that are out ({}){portions}: {rewritten} \
+                 entries changed in {ms:.0} ms",
                 if what.is_empty() {
                     "none".to_string()
                 } else {
@@ -613,7 +637,7 @@ impl State {
         guard::check(&[Removal::count("RTT measurements", before, after)], share)?;
         let _lock = WriteLock::take(&self.pin_dir)?;
         if assign_ids(m, &self.cfg)? != self.ids
-            || down_servers(m, &self.cfg, &self.ids)? != self.down
+            || down_servers(m, &self.cfg, &self.ids, &self.shared)? != self.down
         {
             bail!("servers or services changed in the kernel");
         }
@@ -648,7 +672,7 @@ impl State {
 fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -> Result<()> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg)?;
-    let (lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data)?;
+    let (lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data, &state.shared)?;
     let removals = guard::removals(
         &guard::State {
             cfg: &state.cfg,

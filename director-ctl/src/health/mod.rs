@@ -70,6 +70,8 @@ pub struct Watched {
     pub degraded_ttl: u32,
     /// What the kernel answers when no server is usable: "alternate", "origin" or "pass".
     pub fallback: &'static str,
+    /// `portion = "auto"`.
+    pub auto: bool,
 }
 
 /// Everything the config asks to watch, with kernel ids.
@@ -110,6 +112,7 @@ impl Plan {
                 fail_open: svc.fail_open,
                 load: svc.load_limits(),
                 degraded_ttl: svc.degraded_ttl(),
+                auto: svc.portion.auto,
                 fallback: if svc.alternate.is_some() {
                     "alternate"
                 } else if !svc.origin.is_empty() {
@@ -194,6 +197,10 @@ pub struct Snapshot {
     pub load: BTreeMap<String, f64>,
     /// Per service name: times it went fail-open, and whether it is now.
     pub fail_open: BTreeMap<String, (u64, bool)>,
+    /// `portion = "auto"`: (service id, server id) → the portion now.
+    pub auto: BTreeMap<(u32, u16), u16>,
+    /// The same by names, for the metrics.
+    pub auto_named: BTreeMap<(String, String), u16>,
     /// Checks finished, and those that failed.
     pub checks_done: u64,
     pub checks_failed: u64,
@@ -601,6 +608,9 @@ impl Publisher {
             if !w.servers.contains(&server) {
                 continue;
             }
+            if w.auto {
+                self.step_portion(w.id, &w.name, server, &name, value, threshold);
+            }
             let key = (w.id, server);
             let was = self.over.contains(&key);
             let now = if was {
@@ -633,6 +643,38 @@ impl Publisher {
             changed.push(w.id);
         }
         changed
+    }
+
+    /// Moves an auto portion toward the server's headroom, at most a bounded step per
+    /// reading (a load that jumps does not swing every client at once). `run` re-sorts when
+    /// it sees the portions change.
+    fn step_portion(
+        &self,
+        service: u32,
+        sname: &str,
+        server: u16,
+        name: &str,
+        load: f64,
+        threshold: f64,
+    ) {
+        let target = crate::controller::config::auto_portion_target(load, threshold);
+        let step = crate::controller::config::AUTO_PORTION_STEP;
+        let mut sh = self
+            .shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = *sh
+            .auto
+            .get(&(service, server))
+            .unwrap_or(&crate::controller::config::AUTO_PORTION_START);
+        let next = if target > now {
+            now + (target - now).min(step)
+        } else {
+            now - (now - target).min(step)
+        };
+        sh.auto.insert((service, server), next);
+        sh.auto_named
+            .insert((sname.to_string(), name.to_string()), next);
     }
 
     fn service_name(&self, id: u32) -> String {
@@ -778,6 +820,7 @@ mod tests {
             load: Some((0.8, 0.7)),
             degraded_ttl: 5,
             fallback: "pass",
+            auto: false,
         }
     }
 
