@@ -104,6 +104,10 @@ pub struct ServerRecord {
     pub ipv6: [u8; 16],
     /// The operator's name for it, NUL-padded; the kernel never reads it.
     pub name: [u8; SERVER_NAME_LEN],
+    /// Its last load read by a controller, as `f32::to_bits` (of NaN: none); the kernel
+    /// never reads it.
+    pub load: u32,
+    pub _pad2: u32,
 }
 
 impl ServerRecord {
@@ -371,7 +375,7 @@ mod tests {
     fn layouts_have_no_hidden_padding() {
         assert_eq!(size_of::<NameEntry>(), 8 + NAME_BUF);
         assert_eq!(size_of::<ServiceRecord>(), 8);
-        assert_eq!(size_of::<ServerRecord>(), 4 + 4 + 16 + SERVER_NAME_LEN);
+        assert_eq!(size_of::<ServerRecord>(), 4 + 4 + 16 + SERVER_NAME_LEN + 8);
         assert_eq!(size_of::<Decision>(), 4 + 2 * 2 * MAX_CANDIDATES);
         assert_eq!(size_of::<DecisionKeyV4>(), 8);
         assert_eq!(size_of::<DecisionKeyV6>(), 20);

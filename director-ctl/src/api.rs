@@ -45,7 +45,7 @@ pub struct ServerList {
     pub servers: Vec<ListedServer>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ListedServer {
     pub id: u16,
     pub name: String,
@@ -56,6 +56,9 @@ pub struct ListedServer {
     /// `server drain`: no new clients.
     #[serde(default)]
     pub drained: bool,
+    /// Its last load read by `run` (null: none).
+    #[serde(default)]
+    pub load: Option<f64>,
 }
 
 /// `service list --json`.
@@ -136,7 +139,7 @@ pub struct ServiceHealth {
 }
 
 /// `status --json`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     pub version: u32,
     pub pin_dir: PathBuf,
@@ -161,6 +164,9 @@ pub struct Status {
     /// Every (service, server) that health checks have a say on, by service then server.
     #[serde(default)]
     pub health: Vec<ServiceHealth>,
+    /// Each server's last load read by `run`, by name.
+    #[serde(default)]
+    pub load: BTreeMap<String, f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

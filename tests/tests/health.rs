@@ -451,6 +451,13 @@ fn load_thresholds_and_metrics() {
         sample(&m, "director_server_load", &[("server", "fra-1")]),
         0.5
     );
+    let st: api::Status = serde_json::from_str(&lab.ctl_ok(&["status", "--json"])).unwrap();
+    assert_eq!(
+        st.load.get("fra-1"),
+        Some(&0.5),
+        "status shows the load: {st:?}\n{}",
+        ctl.log()
+    );
     assert!(sample(&m, "director_decision_entries", &[]) >= 4.0);
     for (server, w) in [("fra-1", fra_w), ("nyc-1", nyc_w)] {
         let l = [("service", AUTO), ("server", server)];

@@ -1052,6 +1052,22 @@ fn health_out_and_drained_servers_are_skipped_per_service() {
     assert_eq!(answered(&fx, NAME), all, "back in by health");
 }
 
+/// A server's load, recorded by `run` in its server record, is kept by `server add` (new
+/// addresses) and never changes what is answered.
+#[test]
+fn a_recorded_load_is_kept_and_answers_do_not_change() {
+    let mut fx = setup_fra();
+    let m = fx.maps();
+    let id = m.servers().unwrap()[0].id;
+    m.set_server_load(id, 0.5).unwrap();
+    ops::server_add(m, FRA.name, Some(FRA.v4), None).unwrap();
+    let s = m.servers().unwrap();
+    let fra = s.iter().find(|s| s.name == FRA.name).unwrap();
+    assert_eq!(fra.load, Some(0.5), "{s:?}");
+    let a = expect_answer(&fx, &frame_of(&v4(), &a_query()));
+    assert_eq!(a.addrs, vec![FRA.addr(RecordType::A)]);
+}
+
 /// `a|b`: b is a fallback, answered only when a is down or for a second answer.
 #[test]
 fn fallback_servers_answer_only_when_the_primaries_cannot() {

@@ -31,7 +31,8 @@ pub fn servers(l: &api::ServerList) -> String {
             (true, true) => "drained",
             (true, false) => "up",
         };
-        let _ = writeln!(o, "{:<20} {:<16} {:<40} {state}", s.name, v4, v6);
+        let load = s.load.map_or(String::new(), |l| format!(" load {l}"));
+        let _ = writeln!(o, "{:<20} {:<16} {:<40} {state}{load}", s.name, v4, v6);
     }
     o
 }
@@ -105,6 +106,10 @@ pub fn status(st: &api::Status) -> String {
         if !names.is_empty() {
             let _ = writeln!(o, "{what}: {}", names.join(", "));
         }
+    }
+    if !st.load.is_empty() {
+        let loads: Vec<String> = st.load.iter().map(|(n, l)| format!("{n} {l}")).collect();
+        let _ = writeln!(o, "load: {}", loads.join(", "));
     }
     if !st.health.is_empty() {
         let _ = writeln!(

@@ -115,6 +115,8 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
             ipv6: s.ipv6,
             up: !down.contains(s.name.as_str()),
             drained: drained.contains(s.name.as_str()),
+            // Measured, not configured: kept as it is.
+            load: now.get(&id).and_then(|e| e.load),
         };
         if now.get(&id) != Some(&e) {
             put.push(e);

@@ -594,6 +594,18 @@ impl Publisher {
         };
         self.unreadable.remove(&server);
         self.load.insert(server, value);
+        // For status and server list; a failed write is retried at the next reading.
+        let pin_dir = self.pin_dir.clone();
+        if let Err(e) =
+            WriteLock::take(&pin_dir).and_then(|_l| self.maps.set_server_load(server, value))
+        {
+            self.log.event(
+                Event::Refused {
+                    error: format!("{e:#}"),
+                },
+                format!("recording a load failed: {e:#}"),
+            );
+        }
         let name = self.name(server);
         self.shared
             .lock()
@@ -774,14 +786,19 @@ impl Publisher {
             }
         }
         // No server usable by checks or load (admin state aside): the kernel answers the
-        // fallback from the next query on.
-        let none = !w.servers.is_empty() && w.servers.iter().all(|&s| mask.is_out(s));
+        // fallback from the next query on. Not while a verdict is missing: before the
+        // first round nothing is published at all.
+        let none = !w.servers.is_empty()
+            && w.servers.iter().all(|&s| mask.is_out(s))
+            && w.servers.iter().all(|&s| verdict(s) != Verdict::Unknown);
         if none != self.degraded.contains(&service) {
             let what = if none {
                 format!(
                     "no server is usable: answering with the fallback ({})",
                     w.fallback
                 )
+            } else if open {
+                "fail-open answers every server instead of the fallback".to_string()
             } else {
                 "a server is usable again: the fallback ends".to_string()
             };

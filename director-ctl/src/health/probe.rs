@@ -284,6 +284,52 @@ mod tests {
             .contains("no sample of cpu"));
     }
 
+    /// A DNS server on loopback that answers NOERROR, or REFUSED for refused.example.
+    async fn dns_server() -> SocketAddr {
+        let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = sock.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = sock.recv_from(&mut buf).await {
+                let Ok(q) = Message::from_vec(&buf[..n]) else {
+                    continue;
+                };
+                let refused = q.queries()[0].name().to_ascii() == "refused.example.";
+                let mut r = Message::new();
+                r.set_id(q.id())
+                    .set_message_type(MessageType::Response)
+                    .set_op_code(OpCode::Query)
+                    .set_response_code(if refused {
+                        ResponseCode::Refused
+                    } else {
+                        ResponseCode::NoError
+                    })
+                    .add_queries(q.queries().to_vec());
+                let _ = sock.send_to(&r.to_vec().unwrap(), from).await;
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn dns_checks_want_a_noerror_answer() {
+        rt().block_on(async {
+            let addr = dns_server().await;
+            let t = Duration::from_secs(2);
+            let ok = Probe::Dns {
+                name: "example.com".into(),
+                qtype: RecordType::SOA,
+            };
+            assert_eq!(run(&ok, addr, t).await, Ok(()));
+            let refused = Probe::Dns {
+                name: "refused.example".into(),
+                qtype: RecordType::A,
+            };
+            let e = run(&refused, addr, t).await.unwrap_err();
+            assert!(e.starts_with("DNS answer"), "{e}");
+        });
+    }
+
     #[test]
     fn refused_and_silent_servers_fail() {
         rt().block_on(async {

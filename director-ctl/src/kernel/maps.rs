@@ -29,7 +29,7 @@ type Dec4 = LpmTrie<MapData, DecisionKeyV4, DecisionRef>;
 type Dec6 = LpmTrie<MapData, DecisionKeyV6, DecisionRef>;
 
 /// A server as the kernel's table holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ServerEntry {
     pub id: u16,
     pub name: String,
@@ -38,6 +38,8 @@ pub struct ServerEntry {
     pub up: bool,
     /// `server drain`: no new clients.
     pub drained: bool,
+    /// Its last load read by `run`.
+    pub load: Option<f64>,
 }
 
 /// A DNS service as the kernel's tables hold it.
@@ -117,6 +119,8 @@ fn empty_server() -> ServerRecord {
         ipv4: [0; 4],
         ipv6: [0; 16],
         name: [0; SERVER_NAME_LEN],
+        load: f32::NAN.to_bits(),
+        _pad2: 0,
     }
 }
 
@@ -129,6 +133,9 @@ fn server_entry(id: u16, s: &ServerRecord) -> ServerEntry {
         ipv6: (s.flags & SERVER_V6 != 0).then(|| Ipv6Addr::from(s.ipv6)),
         up: s.flags & SERVER_UP != 0,
         drained: s.flags & SERVER_DRAINED != 0,
+        load: Some(f32::from_bits(s.load))
+            .filter(|l| !l.is_nan())
+            .map(f64::from),
     }
 }
 
@@ -222,6 +229,7 @@ impl Maps {
         if e.drained {
             s.flags |= SERVER_DRAINED;
         }
+        s.load = e.load.map_or(f32::NAN, |l| l as f32).to_bits();
         if let Some(a) = e.ipv4 {
             s.flags |= SERVER_V4;
             s.ipv4 = a.octets();
@@ -237,6 +245,23 @@ impl Maps {
 
     pub fn set_server_up(&mut self, id: u16, up: bool) -> Result<()> {
         self.set_server_flag(id, SERVER_UP, up)
+    }
+
+    /// Records a server's load (for `status` and `server list`).
+    pub fn set_server_load(&mut self, id: u16, load: f64) -> Result<()> {
+        let key = u32::from(id);
+        let mut s = self
+            .servers
+            .get(&key, 0)
+            .with_context(|| format!("reading server {id}"))?;
+        let bits = (load as f32).to_bits();
+        if s.flags & SERVER_EXISTS == 0 || s.load == bits {
+            return Ok(());
+        }
+        s.load = bits;
+        self.servers
+            .set(key, s, 0)
+            .context("writing the server table")
     }
 
     pub fn set_server_drained(&mut self, id: u16, drained: bool) -> Result<()> {

@@ -35,6 +35,7 @@ fn api_server(s: ServerEntry) -> api::ListedServer {
         ipv6: s.ipv6,
         up: s.up,
         drained: s.drained,
+        load: s.load,
     }
 }
 
@@ -103,9 +104,9 @@ pub fn server_add(
     if ipv4.is_none() && ipv6.is_none() {
         bail!("server {name:?} needs an address: give --ipv4 and/or --ipv6");
     }
-    let (id, up, drained) = match find_server(m, name)? {
-        Some(s) => (s.id, s.up, s.drained),
-        None => (m.free_server_id()?, true, false),
+    let (id, up, drained, load) = match find_server(m, name)? {
+        Some(s) => (s.id, s.up, s.drained, s.load),
+        None => (m.free_server_id()?, true, false, None),
     };
     m.put_server(&ServerEntry {
         id,
@@ -114,6 +115,7 @@ pub fn server_add(
         ipv6,
         up,
         drained,
+        load,
     })?;
     Ok(id)
 }
@@ -356,6 +358,7 @@ pub fn status(dir: &Path) -> Result<api::Status> {
         drained: Vec::new(),
         admin_down: Vec::new(),
         health: Vec::new(),
+        load: Default::default(),
     };
     if let Ok(m) = Maps::open(dir) {
         let servers = m.servers()?;
@@ -367,6 +370,10 @@ pub fn status(dir: &Path) -> Result<api::Status> {
             .iter()
             .filter(|s| s.drained)
             .map(|s| s.name.clone())
+            .collect();
+        st.load = servers
+            .iter()
+            .filter_map(|s| s.load.map(|l| (s.name.clone(), l)))
             .collect();
         st.admin_down = servers
             .iter()
