@@ -246,6 +246,12 @@ fn health_checks_steer_answers_end_to_end() {
     farm.stop("nyc-1", 80);
     until(&lab, &ctl, WWW, &fra, bound, &mut || {});
     ctl.wait_for("fail-open", 1, Duration::from_secs(5));
+    // Not when the operator has set one of them down: then www has no usable server and
+    // no fallback, so its queries go to the host (which has no DNS server here).
+    lab.ctl_ok(&["server", "set", "fra-1", "--down"]);
+    until(&lab, &ctl, WWW, "", secs(1.0 + MARGIN), &mut || {});
+    lab.ctl_ok(&["server", "set", "fra-1", "--up"]);
+    until(&lab, &ctl, WWW, &fra, secs(1.0 + MARGIN), &mut || {});
     // One comes back: fail-open ends and answers follow the checks again.
     farm.start("nyc-1", 80);
     until(

@@ -228,11 +228,15 @@ pub fn mask(
     w: &Watched,
     verdict: &dyn Fn(u16) -> Verdict,
     over: &dyn Fn(u16) -> bool,
+    admin_out: &dyn Fn(u16) -> bool,
 ) -> (HealthMask, bool) {
     let mut m = HealthMask::all_in();
     let v: Vec<(u16, Verdict)> = w.servers.iter().map(|&s| (s, verdict(s))).collect();
     let all_down = !v.is_empty() && v.iter().all(|(_, v)| *v == Verdict::Down);
-    let open = all_down && w.fail_open;
+    // Unavailable by checks alone: with a server set down or drained, the operator is at
+    // work and the fallback answers instead.
+    let by_checks_alone = !w.servers.iter().any(|&s| admin_out(s));
+    let open = all_down && by_checks_alone && w.fail_open;
     let up_not_over = v.iter().any(|&(s, v)| v == Verdict::Up && !over(s));
     for (s, v) in v {
         let out = !open && (v != Verdict::Up || (up_not_over && over(s)));
@@ -303,9 +307,11 @@ impl Runner {
             open: HashSet::new(),
             unreadable: HashSet::new(),
             degraded: HashSet::new(),
+            admin_out: HashSet::new(),
             shared,
             log,
         };
+        publisher.read_admin();
         {
             let _lock = WriteLock::take(pin_dir)?;
             for w in &plan.services {
@@ -468,6 +474,8 @@ struct Publisher {
     unreadable: HashSet<u16>,
     /// Services with no usable server (answered by their fallback).
     degraded: HashSet<u32>,
+    /// The plan's servers set down or drained (read from the kernel every second).
+    admin_out: HashSet<u16>,
     shared: Shared,
     log: Log,
 }
@@ -486,13 +494,23 @@ impl Publisher {
     ) {
         let began = Instant::now();
         let waiting = pending.len();
+        let mut admin_read = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             let o = match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(o) => o,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Ok(o) => Some(o),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             };
-            let changed = match o {
+            let mut changed = Vec::new();
+            if admin_read.elapsed() >= Duration::from_secs(1) {
+                admin_read = Instant::now();
+                changed.extend(self.read_admin());
+            }
+            let Some(o) = o else {
+                self.write(changed);
+                continue;
+            };
+            changed.extend(match o {
                 Outcome::Check {
                     index,
                     result,
@@ -505,25 +523,58 @@ impl Publisher {
                     c
                 }
                 Outcome::Load { server, result } => self.loaded(server, result),
-            };
-            if changed.is_empty() {
-                continue;
-            }
-            let r = WriteLock::take(&self.pin_dir).and_then(|_lock| {
-                for s in changed {
-                    self.publish(s)?;
-                }
-                Ok(())
             });
-            if let Err(e) = r {
-                self.log.event(
-                    Event::Refused {
-                        error: format!("{e:#}"),
-                    },
-                    format!("writing health verdicts failed: {e:#}"),
-                );
+            self.write(changed);
+        }
+    }
+
+    /// Publishes the masks of `services` under the write lock.
+    fn write(&mut self, mut services: Vec<u32>) {
+        if services.is_empty() {
+            return;
+        }
+        services.sort_unstable();
+        services.dedup();
+        let r = WriteLock::take(&self.pin_dir).and_then(|_lock| {
+            for s in services {
+                self.publish(s)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            self.log.event(
+                Event::Refused {
+                    error: format!("{e:#}"),
+                },
+                format!("writing health verdicts failed: {e:#}"),
+            );
+        }
+    }
+
+    /// Reads which of the plan's servers are set down or drained; returns the services
+    /// of those that changed (fail-open depends on it).
+    fn read_admin(&mut self) -> Vec<u32> {
+        let mut now = HashSet::new();
+        for &id in self.plan.names.keys() {
+            match self.maps.server(id) {
+                Ok(Some(s)) if !s.up || s.drained => {
+                    now.insert(id);
+                }
+                Ok(_) => {}
+                Err(_) => return Vec::new(),
             }
         }
+        if now == self.admin_out {
+            return Vec::new();
+        }
+        let moved: HashSet<u16> = now.symmetric_difference(&self.admin_out).copied().collect();
+        self.admin_out = now;
+        self.plan
+            .services
+            .iter()
+            .filter(|w| w.servers.iter().any(|s| moved.contains(s)))
+            .map(|w| w.id)
+            .collect()
     }
 
     /// Takes one check's result; returns the services whose masks may have changed.
@@ -744,7 +795,8 @@ impl Publisher {
             }
         };
         let over = |s: u16| self.over.contains(&(service, s));
-        let (mask, open) = mask(&w, &verdict, &over);
+        let admin = |s: u16| self.admin_out.contains(&s);
+        let (mask, open) = mask(&w, &verdict, &over, &admin);
         if open != self.open.contains(&service) {
             let what = if open {
                 "every server is down by its checks: answering with all of them (fail-open)"
@@ -846,7 +898,12 @@ mod tests {
         use Verdict::*;
         let w = watched(&[1, 2, 3], true);
         let of = |v: [Verdict; 3], over: [bool; 3]| {
-            let (m, open) = mask(&w, &|s| v[s as usize - 1], &|s| over[s as usize - 1]);
+            let (m, open) = mask(
+                &w,
+                &|s| v[s as usize - 1],
+                &|s| over[s as usize - 1],
+                &|_| false,
+            );
             ([1, 2, 3].map(|s| m.is_out(s)), open)
         };
         assert_eq!(
@@ -865,14 +922,18 @@ mod tests {
         );
         // Every server down: fail-open answers all.
         assert_eq!(of([Down, Down, Down], [false; 3]), ([false; 3], true));
-        let (m, _) = mask(&w, &|_| Down, &|_| false);
+        let (m, _) = mask(&w, &|_| Down, &|_| false, &|_| false);
         assert_eq!(m.ttl, 5, "fail-open answers carry the degraded TTL");
-        let (m, _) = mask(&w, &|_| Up, &|_| false);
+        let (m, _) = mask(&w, &|_| Up, &|_| false, &|_| false);
+        assert_eq!(m.ttl, 0);
+        // A server set down: not "by checks alone", so no fail-open (the fallback answers).
+        let (m, open) = mask(&w, &|_| Down, &|_| false, &|s| s == 2);
+        assert!(!open && m.is_out(1) && m.is_out(3));
         assert_eq!(m.ttl, 0);
         // Not fail-open while a verdict is missing (the first round), nor when refused.
         assert_eq!(of([Down, Down, Unknown], [false; 3]), ([true; 3], false));
         let w = watched(&[1, 2], false);
-        let (m, open) = mask(&w, &|_| Down, &|_| false);
+        let (m, open) = mask(&w, &|_| Down, &|_| false, &|_| false);
         assert!(!open && m.is_out(1) && m.is_out(2));
         assert_eq!(m.verdict(1), Some(false));
     }

@@ -201,6 +201,15 @@ impl Maps {
         Ok(out)
     }
 
+    /// One server, if it exists.
+    pub fn server(&self, id: u16) -> Result<Option<ServerEntry>> {
+        let s = self
+            .servers
+            .get(&u32::from(id), 0)
+            .with_context(|| format!("reading server {id}"))?;
+        Ok((s.flags & SERVER_EXISTS != 0).then(|| server_entry(id, &s)))
+    }
+
     /// The lowest server id no server has.
     pub fn free_server_id(&self) -> Result<u16> {
         for (i, s) in self.servers.iter().enumerate().skip(1) {
