@@ -262,6 +262,25 @@ fn health_checks_steer_answers_end_to_end() {
         secs(RISE * INTERVAL * 1.1 + MARGIN),
         &mut || {},
     );
+
+    // Changes close together cost one re-sort, not one each: both servers drained 100 ms
+    // apart, then both back.
+    for drain in ["drain", "undrain"] {
+        let resorts = ctl.count("re-sorted");
+        lab.ctl_ok(&["server", drain, "fra-1"]);
+        // Longer than run's poll (50 ms here), shorter than its coalescing window (200 ms):
+        // without coalescing these would be two re-sorts.
+        sleep(Duration::from_millis(100));
+        lab.ctl_ok(&["server", drain, "nyc-1"]);
+        ctl.wait_for("re-sorted", resorts + 1, Duration::from_secs(5));
+        sleep(Duration::from_secs(1));
+        assert_eq!(
+            ctl.count("re-sorted"),
+            resorts + 1,
+            "{drain} of two servers re-sorted more than once:\n{}",
+            ctl.log()
+        );
+    }
     ctl.assert_alive();
 }
 
