@@ -228,6 +228,37 @@ impl Fallback {
             cname: [0; CNAME_RECORD_BUF],
         }
     }
+
+    /// What the kernel answers with for a service: a CNAME record to `alternate` (a wire
+    /// name) with `ttl`, and the `origin` addresses (one per family). None when the
+    /// alternate does not fit a record.
+    pub fn build(
+        ttl: u32,
+        alternate: Option<&[u8]>,
+        origin: &[core::net::IpAddr],
+    ) -> Option<Fallback> {
+        let mut f = Fallback::none();
+        f.ttl = ttl;
+        if let Some(target) = alternate {
+            let (len, sum) = crate::dns::cname_record(ttl, target, &mut f.cname)?;
+            f.flags |= FALLBACK_ALTERNATE;
+            f.cname_len = len as u32;
+            f.cname_sum = sum;
+        }
+        for a in origin {
+            match a {
+                core::net::IpAddr::V4(v4) => {
+                    f.flags |= FALLBACK_ORIGIN4;
+                    f.origin4 = v4.octets();
+                }
+                core::net::IpAddr::V6(v6) => {
+                    f.flags |= FALLBACK_ORIGIN6;
+                    f.origin6 = v6.octets();
+                }
+            }
+        }
+        Some(f)
+    }
 }
 
 /// The ranked candidates for one service and client prefix. The kernel stores each distinct

@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests.
 pub mod farm;
 pub mod fixture;
+pub mod metrics;
 pub mod netns;
 pub mod packets;
 pub mod pins;

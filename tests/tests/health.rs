@@ -13,6 +13,7 @@ use std::{
 
 use director_ctl::api;
 use director_tests::farm::Farm;
+use director_tests::metrics::{self, Sample};
 use director_tests::netns::{Controller, Lab, Reply, Zone, EDGE_V4, RESOLVER, RESOLVER_PORT};
 use director_tests::tempdir::TempDir;
 
@@ -289,64 +290,13 @@ fn node_load(v: f64) -> String {
     format!("# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\nnode_load1 {v}\n")
 }
 
-/// GET /metrics from the controller's endpoint in the edge namespace, parsed by a real
-/// Prometheus text parser: (metric, labels) → value.
-/// One sample: metric name, sorted labels, value.
-type Sample = (String, Vec<(String, String)>, f64);
-
 fn scrape(lab: &Lab, listen: &str) -> Vec<Sample> {
-    let out = std::process::Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", lab.edge_ns))
-        .args([
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            &format!("http://{listen}/metrics"),
-        ])
-        .output()
-        .expect("running curl");
-    assert!(
-        out.status.success(),
-        "curl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let lines = text.lines().map(|l| Ok(l.to_string()));
-    let scrape = prometheus_parse::Scrape::parse(lines)
-        .unwrap_or_else(|e| panic!("not Prometheus text ({e}):\n{text}"));
-    scrape
-        .samples
-        .into_iter()
-        .map(|s| {
-            let v = match s.value {
-                prometheus_parse::Value::Counter(v)
-                | prometheus_parse::Value::Gauge(v)
-                | prometheus_parse::Value::Untyped(v) => v,
-                other => panic!("{}: unexpected {other:?}", s.metric),
-            };
-            let mut labels: Vec<(String, String)> = s
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            labels.sort();
-            (s.metric, labels, v)
-        })
-        .collect()
+    metrics::scrape(&lab.edge_ns, listen).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn sample(samples: &[Sample], metric: &str, labels: &[(&str, &str)]) -> f64 {
-    let mut want: Vec<(String, String)> = labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    want.sort();
-    samples
-        .iter()
-        .find(|(m, l, _)| m == metric && *l == want)
+    metrics::value(samples, metric, labels)
         .unwrap_or_else(|| panic!("no {metric} {labels:?} in {samples:?}"))
-        .2
 }
 
 #[test]

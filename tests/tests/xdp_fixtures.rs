@@ -10,9 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use director_common::counters::Reason;
-use director_common::maps::{
-    Fallback, HealthMask, FALLBACK_ALTERNATE, FALLBACK_ORIGIN4, FALLBACK_ORIGIN6,
-};
+use director_common::maps::{Fallback, HealthMask};
 use director_common::select::Mode;
 use director_ctl::ops;
 use director_tests::fixture::{route_set, Fixture, XDP_DROP, XDP_PASS, XDP_TX};
@@ -1171,28 +1169,8 @@ const ORIGIN_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 0x99)
 /// NAME with both servers set down and the given fallback.
 fn setup_fallback(alternate: Option<&str>, origin: &[IpAddr]) -> Fixture {
     let mut fx = setup(1, &both());
-    let mut f = Fallback::none();
-    f.ttl = DEGRADED_TTL;
-    if let Some(a) = alternate {
-        let wire = director_common::name::encode(a).unwrap();
-        let (len, sum) = director_common::dns::cname_record(DEGRADED_TTL, &wire, &mut f.cname)
-            .expect("a name that fits");
-        f.flags |= FALLBACK_ALTERNATE;
-        f.cname_len = len as u32;
-        f.cname_sum = sum;
-    }
-    for a in origin {
-        match a {
-            IpAddr::V4(v4) => {
-                f.flags |= FALLBACK_ORIGIN4;
-                f.origin4 = v4.octets();
-            }
-            IpAddr::V6(v6) => {
-                f.flags |= FALLBACK_ORIGIN6;
-                f.origin6 = v6.octets();
-            }
-        }
-    }
+    let wire = alternate.map(|a| director_common::name::encode(a).unwrap());
+    let f = Fallback::build(DEGRADED_TTL, wire.as_deref(), origin).expect("a name that fits");
     let m = fx.maps();
     let id = m.find_service(NAME).unwrap().unwrap();
     m.set_fallback(id, &f).unwrap();

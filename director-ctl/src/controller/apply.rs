@@ -3,15 +3,10 @@
 //! controller that writes, and it writes through `kernel::Maps`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::IpAddr;
 
 use anyhow::{anyhow, Context, Result};
 use director_common::{
-    dns,
-    maps::{
-        Decision, Fallback, FALLBACK_ALTERNATE, FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, MAX_SERVERS,
-        MAX_SERVICES,
-    },
+    maps::{Decision, Fallback, MAX_SERVERS, MAX_SERVICES},
     name,
 };
 use ipnet::IpNet;
@@ -65,29 +60,12 @@ fn fresh(used: &mut HashSet<u32>, max: u32) -> Result<u32> {
 /// What the kernel answers for `s` when none of a client's servers can be (see
 /// `maps::Fallback`).
 pub fn fallback(s: &config::Service) -> Result<Fallback> {
-    let mut f = Fallback::none();
-    f.ttl = s.degraded_ttl();
-    if let Some(a) = &s.alternate {
-        let target = name::encode(a).map_err(|e| anyhow!("alternate {a:?}: {e}"))?;
-        let (len, sum) = dns::cname_record(f.ttl, &target, &mut f.cname)
-            .with_context(|| format!("alternate {a:?} does not fit a record"))?;
-        f.flags |= FALLBACK_ALTERNATE;
-        f.cname_len = len as u32;
-        f.cname_sum = sum;
-    }
-    for a in &s.origin {
-        match a {
-            IpAddr::V4(v4) => {
-                f.flags |= FALLBACK_ORIGIN4;
-                f.origin4 = v4.octets();
-            }
-            IpAddr::V6(v6) => {
-                f.flags |= FALLBACK_ORIGIN6;
-                f.origin6 = v6.octets();
-            }
-        }
-    }
-    Ok(f)
+    let target = match &s.alternate {
+        Some(a) => Some(name::encode(a).map_err(|e| anyhow!("alternate {a:?}: {e}"))?),
+        None => None,
+    };
+    Fallback::build(s.degraded_ttl(), target.as_deref(), &s.origin)
+        .with_context(|| format!("alternate {:?} does not fit a record", s.alternate))
 }
 
 /// Writes the config's servers and services at their ids, those that differ from what the

@@ -302,7 +302,6 @@ impl Runner {
             maps: m,
             plan: plan.clone(),
             tracks,
-            load: HashMap::new(),
             over: HashSet::new(),
             open: HashSet::new(),
             unreadable: HashSet::new(),
@@ -463,9 +462,6 @@ struct Publisher {
     maps: Maps,
     plan: Plan,
     tracks: Vec<Track>,
-    /// Last load read per server (an unreachable load endpoint keeps the last value: it
-    /// does not take a server out by itself).
-    load: HashMap<u16, f64>,
     /// (service, server) over the service's load threshold, until under its resume level.
     over: HashSet<(u32, u16)>,
     /// Services answered fail-open now.
@@ -644,7 +640,6 @@ impl Publisher {
             }
         };
         self.unreadable.remove(&server);
-        self.load.insert(server, value);
         // For status and server list; a failed write is retried at the next reading.
         let pin_dir = self.pin_dir.clone();
         if let Err(e) =

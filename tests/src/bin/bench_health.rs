@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use director_tests::farm::Farm;
+use director_tests::metrics;
 use director_tests::netns::{Controller, Lab};
 use director_tests::tempdir::TempDir;
 
@@ -53,47 +54,14 @@ fn threads(pid: u32) -> Result<BTreeMap<String, u64>> {
     Ok(out)
 }
 
-/// `director_health_checks_total` by result, from the metrics endpoint.
+/// `director_health_checks_total` by result (ok, failed), from the metrics endpoint.
 fn checks(lab: &Lab) -> Result<(f64, f64)> {
-    let out = std::process::Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", lab.edge_ns))
-        .args([
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            &format!("http://{LISTEN}/metrics"),
-        ])
-        .output()?;
-    let text = String::from_utf8(out.stdout)?;
-    if !out.status.success() || !text.contains("director_health_checks_total") {
-        bail!(
-            "no checks counter at {LISTEN}: {}{}",
-            String::from_utf8_lossy(&out.stderr),
-            &text[..text.len().min(500)]
-        );
+    let m = metrics::scrape(&lab.edge_ns, LISTEN).map_err(anyhow::Error::msg)?;
+    let of = |result| metrics::value(&m, "director_health_checks_total", &[("result", result)]);
+    match (of("ok"), of("failed")) {
+        (Some(ok), Some(failed)) => Ok((ok, failed)),
+        _ => bail!("no checks counter at {LISTEN}"),
     }
-    let lines = text.lines().map(|l| Ok(l.to_string()));
-    let scrape = prometheus_parse::Scrape::parse(lines)?;
-    let mut ok = 0.0;
-    let mut failed = 0.0;
-    for s in scrape.samples {
-        if s.metric != "director_health_checks_total" {
-            continue;
-        }
-        let (prometheus_parse::Value::Counter(v)
-        | prometheus_parse::Value::Untyped(v)
-        | prometheus_parse::Value::Gauge(v)) = s.value
-        else {
-            continue;
-        };
-        match s.labels.get("result") {
-            Some("ok") => ok = v,
-            Some("failed") => failed = v,
-            _ => {}
-        }
-    }
-    Ok((ok, failed))
 }
 
 fn run(seconds: u64) -> Result<()> {
