@@ -93,7 +93,7 @@ pub struct Maps {
     fallback: Array<MapData, Fallback>,
 }
 
-fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
+pub(super) fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
     let path = dir.join(name);
     if !path.exists() {
         bail!(
