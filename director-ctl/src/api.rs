@@ -487,6 +487,8 @@ pub enum Event {
         fallback: String,
         active: bool,
     },
+    /// The zones' UDP and TCP listeners are bound (`ADDR:PORT` each).
+    Listening { addresses: Vec<String> },
     /// Every check has given its first verdict (at start): only now is anything published.
     FirstRound {
         checks: usize,
@@ -501,4 +503,21 @@ pub enum Event {
     /// (SIGUSR1, or `--accept-removal` at start); `removed` says what, e.g. "1 of 2 services
     /// (b.example.com)".
     Accepted { removed: Vec<String> },
+}
+
+/// `zone list --json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ZoneList {
+    pub zones: Vec<ListedZone>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ListedZone {
+    /// The apex, with its trailing dot.
+    pub origin: String,
+    pub serial: u32,
+    pub ns: Vec<String>,
+    pub listen: Vec<IpAddr>,
+    /// Static records, SOA, NS and glue included.
+    pub records: usize,
 }

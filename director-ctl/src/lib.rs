@@ -10,6 +10,7 @@ pub mod api;
 pub mod checked;
 pub mod cli;
 pub mod controller;
+pub mod dns;
 pub mod health;
 pub mod kernel;
 pub mod metrics;

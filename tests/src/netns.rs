@@ -177,6 +177,13 @@ pub struct Zone<'a> {
     pub records: &'a str,
 }
 
+/// A zone file for [`Lab::start_knot_files`]: `origin` with a trailing dot, `text` whole.
+pub struct KnotZone {
+    pub origin: String,
+    pub text: String,
+    pub signed: bool,
+}
+
 pub struct Lab {
     pub id: String,
     pub edge_ns: String,
@@ -354,6 +361,24 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Adds `cidr` (e.g. "192.0.2.53/24") to the edge's interface, where director's zone
+    /// listeners bind.
+    pub fn add_edge_address(&self, cidr: &str) {
+        let mut args = vec![
+            "-n",
+            &self.edge_ns,
+            "addr",
+            "add",
+            cidr,
+            "dev",
+            &self.edge_if,
+        ];
+        if cidr.contains(':') {
+            args.push("nodad");
+        }
+        ip(&args);
+    }
+
     /// kdig from the client, bounded like [`Lab::dig`].
     pub fn kdig(&self, args: &[&str]) -> String {
         let mut cmd = vec!["kdig", "+retry=0", "+timeout=2"];
@@ -375,6 +400,25 @@ impl Lab {
     /// Starts knotd in the edge namespace, authoritative for `zones`, listening on
     /// 192.0.2.1@53 and [2001:db8::1]@53, and waits until it answers on both.
     pub fn start_knot(&mut self, zones: &[Zone<'_>]) {
+        let files: Vec<KnotZone> = zones
+            .iter()
+            .map(|z| KnotZone {
+                origin: z.origin.to_string(),
+                text: format!(
+                    "$ORIGIN {o}\n$TTL 300\n@ SOA ns.{o} hostmaster.{o} 1 3600 600 86400 300\n\
+                     @ NS ns.{o}\nns A {EDGE_V4}\n{}\n",
+                    z.records,
+                    o = z.origin
+                ),
+                signed: false,
+            })
+            .collect();
+        self.start_knot_files(&files);
+    }
+
+    /// Like [`Lab::start_knot`], with each zone file given whole; a `signed` zone is signed
+    /// by Knot (automatic DNSSEC signing, its default policy).
+    pub fn start_knot_files(&mut self, zones: &[KnotZone]) {
         assert!(self.knot.is_none(), "knot already runs in lab {}", self.id);
         let dir = std::env::temp_dir().join(format!("{}-knot", self.id));
         let _ = fs::remove_dir_all(&dir);
@@ -393,13 +437,10 @@ impl Lab {
         for z in zones {
             let file = format!("{}zone", z.origin);
             conf.push_str(&format!("  - domain: {}\n    file: \"{file}\"\n", z.origin));
-            let text = format!(
-                "$ORIGIN {o}\n$TTL 300\n@ SOA ns.{o} hostmaster.{o} 1 3600 600 86400 300\n\
-                 @ NS ns.{o}\nns A {EDGE_V4}\n{}\n",
-                z.records,
-                o = z.origin
-            );
-            fs::write(dir.join("zones").join(file), text).expect("writing a zone file");
+            if z.signed {
+                conf.push_str("    dnssec-signing: on\n    zonefile-sync: -1\n");
+            }
+            fs::write(dir.join("zones").join(file), &z.text).expect("writing a zone file");
         }
         let conf_path = dir.join("knot.conf");
         fs::write(&conf_path, conf).expect("writing knot.conf");
@@ -413,7 +454,7 @@ impl Lab {
             .stderr(log)
             .spawn()
             .expect("starting knotd");
-        let first = zones.first().expect("knot needs a zone").origin;
+        let first = zones.first().expect("knot needs a zone").origin.clone();
         self.knot = Some(Daemon { child, dir });
         let knot = self.knot.as_mut().unwrap();
         // Probe from inside the edge namespace: loopback traffic does not cross director.
@@ -428,7 +469,7 @@ impl Lab {
                     "+timeout=1",
                     "+short",
                     &format!("@{server}"),
-                    first,
+                    &first,
                     "SOA",
                 ]));
                 if out.status.success() && !out.stdout.is_empty() {
@@ -460,6 +501,36 @@ impl Lab {
 
     /// Like [`Lab::start_unbound`], with a stub zone at the edge for each of `zones`.
     pub fn start_unbound_for(&mut self, zones: &[&str], probe: &str) {
+        let conf = format!(
+            "\x20 module-config: \"subnetcache iterator\"\n\
+             \x20 send-client-subnet: {EDGE_V4}\n\
+             \x20 max-client-subnet-ipv4: 24\n  max-client-subnet-ipv6: 56\n"
+        ) + &zones
+            .iter()
+            .map(|z| format!("stub-zone:\n  name: \"{z}\"\n  stub-addr: {EDGE_V4}\n"))
+            .collect::<String>();
+        self.start_unbound_with(&conf, probe);
+    }
+
+    /// Starts unbound in the client namespace as a validating resolver (DNSSEC), on
+    /// 127.0.0.1:5353: `trust_anchor` (zone-file DNSKEY or DS lines) anchors the zone
+    /// served at 192.0.2.1, a stub zone for `zone`; everything below it is found by
+    /// following its delegations. Waits until it answers `probe`.
+    pub fn start_validating_unbound(&mut self, zone: &str, trust_anchor: &str, probe: &str) {
+        let anchors: String = trust_anchor
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| format!("  trust-anchor: \"{}\"\n", l.trim()))
+            .collect();
+        let conf = format!(
+            "\x20 module-config: \"validator iterator\"\n{anchors}\
+             \x20 val-log-level: 2\n\
+             stub-zone:\n  name: \"{zone}\"\n  stub-addr: {EDGE_V4}\n"
+        );
+        self.start_unbound_with(&conf, probe);
+    }
+
+    fn start_unbound_with(&mut self, extra: &str, probe: &str) {
         assert!(
             self.unbound.is_none(),
             "unbound already runs in lab {}",
@@ -473,15 +544,9 @@ impl Lab {
              \x20 do-ip6: no\n  access-control: 127.0.0.0/8 allow\n\
              \x20 username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n\
              \x20 pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n  logfile: \"\"\n\
-             \x20 verbosity: 1\n  num-threads: 1\n  qname-minimisation: no\n\
-             \x20 module-config: \"subnetcache iterator\"\n\
-             \x20 send-client-subnet: {EDGE_V4}\n\
-             \x20 max-client-subnet-ipv4: 24\n  max-client-subnet-ipv6: 56\n",
+             \x20 verbosity: 1\n  num-threads: 1\n  qname-minimisation: no\n{extra}",
             d = dir.display()
-        ) + &zones
-            .iter()
-            .map(|z| format!("stub-zone:\n  name: \"{z}\"\n  stub-addr: {EDGE_V4}\n"))
-            .collect::<String>();
+        );
         let conf_path = dir.join("unbound.conf");
         fs::write(&conf_path, conf).expect("writing unbound.conf");
         let log = fs::File::create(dir.join("unbound.log")).expect("creating unbound.log");

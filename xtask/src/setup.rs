@@ -22,6 +22,8 @@ const PACKAGES: &[(&str, &str)] = &[
     // The health tests' real HTTP servers.
     ("nginx-light", "nginx"),
     ("curl", "curl"),
+    // Checks the zone `director-ctl zone export` writes.
+    ("knot-dnssecutils", "kzonecheck"),
 ];
 
 pub fn root() -> PathBuf {

@@ -136,6 +136,57 @@ enum Cmd {
     },
     /// Print the XDP program's log (needs `attach --log-level debug|info`) until Ctrl-C.
     Log,
+    /// The zones director answers in full: `[[zone]]` in `run`'s config, or a zones file
+    /// for `serve`.
+    #[command(subcommand)]
+    Zone(ZoneCmd),
+    /// Answer the zones of a zones file on their listen addresses (UDP and TCP port 53),
+    /// with the services the CLI wrote to the kernel: `run`'s DNS listeners for setups
+    /// without a config. Follows changes to the file and to the services; stops on Ctrl-C.
+    Serve {
+        #[arg(long)]
+        zones: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ZoneCmd {
+    /// Write the zones' static part (SOA, NS, glue, static records) in zone-file format.
+    /// Service names are answered per client, so they are not in it.
+    Export {
+        /// A config or zones file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Only this zone (default: every zone of the file).
+        #[arg(long)]
+        origin: Option<String>,
+    },
+    /// Add a zone to a zones file (created if missing), or replace the one of its origin.
+    Add {
+        #[arg(long)]
+        zones: PathBuf,
+        origin: String,
+        /// A name server: NAME, or NAME=ADDR[,ADDR] (addresses are needed inside the zone,
+        /// and are where `serve` listens). At least two.
+        #[arg(long = "ns", required = true)]
+        ns: Vec<String>,
+        /// The SOA's mailbox as a name (default: hostmaster.ORIGIN).
+        #[arg(long)]
+        rname: Option<String>,
+    },
+    /// Remove a zone from a zones file.
+    Del {
+        #[arg(long)]
+        zones: PathBuf,
+        origin: String,
+    },
+    /// The zones of a config or zones file: origin, serial, NS, listen addresses.
+    List {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -260,6 +311,46 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
 }
 
 /// Prints `doc` as JSON, or as the operator's text.
+fn zone(c: ZoneCmd) -> Result<()> {
+    use crate::dns::file::{self, ZoneFile};
+    match c {
+        ZoneCmd::Export { config, origin } => {
+            let f = ZoneFile::load(&config)?;
+            let zones = f.build(&[])?;
+            let wanted = origin.map(|o| crate::dns::zone::absolute(&o)).transpose()?;
+            let mut n = 0;
+            for z in zones.all() {
+                if wanted.as_ref().is_none_or(|w| *w == z.origin) {
+                    print!("{}", z.export());
+                    n += 1;
+                }
+            }
+            if n == 0 {
+                anyhow::bail!("{} has no such zone", config.display());
+            }
+        }
+        ZoneCmd::Add {
+            zones,
+            origin,
+            ns,
+            rname,
+        } => {
+            let ns = ns
+                .iter()
+                .map(|s| text::name_server(s))
+                .collect::<Result<_>>()?;
+            file::add(&zones, &crate::dns::ZoneConfig::new(origin, ns, rname))?;
+        }
+        ZoneCmd::Del { zones, origin } => file::del(&zones, &origin)?,
+        ZoneCmd::List { config, json } => {
+            let f = ZoneFile::load(&config)?;
+            let list = crate::dns::zone_list(&f.build(&[])?);
+            show(json, &list, print::zones)?;
+        }
+    }
+    Ok(())
+}
+
 fn show<T: serde::Serialize>(json: bool, doc: &T, text: impl FnOnce(&T) -> String) -> Result<()> {
     if json {
         print_json(doc)
@@ -413,6 +504,8 @@ fn run(cli: Cli) -> Result<()> {
             };
             controller::run::run(&config, &dir, &options)?;
         }
+        Cmd::Zone(c) => zone(c)?,
+        Cmd::Serve { zones } => crate::dns::serve(&dir, &zones)?,
         Cmd::Check { config, json } => {
             let report = controller::check(&config)?;
             show(json, &report, |r| print::check(&config, r))?;

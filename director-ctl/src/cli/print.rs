@@ -441,3 +441,20 @@ fn step(o: &mut String, st: &api::Step) {
         let _ = writeln!(o, "    {}  {result}", cols.join(" "));
     }
 }
+
+pub fn zones(l: &api::ZoneList) -> String {
+    let mut o = String::new();
+    for z in &l.zones {
+        let listen: Vec<String> = z.listen.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            o,
+            "{:<32} serial {:<10} ns {} listen {} ({} records)",
+            z.origin,
+            z.serial,
+            z.ns.join(","),
+            listen.join(","),
+            z.records
+        );
+    }
+    o
+}

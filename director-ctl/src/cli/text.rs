@@ -48,6 +48,33 @@ pub fn server_list(text: &str) -> Result<ServerList> {
     })
 }
 
+/// `NAME` or `NAME=ADDR[,ADDR]`: a name server of `zone add`, with its addresses.
+pub fn name_server(text: &str) -> Result<crate::dns::zone::NsConfig> {
+    let (name, addrs) = match text.split_once('=') {
+        Some((n, a)) => (n, Some(a)),
+        None => (text, None),
+    };
+    let addresses = addrs
+        .map(|a| {
+            a.split(',')
+                .map(|x| {
+                    x.trim()
+                        .parse::<std::net::IpAddr>()
+                        .map_err(|_| anyhow::anyhow!("--ns {text:?}: {x:?} is not an IP address"))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    if name.trim().is_empty() {
+        anyhow::bail!("--ns {text:?}: no name");
+    }
+    Ok(crate::dns::zone::NsConfig {
+        name: name.trim().to_string(),
+        addresses,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -493,6 +493,9 @@ pub struct Config {
     #[serde(default)]
     pub health: HealthDefaults,
     pub metrics: Option<Metrics>,
+    /// Zones answered in full (SOA, NS, other types, TCP) by `run`'s own listeners.
+    #[serde(default, rename = "zone")]
+    pub zones: Vec<crate::dns::ZoneConfig>,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     #[serde(default)]
@@ -704,7 +707,31 @@ impl Config {
                 bail!("{}: origin takes at most one address per family", at());
             }
         }
+        self.build_zones(0)?;
         Ok(())
+    }
+
+    /// The `[[zone]]`s built, with `serial` where they give none; every error names its
+    /// zone.
+    pub fn build_zones(&self, serial: u32) -> Result<crate::dns::Zones> {
+        let services: Vec<String> = self.services.iter().map(|s| s.name.clone()).collect();
+        let mut origins = HashSet::new();
+        let mut zones = Vec::new();
+        for (i, z) in self.zones.iter().enumerate() {
+            let at = || format!("[[zone]] #{} ({:?})", i + 1, z.origin);
+            let built = z.build(&services, serial).with_context(at)?;
+            if !origins.insert(built.origin.clone()) {
+                bail!("{}: another [[zone]] has that origin", at());
+            }
+            zones.push(built);
+        }
+        Ok(crate::dns::Zones::new(zones))
+    }
+
+    /// The zones' serial when they give none: the time of the last change to the config,
+    /// its mtime in seconds (RFC 1982 arithmetic is happy with it until 2106).
+    pub fn zone_serial(&self) -> u32 {
+        crate::dns::file::mtime_serial(&self.path)
     }
 }
 

@@ -33,6 +33,7 @@ use super::data::{load_rtt, Data};
 use super::decide::{compute, plans, subtree, Computed, Ids, Unavailable};
 use super::guard::{self, Refusal, Removal};
 use crate::api::{self, Event};
+use crate::dns;
 use crate::health::{self, Runner, Shared};
 use crate::kernel::{DecisionChange, Maps, WriteLock};
 use crate::metrics;
@@ -266,7 +267,23 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
             },
         )?;
     }
+    // The zones' listeners bind now: an address the host does not have is an error at start.
+    let dns = if cfg.zones.is_empty() {
+        None
+    } else {
+        let zones = cfg.build_zones(cfg.zone_serial())?;
+        let server = dns::Server::start(pin_dir, zones, dns::PORT)?;
+        let addrs: Vec<String> = server.addresses.iter().map(ToString::to_string).collect();
+        log.event(
+            Event::Listening {
+                addresses: addrs.clone(),
+            },
+            format!("answering the zones on {} (UDP, TCP)", addrs.join(", ")),
+        );
+        Some(server)
+    };
     let mut state = State {
+        dns,
         files,
         cfg,
         data,
@@ -437,6 +454,8 @@ struct State {
     shared: Shared,
     /// The table's size and last recompute, for the metrics endpoint.
     table: metrics::SharedTable,
+    /// The zones' listeners, when the config has zones.
+    dns: Option<dns::Server>,
 }
 
 /// Starts the config's health checks (none: `None`), on the ids the kernel has or will
@@ -729,7 +748,9 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         let r = Runner::start(&pin_dir, plan, state.shared.clone(), log)?;
         checks = (!r.plan.is_empty()).then_some(r);
     }
+    let dns = follow_zones(state.dns.take(), &cfg, &pin_dir, log)?;
     *state = State {
+        dns,
         files: watched(path, &cfg),
         cfg,
         data,
@@ -744,6 +765,48 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
     };
     state.note_table(state.computed.seconds);
     Ok(())
+}
+
+/// Serves the reloaded config's zones from the next query on (the SOA serial follows the
+/// config's mtime). The listen addresses are the start's: new ones need a restart.
+fn follow_zones(
+    dns: Option<dns::Server>,
+    cfg: &Config,
+    pin_dir: &Path,
+    log: Log,
+) -> Result<Option<dns::Server>> {
+    let zones = cfg.build_zones(cfg.zone_serial())?;
+    let Some(server) = dns else {
+        if cfg.zones.is_empty() {
+            return Ok(None);
+        }
+        return dns::Server::start(pin_dir, zones, dns::PORT).map(Some);
+    };
+    let mut wanted: Vec<std::net::SocketAddr> = zones
+        .all()
+        .iter()
+        .flat_map(|z| {
+            z.listen
+                .iter()
+                .map(|a| std::net::SocketAddr::new(*a, dns::PORT))
+        })
+        .collect();
+    wanted.sort();
+    wanted.dedup();
+    if wanted != server.addresses {
+        log.event(
+            Event::Refused {
+                error: "zone listen addresses changed".into(),
+            },
+            format!(
+                "the zones' listen addresses changed; still answering on {:?} until run \
+                 restarts",
+                server.addresses
+            ),
+        );
+    }
+    server.set_zones(zones);
+    Ok(Some(server))
 }
 
 static HUP: AtomicBool = AtomicBool::new(false);

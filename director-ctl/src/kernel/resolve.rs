@@ -64,8 +64,12 @@ impl Client {
 pub enum Selected {
     /// No service has the name.
     NotAService,
-    /// A service, and what it answers.
-    Service { service: u32, answer: Answer },
+    /// A service (with its TTL), and what it answers.
+    Service {
+        service: u32,
+        ttl: u32,
+        answer: Answer,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,8 +90,10 @@ pub enum Answer {
     },
     /// No decision covers the client.
     NoDecision,
-    /// No server can be answered and there is no fallback of this family.
-    NoServer { scope: u8 },
+    /// No server can be answered and there is no fallback of this family. `lacks_family`:
+    /// none of the client's candidates has an address of the asked family at all (up or
+    /// not), so the name has no data of this type for this client.
+    NoServer { scope: u8, lacks_family: bool },
 }
 
 /// The maps the policy reads, opened read-only in spirit (nothing here writes).
@@ -160,7 +166,11 @@ impl Resolver {
         };
         let lower: Vec<u8> = wire.iter().map(|&b| name::lower(b)).collect();
         let answer = self.answer(service, &svc, name::hash(&lower), aaaa, client)?;
-        Ok(Selected::Service { service, answer })
+        Ok(Selected::Service {
+            service,
+            ttl: svc.ttl,
+            answer,
+        })
     }
 
     fn answer(
@@ -262,7 +272,10 @@ impl Resolver {
                 ttl: fb.ttl,
                 scope,
             },
-            None => Answer::NoServer { scope },
+            None => Answer::NoServer {
+                scope,
+                lacks_family: !records.iter().flatten().any(|sv| sv.has_family(aaaa)),
+            },
         })
     }
 

@@ -1,0 +1,354 @@
+use std::collections::HashMap;
+
+use hickory_proto::op::{Message, Query};
+use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
+
+use super::*;
+use crate::dns::zone::ZoneConfig;
+
+/// Service answers from a table: name → (TTL, answer for A, answer for AAAA).
+struct Table(HashMap<Name, (u32, Answer, Answer)>);
+
+impl Services for Table {
+    fn select(&self, wire: &[u8], aaaa: bool, _client: Client) -> Result<Selected> {
+        let name = Name::read(&mut BinDecoder::new(wire))?.to_lowercase();
+        Ok(match self.0.get(&name) {
+            None => Selected::NotAService,
+            Some((ttl, a, aaaa_answer)) => Selected::Service {
+                service: 1,
+                ttl: *ttl,
+                answer: if aaaa { aaaa_answer.clone() } else { a.clone() },
+            },
+        })
+    }
+}
+
+fn n(s: &str) -> Name {
+    Name::from_ascii(s).unwrap()
+}
+
+fn zones() -> Zones {
+    let mut c: ZoneConfig = toml::from_str(
+        r#"
+origin = "gslb.example.com"
+ns = [ { name = "ns1.gslb.example.com", addresses = ["198.51.100.53"] },
+       { name = "ns2.gslb.example.com", addresses = ["198.51.100.54"] } ]
+serial = 42
+records = [
+  { name = "mail", type = "A", data = "192.0.2.25" },
+  { name = "alias", type = "CNAME", data = "www" },
+  { name = "gone", type = "CNAME", data = "nothing" },
+]
+"#,
+    )
+    .unwrap();
+    let long = "x".repeat(200);
+    for i in 0..4 {
+        c.records.push(crate::dns::zone::StaticRecord {
+            name: "big".into(),
+            rtype: "TXT".into(),
+            data: format!("\"{i}{long}\""),
+            ttl: None,
+        });
+    }
+    let services = [
+        "www.gslb.example.com".to_string(),
+        "v4only.gslb.example.com".into(),
+        "down.gslb.example.com".into(),
+    ];
+    Zones::new(vec![c.build(&services, 1).unwrap()])
+}
+
+fn table() -> Table {
+    let addrs = |a: &[&str]| Answer::Addresses {
+        addrs: a.iter().map(|s| s.parse().unwrap()).collect(),
+        servers: vec![1; a.len()],
+        ttl: 30,
+        scope: 24,
+    };
+    let mut t = HashMap::new();
+    t.insert(
+        n("www.gslb.example.com."),
+        (
+            30,
+            addrs(&["192.0.2.10", "192.0.2.11"]),
+            addrs(&["2001:db8::10"]),
+        ),
+    );
+    t.insert(
+        n("v4only.gslb.example.com."),
+        (
+            20,
+            addrs(&["192.0.2.12"]),
+            Answer::NoServer {
+                scope: 0,
+                lacks_family: true,
+            },
+        ),
+    );
+    t.insert(
+        n("down.gslb.example.com."),
+        (
+            20,
+            Answer::NoServer {
+                scope: 0,
+                lacks_family: false,
+            },
+            Answer::NoDecision,
+        ),
+    );
+    Table(t)
+}
+
+fn query(name: &str, t: RecordType, edns: Option<Edns>) -> Vec<u8> {
+    let mut m = Message::new();
+    m.set_id(4242).set_recursion_desired(true);
+    m.add_query(Query::query(n(name), t));
+    if let Some(e) = edns {
+        m.set_edns(e);
+    }
+    m.to_vec().unwrap()
+}
+
+fn edns(size: u16) -> Edns {
+    let mut e = Edns::new();
+    e.set_max_payload(size);
+    e
+}
+
+fn ask(q: &[u8], t: Transport) -> (Message, Outcome, usize) {
+    let (bytes, outcome) = respond(&zones(), &table(), q, "203.0.113.9".parse().unwrap(), t);
+    let bytes = bytes.expect("an answer");
+    (Message::from_vec(&bytes).unwrap(), outcome, bytes.len())
+}
+
+fn udp(name: &str, t: RecordType) -> (Message, Outcome) {
+    let (m, o, _) = ask(&query(name, t, Some(edns(1232))), Transport::Udp);
+    (m, o)
+}
+
+#[test]
+fn apex_soa_and_ns_with_glue_are_authoritative() {
+    let (m, o) = udp("gslb.example.com.", RecordType::SOA);
+    assert_eq!(o, Outcome::Answered);
+    assert!(m.authoritative() && !m.recursion_available() && m.recursion_desired());
+    assert_eq!(m.id(), 4242);
+    assert_eq!(m.answers().len(), 1);
+    assert_eq!(m.answers()[0].record_type(), RecordType::SOA);
+    assert_eq!(
+        m.extensions().as_ref().map(Edns::max_payload),
+        Some(UDP_PAYLOAD)
+    );
+
+    let (m, _) = udp("GSLB.example.com.", RecordType::NS);
+    assert_eq!(m.answers().len(), 2);
+    // The question is echoed as asked.
+    assert_eq!(m.queries()[0].name().to_string(), "GSLB.example.com.");
+    let glue: Vec<String> = m.additionals().iter().map(ToString::to_string).collect();
+    assert_eq!(glue.len(), 2, "{glue:?}");
+    assert!(glue[0].contains("198.51.100.53") && glue[1].contains("198.51.100.54"));
+}
+
+#[test]
+fn missing_names_and_types_get_the_soa_with_the_negative_ttl() {
+    let (m, o) = udp("nope.gslb.example.com.", RecordType::A);
+    assert_eq!(
+        (o, m.response_code()),
+        (Outcome::NxDomain, ResponseCode::NXDomain)
+    );
+    assert!(m.answers().is_empty());
+    assert_eq!(m.name_servers()[0].record_type(), RecordType::SOA);
+    assert_eq!(m.name_servers()[0].ttl(), 3600);
+
+    let (m, o) = udp("mail.gslb.example.com.", RecordType::TXT);
+    assert_eq!(
+        (o, m.response_code()),
+        (Outcome::NoData, ResponseCode::NoError)
+    );
+    assert!(m.answers().is_empty() && m.name_servers().len() == 1);
+
+    // A service name never gets NXDOMAIN; other types are NODATA with its own short TTL.
+    let (m, o) = udp("www.gslb.example.com.", RecordType::MX);
+    assert_eq!(o, Outcome::NoData);
+    assert_eq!(m.name_servers()[0].ttl(), 30);
+    let (m, o) = udp("v4only.gslb.example.com.", RecordType::AAAA);
+    assert_eq!(o, Outcome::NoData);
+    assert_eq!(m.name_servers()[0].ttl(), 20);
+    // Down with no fallback: SERVFAIL, which resolvers do not cache for everyone.
+    let (m, o) = udp("down.gslb.example.com.", RecordType::A);
+    assert_eq!(
+        (o, m.response_code()),
+        (Outcome::ServFail, ResponseCode::ServFail)
+    );
+    assert!(m.name_servers().is_empty());
+    let (_, o) = udp("down.gslb.example.com.", RecordType::AAAA);
+    assert_eq!(o, Outcome::ServFail);
+}
+
+#[test]
+fn services_answer_from_the_policy_with_ecs_scope() {
+    let mut e = edns(1232);
+    e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(
+        "198.51.100.0".parse().unwrap(),
+        24,
+        0,
+    )));
+    let (m, o, _) = ask(
+        &query("www.gslb.example.com.", RecordType::A, Some(e)),
+        Transport::Udp,
+    );
+    assert_eq!(o, Outcome::Answered);
+    let got: Vec<String> = m
+        .answers()
+        .iter()
+        .map(|r| r.data().unwrap().to_string())
+        .collect();
+    assert_eq!(got, ["192.0.2.10", "192.0.2.11"]);
+    assert!(m.answers().iter().all(|r| r.ttl() == 30));
+    let Some(EdnsOption::Subnet(cs)) = m.extensions().as_ref().unwrap().option(EdnsCode::Subnet)
+    else {
+        panic!("no ECS in the answer")
+    };
+    let wire: Vec<u8> = cs.try_into().unwrap();
+    assert_eq!(wire, [0, 1, 24, 24, 198, 51, 100]);
+
+    // A CNAME inside the zone is followed to the service.
+    let (m, o) = udp("alias.gslb.example.com.", RecordType::AAAA);
+    assert_eq!(o, Outcome::Answered);
+    let types: Vec<RecordType> = m.answers().iter().map(Record::record_type).collect();
+    assert_eq!(types, [RecordType::CNAME, RecordType::AAAA]);
+    // ... and to a missing name: the target's NXDOMAIN, the CNAME kept.
+    let (m, o) = udp("gone.gslb.example.com.", RecordType::A);
+    assert_eq!((o, m.answers().len()), (Outcome::NxDomain, 1));
+}
+
+#[test]
+fn refuses_other_zones_classes_and_transfers() {
+    assert_eq!(udp("example.org.", RecordType::A).1, Outcome::Refused);
+    assert_eq!(udp("example.com.", RecordType::SOA).1, Outcome::Refused);
+    let (m, o) = udp("gslb.example.com.", RecordType::AXFR);
+    assert_eq!(
+        (o, m.response_code()),
+        (Outcome::NotImp, ResponseCode::NotImp)
+    );
+    assert!(!m.authoritative() && m.answers().is_empty());
+    let mut q = Message::new();
+    q.add_query({
+        let mut x = Query::query(n("gslb.example.com."), RecordType::SOA);
+        x.set_query_class(DNSClass::CH);
+        x
+    });
+    let (_, o, _) = ask(&q.to_vec().unwrap(), Transport::Udp);
+    assert_eq!(o, Outcome::Refused);
+}
+
+#[test]
+fn edns_versions_sizes_and_truncation() {
+    let mut v1 = edns(1232);
+    v1.set_version(1);
+    let (m, o, _) = ask(
+        &query("gslb.example.com.", RecordType::SOA, Some(v1)),
+        Transport::Udp,
+    );
+    // BADVERS and BADSIG share 16 (RFC 6891, RFC 8945); hickory reads it back as BADSIG.
+    assert_eq!((o, u16::from(m.response_code())), (Outcome::BadVers, 16));
+    assert_eq!(m.extensions().as_ref().map(Edns::version), Some(0));
+    assert!(m.answers().is_empty());
+
+    // Four ~200-byte TXT strings: over 512 without EDNS, under 1232 with it.
+    let (m, o, len) = ask(
+        &query("big.gslb.example.com.", RecordType::TXT, None),
+        Transport::Udp,
+    );
+    assert_eq!(o, Outcome::Truncated);
+    assert!(
+        m.truncated() && m.answers().is_empty() && m.extensions().as_ref().is_none() && len <= 512
+    );
+    let (m, o, len) = ask(
+        &query("big.gslb.example.com.", RecordType::TXT, Some(edns(1232))),
+        Transport::Udp,
+    );
+    assert_eq!((o, m.answers().len()), (Outcome::Answered, 4));
+    assert!(len > 512 && len <= 1232);
+    let (m, o, _) = ask(
+        &query("big.gslb.example.com.", RecordType::TXT, None),
+        Transport::Tcp,
+    );
+    assert_eq!(
+        (o, m.answers().len(), m.truncated()),
+        (Outcome::Answered, 4, false)
+    );
+}
+
+#[test]
+fn any_gets_one_rrset() {
+    let (m, o) = udp("gslb.example.com.", RecordType::ANY);
+    assert_eq!(o, Outcome::Answered);
+    assert_eq!(m.answers().len(), 1);
+    assert_eq!(m.answers()[0].record_type(), RecordType::SOA);
+    let (m, _) = udp("www.gslb.example.com.", RecordType::ANY);
+    assert!(m.answers().iter().all(|r| r.record_type() == RecordType::A));
+}
+
+#[test]
+fn garbage_gets_formerr_or_nothing_and_never_another_zones_answer() {
+    let mut q = query("gslb.example.com.", RecordType::SOA, None);
+    q.truncate(q.len() - 3);
+    let (bytes, o) = respond(
+        &zones(),
+        &table(),
+        &q,
+        "192.0.2.9".parse().unwrap(),
+        Transport::Udp,
+    );
+    let b = bytes.unwrap();
+    assert_eq!((o, b.len(), b[3] & 0xf), (Outcome::FormErr, 12, 1));
+    assert_eq!(&b[..2], &q[..2]);
+    let (bytes, o) = respond(
+        &zones(),
+        &table(),
+        &q[..5],
+        "192.0.2.9".parse().unwrap(),
+        Transport::Udp,
+    );
+    assert_eq!((bytes, o), (None, Outcome::Ignored));
+    // A response is never answered.
+    let mut r = query("gslb.example.com.", RecordType::SOA, None);
+    r[2] |= 0x80;
+    let (bytes, _) = respond(
+        &zones(),
+        &table(),
+        &r,
+        "192.0.2.9".parse().unwrap(),
+        Transport::Udp,
+    );
+    assert!(bytes.is_none());
+    // Random bytes never panic, and never answer with data for a zone not ours.
+    let mut seed = 0x1234_5678_u64;
+    for _ in 0..20_000 {
+        let len = (seed % 300) as usize;
+        let mut buf = Vec::with_capacity(len);
+        for _ in 0..len {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            buf.push(seed as u8);
+        }
+        if buf.len() > 2 {
+            buf[2] &= 0x7f;
+        }
+        if let (Some(out), _) = respond(
+            &zones(),
+            &table(),
+            &buf,
+            "192.0.2.9".parse().unwrap(),
+            Transport::Udp,
+        ) {
+            if let Ok(m) = Message::from_vec(&out) {
+                for r in m.all_sections() {
+                    assert!(n("gslb.example.com.").zone_of(r.name()), "{r}");
+                }
+            }
+        }
+    }
+}

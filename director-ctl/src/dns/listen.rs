@@ -1,0 +1,246 @@
+//! The sockets: UDP and TCP port 53 on every listen address of every zone, on one thread of
+//! their own (tokio). TCP follows RFC 7766: several queries per connection, answered in
+//! order as they come (pipelining), an idle timeout, and a bound on open connections.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
+
+use super::answer::{respond, Outcome, Services, Transport, Zones};
+use crate::kernel::resolve::Resolver;
+
+/// A TCP connection with no complete query for this long is closed (RFC 7766 §6.2.3 asks
+/// for seconds, not minutes).
+pub const TCP_IDLE: Duration = Duration::from_secs(10);
+/// Open TCP connections at most; past it a new one is closed at once.
+pub const TCP_MAX: usize = 256;
+
+/// Answers by transport and outcome, for the metrics.
+#[derive(Default, Debug)]
+pub struct Stats {
+    counts: [[AtomicU64; OUTCOMES.len()]; 2],
+}
+
+const OUTCOMES: [Outcome; 10] = [
+    Outcome::Answered,
+    Outcome::NoData,
+    Outcome::NxDomain,
+    Outcome::Refused,
+    Outcome::NotImp,
+    Outcome::FormErr,
+    Outcome::ServFail,
+    Outcome::BadVers,
+    Outcome::Truncated,
+    Outcome::Ignored,
+];
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Answered => "answered",
+            Outcome::NoData => "nodata",
+            Outcome::NxDomain => "nxdomain",
+            Outcome::Refused => "refused",
+            Outcome::NotImp => "notimp",
+            Outcome::FormErr => "formerr",
+            Outcome::ServFail => "servfail",
+            Outcome::BadVers => "badvers",
+            Outcome::Truncated => "truncated",
+            Outcome::Ignored => "ignored",
+        }
+    }
+}
+
+impl Stats {
+    fn count(&self, t: Transport, o: Outcome) {
+        let i = OUTCOMES.iter().position(|x| *x == o).unwrap_or(0);
+        self.counts[(t == Transport::Tcp) as usize][i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (transport, outcome, count) for every pair.
+    pub fn snapshot(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let mut out = Vec::new();
+        for (t, name) in [(0, "udp"), (1, "tcp")] {
+            for (i, o) in OUTCOMES.iter().enumerate() {
+                out.push((name, o.name(), self.counts[t][i].load(Ordering::Relaxed)));
+            }
+        }
+        out
+    }
+}
+
+/// The running listeners. The zones can be replaced while they run (a config reload); the
+/// addresses they listen on are those of the start.
+pub struct Server {
+    zones: Arc<RwLock<Arc<Zones>>>,
+    pub stats: Arc<Stats>,
+    pub addresses: Vec<SocketAddr>,
+}
+
+struct Shared {
+    zones: Arc<RwLock<Arc<Zones>>>,
+    resolver: Resolver,
+    stats: Arc<Stats>,
+    tcp_slots: Arc<Semaphore>,
+}
+
+impl Shared {
+    fn answer(&self, query: &[u8], peer: IpAddr, t: Transport) -> Option<Vec<u8>> {
+        let zones = self
+            .zones
+            .read()
+            .map(|z| Arc::clone(&z))
+            .unwrap_or_default();
+        let services: &dyn Services = &self.resolver;
+        let (bytes, outcome) = respond(&zones, services, query, peer, t);
+        self.stats.count(t, outcome);
+        bytes
+    }
+}
+
+impl Server {
+    /// Binds every zone's listen addresses on `port` now (so an address the host does not
+    /// have, or a taken port, is an error at start) and serves from a thread.
+    pub fn start(pin_dir: &Path, zones: Zones, port: u16) -> Result<Server> {
+        let mut addrs: BTreeMap<SocketAddr, ()> = BTreeMap::new();
+        for z in zones.all() {
+            for a in &z.listen {
+                addrs.insert(SocketAddr::new(*a, port), ());
+            }
+        }
+        let mut udp = Vec::new();
+        let mut tcp = Vec::new();
+        for a in addrs.keys() {
+            let u = std::net::UdpSocket::bind(a)
+                .with_context(|| format!("zone listen {a} (UDP): cannot bind"))?;
+            u.set_nonblocking(true)?;
+            udp.push(u);
+            let t = std::net::TcpListener::bind(a)
+                .with_context(|| format!("zone listen {a} (TCP): cannot bind"))?;
+            t.set_nonblocking(true)?;
+            tcp.push(t);
+        }
+        let resolver = Resolver::open(pin_dir)?;
+        let zones = Arc::new(RwLock::new(Arc::new(zones)));
+        let stats = Arc::new(Stats::default());
+        let shared = Arc::new(Shared {
+            zones: Arc::clone(&zones),
+            resolver,
+            stats: Arc::clone(&stats),
+            tcp_slots: Arc::new(Semaphore::new(TCP_MAX)),
+        });
+        std::thread::Builder::new()
+            .name("dns".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        eprintln!("director-ctl: the DNS listeners cannot start: {e}");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for u in udp {
+                        tasks.spawn(serve_udp(u, Arc::clone(&shared)));
+                    }
+                    for t in tcp {
+                        tasks.spawn(serve_tcp(t, Arc::clone(&shared)));
+                    }
+                    while tasks.join_next().await.is_some() {}
+                });
+            })
+            .context("starting the DNS thread")?;
+        Ok(Server {
+            zones,
+            stats,
+            addresses: addrs.into_keys().collect(),
+        })
+    }
+
+    /// Serves `zones` from the next query on.
+    pub fn set_zones(&self, zones: Zones) {
+        if let Ok(mut z) = self.zones.write() {
+            *z = Arc::new(zones);
+        }
+    }
+}
+
+async fn serve_udp(sock: std::net::UdpSocket, shared: Arc<Shared>) {
+    let Ok(sock) = tokio::net::UdpSocket::from_std(sock) else {
+        return;
+    };
+    // Bigger than any UDP query director answers: a longer one is cut and gets FORMERR.
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
+            continue;
+        };
+        if let Some(out) = shared.answer(&buf[..n], peer.ip(), Transport::Udp) {
+            let _ = sock.send_to(&out, peer).await;
+        }
+    }
+}
+
+async fn serve_tcp(l: std::net::TcpListener, shared: Arc<Shared>) {
+    let Ok(l) = tokio::net::TcpListener::from_std(l) else {
+        return;
+    };
+    loop {
+        let Ok((stream, peer)) = l.accept().await else {
+            continue;
+        };
+        // Past the bound the connection is closed at once: the client retries elsewhere or
+        // later, and the connections already open keep being served.
+        let Ok(permit) = Arc::clone(&shared.tcp_slots).try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _ = connection(stream, peer.ip(), &shared).await;
+        });
+    }
+}
+
+/// Reads length-prefixed queries until the peer closes, stays idle too long, or sends
+/// something that is not DNS; each answer is written before the next query is read.
+async fn connection(
+    mut stream: tokio::net::TcpStream,
+    peer: IpAddr,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let mut len = [0u8; 2];
+    let mut buf = Vec::new();
+    loop {
+        match tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut len)).await {
+            Ok(Ok(_)) => {}
+            _ => return Ok(()),
+        }
+        let n = u16::from_be_bytes(len) as usize;
+        buf.resize(n, 0);
+        match tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut buf)).await {
+            Ok(Ok(_)) => {}
+            _ => return Ok(()),
+        }
+        let Some(out) = shared.answer(&buf, peer, Transport::Tcp) else {
+            // Not a query: nothing sensible follows on this stream.
+            return Ok(());
+        };
+        let mut framed = Vec::with_capacity(out.len() + 2);
+        framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
+        framed.extend_from_slice(&out);
+        stream.write_all(&framed).await?;
+    }
+}

@@ -1,0 +1,437 @@
+//! director as the complete authoritative server of a delegated zone: Knot serves the
+//! parent (example.com, DNSSEC-signed) with a delegation of gslb.example.com to director's
+//! two NS addresses on the edge; a validating unbound resolves through it; dig and kdig ask
+//! director directly over UDP and TCP; the exported zone passes kzonecheck and Knot answers
+//! it as director does; a fuzz never crashes, stalls or answers for another zone.
+//!
+//! Run as root: `cargo test -p director-tests --test zone -- --test-threads=1`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use director_ctl::api;
+use director_tests::netns::{
+    describe, Controller, KnotZone, Lab, Reply, EDGE_V4, RESOLVER, RESOLVER_PORT,
+};
+use director_tests::tempdir::TempDir;
+
+const ZONE: &str = "gslb.example.com";
+const NS1: &str = "192.0.2.53";
+const NS2: &str = "192.0.2.54";
+/// Servers a-1 and b-1; clients in 192.0.2.0/24 are nearer a, 198.51.100.0/24 nearer b.
+const A1: &str = "203.0.113.10";
+const B1: &str = "203.0.113.20";
+/// A service name of 255 bytes on the wire: eight AAAA answers to it with ECS do not fit
+/// 512 bytes, so the XDP program passes the query to the listeners, which set TC.
+fn long_name() -> String {
+    format!(
+        "{}.{}.{}.{}.{ZONE}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(44)
+    )
+}
+
+fn config(rtt: &Path) -> String {
+    let mut c = String::from(
+        "[[site]]\nname = \"a\"\n[[site]]\nname = \"b\"\n\
+         [[server]]\nname = \"a-1\"\nsite = \"a\"\nipv4 = \"203.0.113.10\"\n\
+         [[server]]\nname = \"b-1\"\nsite = \"b\"\nipv4 = \"203.0.113.20\"\n",
+    );
+    let mut six = Vec::new();
+    for i in 1..=8 {
+        c.push_str(&format!(
+            "[[server]]\nname = \"v6-{i}\"\nsite = \"a\"\nipv6 = \"2001:db8:100::{i}\"\n"
+        ));
+        six.push(format!("\"v6-{i}\""));
+    }
+    c.push_str(&format!(
+        "[[service]]\nname = \"www.{ZONE}\"\nservers = [\"a-1\", \"b-1\"]\nttl = 30\n\
+         priority = {{ rtt = 1 }}\n\
+         [[service]]\nname = \"pool.{ZONE}\"\nservers = [\"a-1\", \"b-1\"]\n\
+         select = \"client\"\npriority = {{ admin = 1 }}\n\
+         [[service]]\nname = \"{}\"\nservers = [{}]\nanswers = 8\npriority = {{ admin = 1 }}\n\
+         [rtt]\nfiles = [{:?}]\n",
+        long_name(),
+        six.join(", "),
+        rtt.display().to_string()
+    ));
+    let big: Vec<String> = (0..8)
+        .map(|i| {
+            format!(
+                "{{ name = \"big\", type = \"TXT\", data = \"\\\"{i}{}\\\"\" }}",
+                "x".repeat(200)
+            )
+        })
+        .collect();
+    c.push_str(&format!(
+        "[[zone]]\norigin = \"{ZONE}\"\n\
+         ns = [ {{ name = \"ns1.{ZONE}\", addresses = [\"{NS1}\"] }},\n\
+         \x20      {{ name = \"ns2.{ZONE}\", addresses = [\"{NS2}\"] }} ]\n\
+         records = [\n\
+         \x20 {{ name = \"@\", type = \"MX\", data = \"10 mail\" }},\n\
+         \x20 {{ name = \"mail\", type = \"A\", data = \"192.0.2.25\" }},\n\
+         \x20 {{ name = \"info\", type = \"TXT\", data = \"\\\"director\\\"\" }},\n\
+         \x20 {{ name = \"alias\", type = \"CNAME\", data = \"www\" }},\n\
+         \x20 {},\n]\n",
+        big.join(",\n  ")
+    ));
+    c
+}
+
+const RTT: &str =
+    "192.0.2.0/24,a,10\n192.0.2.0/24,b,50\n198.51.100.0/24,a,50\n198.51.100.0/24,b,10\n";
+
+/// A lab with director attached, its two NS addresses on the edge, and `run` answering
+/// the zone; the config's directory is returned too (its files live as long as it).
+fn start() -> (Lab, Controller, TempDir) {
+    let lab = Lab::new();
+    lab.add_edge_address(&format!("{NS1}/24"));
+    lab.add_edge_address(&format!("{NS2}/24"));
+    lab.attach();
+    let dir = TempDir::new("zone", "config");
+    let rtt = dir.path("rtt.csv");
+    std::fs::write(&rtt, RTT).unwrap();
+    let cfg = dir.path("director.toml");
+    std::fs::write(&cfg, config(&rtt)).unwrap();
+    let mut ctl = Controller::start(&lab, &cfg, &dir.path("run.log"));
+    ctl.wait_for("entries written", 1, Duration::from_secs(60));
+    assert!(
+        ctl.log()
+            .contains(&format!("answering the zones on {NS1}:53, {NS2}:53")),
+        "{}",
+        ctl.log()
+    );
+    (lab, ctl, dir)
+}
+
+fn dig_at(lab: &Lab, server: &str, args: &[&str]) -> Reply {
+    let at = format!("@{server}");
+    let mut a = vec![at.as_str()];
+    a.extend_from_slice(args);
+    Reply::parse(&lab.dig(&a))
+}
+
+fn resolve(lab: &Lab, name: &str, rtype: &str) -> Reply {
+    dig_at(
+        lab,
+        RESOLVER,
+        &["-p", RESOLVER_PORT, "+dnssec", "+timeout=5", name, rtype],
+    )
+}
+
+fn serial(r: &Reply, section_text: &str) -> u32 {
+    let line = section_text
+        .lines()
+        .find(|l| l.contains("\tSOA\t") || l.contains(" SOA "))
+        .unwrap_or_else(|| panic!("no SOA in:\n{}", r.text));
+    line.split_whitespace()
+        .nth(6)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no serial in {line:?}"))
+}
+
+/// The parent zone, signed by Knot, delegating ZONE to director's two addresses.
+fn parent() -> KnotZone {
+    KnotZone {
+        origin: "example.com.".into(),
+        text: format!(
+            "$ORIGIN example.com.\n$TTL 300\n\
+             @ SOA ns.example.com. hostmaster.example.com. 1 3600 600 86400 300\n\
+             @ NS ns.example.com.\nns A {EDGE_V4}\nhost A 192.0.2.80\n\
+             gslb NS ns1.gslb.example.com.\ngslb NS ns2.gslb.example.com.\n\
+             ns1.gslb A {NS1}\nns2.gslb A {NS2}\n"
+        ),
+        signed: true,
+    }
+}
+
+#[test]
+fn a_validating_resolver_resolves_the_zone_through_an_unsigned_delegation() {
+    let (mut lab, ctl, _dir) = start();
+    lab.start_knot_files(&[parent()]);
+    // Knot signs at load; its keys are the resolver's trust anchor for example.com.
+    let mut anchor = String::new();
+    for _ in 0..100 {
+        anchor = lab.dig_in_edge(&[
+            &format!("@{EDGE_V4}"),
+            "example.com",
+            "DNSKEY",
+            "+noall",
+            "+answer",
+        ]);
+        if anchor.contains("DNSKEY") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(anchor.contains("DNSKEY"), "Knot did not sign example.com");
+    lab.start_validating_unbound("example.com", &anchor, "host.example.com");
+
+    // Validation is on: the signed parent's data is authenticated ...
+    let host = resolve(&lab, "host.example.com", "A");
+    assert_eq!(host.status.as_deref(), Some("NOERROR"), "{}", host.text);
+    assert!(
+        host.has_flag("ad"),
+        "no AD for the signed parent:\n{}",
+        host.text
+    );
+    // ... and director's names resolve through the provably unsigned delegation (no DS),
+    // as insecure answers: not bogus, not authenticated.
+    let www = resolve(&lab, &format!("www.{ZONE}"), "A");
+    assert_eq!(
+        www.status.as_deref(),
+        Some("NOERROR"),
+        "{}\n{}",
+        www.text,
+        ctl.log()
+    );
+    assert_eq!(www.data("A"), [A1], "{}", www.text);
+    assert!(!www.has_flag("ad"), "{}", www.text);
+
+    // SOA and NS, consistent with the parent's delegation and the config.
+    let soa = resolve(&lab, ZONE, "SOA");
+    assert_eq!(soa.status.as_deref(), Some("NOERROR"), "{}", soa.text);
+    let zones: api::ZoneList = serde_json::from_str(&lab.ctl_ok(&[
+        "zone",
+        "list",
+        "--config",
+        &_dir.path("director.toml").display().to_string(),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(serial(&soa, &soa.text), zones.zones[0].serial);
+    assert!(zones.zones[0].serial > 1_700_000_000, "{zones:?}");
+    let mut ns = resolve(&lab, ZONE, "NS").data("NS");
+    ns.sort();
+    assert_eq!(ns, [format!("ns1.{ZONE}."), format!("ns2.{ZONE}.")]);
+
+    // A missing name: NXDOMAIN with the SOA, which the resolver caches (the second answer
+    // comes from its cache with a TTL that counts down from the SOA's).
+    let nx = resolve(&lab, &format!("nope.{ZONE}"), "A");
+    assert_eq!(nx.status.as_deref(), Some("NXDOMAIN"), "{}", nx.text);
+    assert!(nx.text.contains("AUTHORITY SECTION"), "{}", nx.text);
+    // NODATA: a static name without the type, and a service of IPv4 servers asked AAAA
+    // (its own short TTL on the SOA).
+    let nodata = resolve(&lab, &format!("mail.{ZONE}"), "TXT");
+    assert_eq!(nodata.status.as_deref(), Some("NOERROR"), "{}", nodata.text);
+    assert!(nodata.answers.is_empty() && nodata.text.contains("AUTHORITY SECTION"));
+    let direct = dig_at(&lab, NS1, &[&format!("www.{ZONE}"), "AAAA"]);
+    assert_eq!(direct.status.as_deref(), Some("NOERROR"), "{}", direct.text);
+    assert!(
+        direct.answers.is_empty() && direct.has_flag("aa"),
+        "{}",
+        direct.text
+    );
+    let soa_ttl: u32 = direct
+        .text
+        .lines()
+        .find(|l| l.contains("SOA"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("no SOA:\n{}", direct.text));
+    assert!(
+        soa_ttl <= 30,
+        "negative TTL {soa_ttl} for a service:\n{}",
+        direct.text
+    );
+    // A static MX, a CNAME followed to a service.
+    assert_eq!(
+        resolve(&lab, ZONE, "MX").data("MX"),
+        [format!("10 mail.{ZONE}.")]
+    );
+    let alias = resolve(&lab, &format!("alias.{ZONE}"), "A");
+    assert_eq!(alias.data("A"), [A1], "{}", alias.text);
+    // An answer that needs TCP: eight 200-byte strings, over the resolver's 1232 bytes.
+    let big = resolve(&lab, &format!("big.{ZONE}"), "TXT");
+    assert_eq!(big.data("TXT").len(), 8, "{}", big.text);
+}
+
+#[test]
+fn director_answers_every_kind_of_query_directly_over_udp_and_tcp() {
+    let (lab, ctl, _dir) = start();
+    // TC over UDP, then the whole answer over TCP.
+    let tc = dig_at(
+        &lab,
+        NS1,
+        &["+notcp", "+ignore", &format!("big.{ZONE}"), "TXT"],
+    );
+    assert!(tc.has_flag("tc") && tc.answers.is_empty(), "{}", tc.text);
+    let full = dig_at(&lab, NS1, &["+tcp", &format!("big.{ZONE}"), "TXT"]);
+    assert_eq!(full.data("TXT").len(), 8, "{}", full.text);
+    assert!(!full.has_flag("tc"));
+    // Other zones reaching the listeners are refused; transfers are not offered.
+    let other = dig_at(&lab, NS1, &["example.org", "A"]);
+    assert_eq!(other.status.as_deref(), Some("REFUSED"), "{}", other.text);
+    let axfr = lab.dig(&[&format!("@{NS1}"), ZONE, "AXFR"]);
+    assert!(
+        axfr.contains("Transfer failed") && !axfr.contains("SOA"),
+        "{axfr}"
+    );
+    // EDNS: an unknown version gets BADVERS; the answer's OPT is always there.
+    let v1 = dig_at(&lab, NS2, &["+edns=1", "+noednsnegotiation", ZONE, "SOA"]);
+    assert_eq!(v1.status.as_deref(), Some("BADVERS"), "{}", v1.text);
+    let soa1 = Reply::parse(&lab.kdig(&[&format!("@{NS1}"), ZONE, "SOA"]));
+    let soa2 = Reply::parse(&lab.kdig(&[&format!("@{NS2}"), "+tcp", ZONE, "SOA"]));
+    assert_eq!(
+        soa1.data("SOA"),
+        soa2.data("SOA"),
+        "{}\n{}",
+        soa1.text,
+        soa2.text
+    );
+    assert!(!soa1.data("SOA").is_empty(), "{}", soa1.text);
+    // ANY gets one RRset (RFC 8482).
+    let any = dig_at(&lab, NS1, &["+tcp", ZONE, "ANY"]);
+    let types: std::collections::BTreeSet<&str> =
+        any.answers.iter().map(|r| r.rtype.as_str()).collect();
+    assert_eq!(types.len(), 1, "{}", any.text);
+
+    // Eight AAAA answers with ECS do not fit 512 bytes: the XDP program passes the query
+    // and the listener answers TC; over TCP the eight come.
+    let passed_before = lab.stats().get("pass_too_big");
+    let long = long_name();
+    let cut = dig_at(
+        &lab,
+        NS1,
+        &[
+            "+notcp",
+            "+ignore",
+            "+bufsize=512",
+            "+subnet=198.51.100.0/24",
+            &long,
+            "AAAA",
+        ],
+    );
+    assert!(cut.has_flag("tc") && cut.answers.is_empty(), "{}", cut.text);
+    assert!(lab.stats().get("pass_too_big") > passed_before);
+    let whole = dig_at(
+        &lab,
+        NS1,
+        &["+bufsize=512", "+subnet=198.51.100.0/24", &long, "AAAA"],
+    );
+    assert_eq!(whole.data("AAAA").len(), 8, "{}\n{}", whole.text, ctl.log());
+    // With room, the XDP program answers the same eight itself.
+    let xdp = dig_at(&lab, NS1, &["+notcp", &long, "AAAA"]);
+    let (mut a, mut b) = (xdp.data("AAAA"), whole.data("AAAA"));
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    // A service whose servers have no IPv4: NODATA, not NXDOMAIN.
+    let v4 = dig_at(&lab, NS1, &["+tcp", &long, "A"]);
+    assert_eq!(v4.status.as_deref(), Some("NOERROR"), "{}", v4.text);
+    assert!(v4.answers.is_empty());
+}
+
+#[test]
+fn tcp_and_udp_give_every_client_the_same_servers() {
+    let (lab, _ctl, _dir) = start();
+    let answered = lab.stats().get("answered");
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 1..=48 {
+        let subnet = format!("+subnet=198.51.100.{}/32", i * 5);
+        let udp = dig_at(
+            &lab,
+            NS1,
+            &["+notcp", &subnet, &format!("pool.{ZONE}"), "A"],
+        );
+        let tcp = dig_at(&lab, NS1, &["+tcp", &subnet, &format!("pool.{ZONE}"), "A"]);
+        assert_eq!(udp.data("A").len(), 1, "{}", udp.text);
+        assert_eq!(
+            udp.data("A"),
+            tcp.data("A"),
+            "{subnet}:\n{}\n{}",
+            udp.text,
+            tcp.text
+        );
+        assert_eq!(udp.client_subnet, tcp.client_subnet, "{subnet}");
+        seen.insert(udp.data("A")[0].clone());
+        // The RTT-sorted service too: b-1 for this prefix on both.
+        let www = dig_at(&lab, NS2, &["+tcp", &subnet, &format!("www.{ZONE}"), "A"]);
+        assert_eq!(www.data("A"), [B1], "{}", www.text);
+    }
+    // Both servers were chosen (the equality above is not one constant answer), and the
+    // UDP answers came from the XDP program.
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(lab.stats().get("answered") >= answered + 48);
+}
+
+#[test]
+fn the_exported_zone_checks_and_knot_answers_it_as_director_does() {
+    let (mut lab, _ctl, dir) = start();
+    let cfg = dir.path("director.toml").display().to_string();
+    let text = lab.ctl_ok(&["zone", "export", "--config", &cfg]);
+    let file = dir.path("exported.zone");
+    std::fs::write(&file, &text).unwrap();
+    let check = std::process::Command::new("kzonecheck")
+        .args(["-o", ZONE])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "kzonecheck: {}\n{text}",
+        describe(&check)
+    );
+
+    lab.start_knot_files(&[KnotZone {
+        origin: format!("{ZONE}."),
+        text: text.clone(),
+        signed: false,
+    }]);
+    let questions = [
+        (ZONE.to_string(), "SOA"),
+        (ZONE.to_string(), "NS"),
+        (ZONE.to_string(), "MX"),
+        (ZONE.to_string(), "TXT"),
+        (format!("mail.{ZONE}"), "A"),
+        (format!("mail.{ZONE}"), "TXT"),
+        (format!("ns1.{ZONE}"), "A"),
+        (format!("ns2.{ZONE}"), "AAAA"),
+        (format!("info.{ZONE}"), "TXT"),
+        (format!("big.{ZONE}"), "TXT"),
+        (format!("alias.{ZONE}"), "CNAME"),
+        (format!("nope.{ZONE}"), "A"),
+        (format!("deep.nope.{ZONE}"), "MX"),
+    ];
+    for (name, rtype) in &questions {
+        let ask = |server: &str| {
+            let out = lab.dig(&[
+                &format!("@{server}"),
+                "+tcp",
+                "+norec",
+                "+noall",
+                "+answer",
+                "+authority",
+                "+comments",
+                name,
+                rtype,
+            ]);
+            let r = Reply::parse(&out);
+            let mut records: Vec<String> = out
+                .lines()
+                .filter(|l| !l.starts_with(';') && !l.trim().is_empty())
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect();
+            records.sort();
+            (r.has_flag("aa"), r.status, records)
+        };
+        let (knot, ours) = (ask(EDGE_V4), ask(NS1));
+        assert_eq!(ours, knot, "{name} {rtype}: director vs Knot");
+    }
+}
+
+#[test]
+fn a_fuzz_never_crashes_stalls_or_answers_for_another_zone() {
+    let (lab, mut ctl, _dir) = start();
+    let bin = env!("CARGO_BIN_EXE_dnsfuzz");
+    for (server, seed) in [(NS1, "11"), (NS2, "12")] {
+        let out = lab.client(&[bin, server, &format!("{ZONE}."), seed, "1500"]);
+        assert!(out.status.success(), "dnsfuzz: {}", describe(&out));
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // Most queries are answered (the rest are garbage, which gets nothing).
+        assert!(summary["udp_answers"].as_u64().unwrap() > 300, "{summary}");
+        assert!(summary["tcp_answers"].as_u64().unwrap() > 300, "{summary}");
+    }
+    ctl.assert_alive();
+}
