@@ -786,6 +786,17 @@ impl Controller {
         poll_ms: u32,
         extra: &[&str],
     ) -> Controller {
+        let poll = poll_ms.to_string();
+        let config = config.display().to_string();
+        let mut args = vec!["run", "--poll-ms", &poll];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--config", &config]);
+        Controller::start_command(lab, &args, log)
+    }
+
+    /// Starts `director-ctl ARGS` (a long-running command: `run`, `serve`) in the edge
+    /// namespace with the lab's pin directory, its stderr in `log`.
+    pub fn start_command(lab: &Lab, args: &[&str], log: &Path) -> Controller {
         let file =
             fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         // nsenter execs director-ctl: the child's pid is the controller's.
@@ -794,15 +805,12 @@ impl Controller {
             .arg(ctl_binary())
             .arg("--pin-dir")
             .arg(&lab.pin_dir)
-            .args(["run", "--poll-ms", &poll_ms.to_string()])
-            .args(extra)
-            .arg("--config")
-            .arg(config)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
             .spawn()
-            .expect("starting director-ctl run");
+            .unwrap_or_else(|e| panic!("starting director-ctl {args:?}: {e}"));
         Controller {
             child,
             log: log.to_path_buf(),

@@ -435,3 +435,92 @@ fn a_fuzz_never_crashes_stalls_or_answers_for_another_zone() {
     }
     ctl.assert_alive();
 }
+
+#[test]
+fn serve_answers_a_zone_set_up_with_the_cli_alone() {
+    let lab = Lab::new();
+    lab.add_edge_address(&format!("{NS1}/24"));
+    lab.add_edge_address(&format!("{NS2}/24"));
+    lab.attach();
+    let www = format!("www.{ZONE}");
+    lab.ctl_ok(&["server", "add", "a-1", "--ipv4", A1]);
+    lab.ctl_ok(&["service", "add", &www]);
+    lab.ctl_ok(&["route", "set", &www, "0.0.0.0/0", "a-1"]);
+    let dir = TempDir::new("zone", "cli");
+    let zones = dir.path("zones.toml").display().to_string();
+    let ns1 = format!("--ns=ns1.{ZONE}={NS1}");
+    let ns2 = format!("--ns=ns2.{ZONE}={NS2}");
+    // One NS is refused, and leaves no file behind.
+    let one = lab.ctl(&["zone", "add", "--zones", &zones, ZONE, &ns1]);
+    assert!(!one.status.success());
+    assert!(
+        describe(&one).contains("at least two NS"),
+        "{}",
+        describe(&one)
+    );
+    assert!(!Path::new(&zones).exists());
+    lab.ctl_ok(&["zone", "add", "--zones", &zones, ZONE, &ns1, &ns2]);
+
+    let mut serve =
+        Controller::start_command(&lab, &["serve", "--zones", &zones], &dir.path("serve.log"));
+    serve.wait_for("answering the zones", 1, Duration::from_secs(20));
+    let soa = dig_at(&lab, NS1, &[ZONE, "SOA"]);
+    assert_eq!(soa.status.as_deref(), Some("NOERROR"), "{}", soa.text);
+    assert!(soa.data("SOA")[0].contains(&format!("hostmaster.{ZONE}.")));
+    // The CLI's service, answered over TCP from the kernel's maps.
+    assert_eq!(dig_at(&lab, NS2, &["+tcp", &www, "A"]).data("A"), [A1]);
+    assert_eq!(
+        dig_at(&lab, NS1, &["+tcp", &format!("nope.{ZONE}"), "A"])
+            .status
+            .as_deref(),
+        Some("NXDOMAIN")
+    );
+    // The file changes: serve follows it (a new mailbox in the SOA) within its poll.
+    lab.ctl_ok(&[
+        "zone",
+        "add",
+        "--zones",
+        &zones,
+        ZONE,
+        &ns1,
+        &ns2,
+        "--rname",
+        "dns-admin.example.com",
+    ]);
+    let mut got = String::new();
+    for _ in 0..50 {
+        got = dig_at(&lab, NS1, &[ZONE, "SOA"]).data("SOA").join(" ");
+        if got.contains("dns-admin.example.com.") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        got.contains("dns-admin.example.com."),
+        "{got}\n{}",
+        serve.log()
+    );
+    // A service deleted with the CLI is no longer one: its name is now missing.
+    lab.ctl_ok(&["service", "del", &www]);
+    let mut status = None;
+    for _ in 0..50 {
+        status = dig_at(&lab, NS1, &["+tcp", &www, "A"]).status;
+        if status.as_deref() == Some("NXDOMAIN") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(status.as_deref(), Some("NXDOMAIN"), "{}", serve.log());
+    let list: api::ZoneList =
+        serde_json::from_str(&lab.ctl_ok(&["zone", "list", "--config", &zones, "--json"])).unwrap();
+    assert_eq!(list.zones.len(), 1);
+    assert_eq!(list.zones[0].listen.len(), 2);
+    lab.ctl_ok(&["zone", "del", "--zones", &zones, ZONE]);
+    let again = lab.ctl(&["zone", "del", "--zones", &zones, ZONE]);
+    assert!(
+        describe(&again).contains("has no zone"),
+        "{}",
+        describe(&again)
+    );
+    serve.assert_alive();
+}
