@@ -33,6 +33,8 @@ pub struct Sources {
     pub pin_dir: PathBuf,
     pub health: Shared,
     pub table: SharedTable,
+    /// The zones' listeners, when `run` has zones.
+    pub zones: Option<Arc<crate::dns::Stats>>,
 }
 
 /// Binds `listen` now (so a taken port is an error at start) and serves from a thread.
@@ -158,6 +160,17 @@ pub fn render(src: &Sources) -> Result<String> {
     )?;
     for (reason, n) in m.counters()? {
         packets.with_label_values(&[reason.name()]).inc_by(n);
+    }
+    if let Some(z) = &src.zones {
+        let zone = counter(
+            &reg,
+            "director_zone_queries_total",
+            "Queries the zones' userspace listeners handled, by transport and outcome.",
+            &["transport", "outcome"],
+        )?;
+        for (transport, outcome, n) in z.snapshot() {
+            zone.with_label_values(&[transport, outcome]).inc_by(n);
+        }
     }
     let up = gauge(
         &reg,

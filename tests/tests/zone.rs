@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use director_ctl::api;
+use director_tests::metrics;
 use director_tests::netns::{
     describe, Controller, KnotZone, Lab, Reply, EDGE_V4, RESOLVER, RESOLVER_PORT,
 };
@@ -52,7 +53,7 @@ fn config(rtt: &Path) -> String {
          [[service]]\nname = \"pool.{ZONE}\"\nservers = [\"a-1\", \"b-1\"]\n\
          select = \"client\"\npriority = {{ admin = 1 }}\n\
          [[service]]\nname = \"{}\"\nservers = [{}]\nanswers = 8\npriority = {{ admin = 1 }}\n\
-         [rtt]\nfiles = [{:?}]\n",
+         [rtt]\nfiles = [{:?}]\n[metrics]\nlisten = \"{METRICS}\"\n",
         long_name(),
         six.join(", "),
         rtt.display().to_string()
@@ -79,6 +80,9 @@ fn config(rtt: &Path) -> String {
     ));
     c
 }
+
+/// Where run serves its metrics, inside the edge namespace.
+const METRICS: &str = "127.0.0.1:9153";
 
 const RTT: &str =
     "192.0.2.0/24,a,10\n192.0.2.0/24,b,50\n198.51.100.0/24,a,50\n198.51.100.0/24,b,10\n";
@@ -321,6 +325,21 @@ fn director_answers_every_kind_of_query_directly_over_udp_and_tcp() {
     let v4 = dig_at(&lab, NS1, &["+tcp", &long, "A"]);
     assert_eq!(v4.status.as_deref(), Some("NOERROR"), "{}", v4.text);
     assert!(v4.answers.is_empty());
+
+    // The listeners' outcomes are in the metrics.
+    let samples = metrics::scrape(&lab.edge_ns, METRICS).unwrap_or_else(|e| panic!("{e}"));
+    let n = |transport: &str, outcome: &str| {
+        metrics::value(
+            &samples,
+            "director_zone_queries_total",
+            &[("transport", transport), ("outcome", outcome)],
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(n("udp", "truncated") >= 2.0, "{samples:?}");
+    assert!(n("udp", "refused") >= 1.0 && n("udp", "badvers") >= 1.0);
+    assert!(n("tcp", "answered") >= 3.0 && n("tcp", "nodata") >= 1.0);
+    assert_eq!(n("udp", "formerr"), 0.0);
 }
 
 #[test]

@@ -20,6 +20,7 @@ use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
     sync::atomic::{AtomicBool, Ordering},
+    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -192,6 +193,22 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     let files = watched(path, &cfg);
     settled(&files, stamps(&files), o.settle);
     let mut m = Maps::open(pin_dir)?;
+    // The zones' listeners bind first: an address the host does not have is an error before
+    // anything is written. Until the first apply they answer from what the kernel holds.
+    let dns = if cfg.zones.is_empty() {
+        None
+    } else {
+        let zones = cfg.build_zones(cfg.zone_serial())?;
+        let server = dns::Server::start(pin_dir, zones, dns::PORT)?;
+        let addrs: Vec<String> = server.addresses.iter().map(ToString::to_string).collect();
+        log.event(
+            Event::Listening {
+                addresses: addrs.clone(),
+            },
+            format!("answering the zones on {} (UDP, TCP)", addrs.join(", ")),
+        );
+        Some(server)
+    };
     // Checks start before the data is read (seconds at full scale), so their first round
     // overlaps it; nothing is published before that round is complete.
     let shared = Shared::default();
@@ -264,24 +281,10 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
                 pin_dir: pin_dir.to_path_buf(),
                 health: shared.clone(),
                 table: table.clone(),
+                zones: dns.as_ref().map(|d| Arc::clone(&d.stats)),
             },
         )?;
     }
-    // The zones' listeners bind now: an address the host does not have is an error at start.
-    let dns = if cfg.zones.is_empty() {
-        None
-    } else {
-        let zones = cfg.build_zones(cfg.zone_serial())?;
-        let server = dns::Server::start(pin_dir, zones, dns::PORT)?;
-        let addrs: Vec<String> = server.addresses.iter().map(ToString::to_string).collect();
-        log.event(
-            Event::Listening {
-                addresses: addrs.clone(),
-            },
-            format!("answering the zones on {} (UDP, TCP)", addrs.join(", ")),
-        );
-        Some(server)
-    };
     let mut state = State {
         dns,
         files,
