@@ -232,6 +232,25 @@ fn main() {
         Some("2001:db8:a:1::/64"),
     );
 
+    println!("\nthe whole zone, answered by run's listeners (UDP and TCP on the NS addresses):");
+    for args in [
+        &["example.com", "SOA", "+short"][..],
+        &["example.com", "TXT", "+short"],
+        &["nope.example.com", "A"],
+        &["+tcp", "video.example.com", "A", "+short"],
+    ] {
+        let mut all = vec![format!("@{EDGE_V4}")];
+        all.extend(args.iter().map(ToString::to_string));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let out = lab.dig(&all);
+        let shown = if args.contains(&"+short") {
+            out.trim().replace('\n', " ")
+        } else {
+            format!("status {}", Reply::parse(&out).status.unwrap_or_default())
+        };
+        println!("  $ dig {:<40} {shown}", args.join(" "));
+    }
+
     println!("\n$ director-ctl stats");
     for line in lab
         .ctl_ok(&["stats"])
