@@ -210,12 +210,45 @@ fn a_validating_resolver_resolves_the_zone_through_an_unsigned_delegation() {
     let mut ns = resolve(&lab, ZONE, "NS").data("NS");
     ns.sort();
     assert_eq!(ns, [format!("ns1.{ZONE}."), format!("ns2.{ZONE}.")]);
+    // The parent's delegation (kdig, no recursion: its referral) names the same servers
+    // with the same glue as director's own NS answer.
+    let referral = lab.kdig(&[&format!("@{EDGE_V4}"), "+norec", ZONE, "NS"]);
+    let child = lab.kdig(&[&format!("@{NS1}"), "+norec", ZONE, "NS"]);
+    for text in [&referral, &child] {
+        for want in [
+            format!("ns1.{ZONE}."),
+            format!("ns2.{ZONE}."),
+            NS1.to_string(),
+            NS2.to_string(),
+        ] {
+            assert!(text.contains(&want), "{want} missing from:\n{text}");
+        }
+    }
 
     // A missing name: NXDOMAIN with the SOA, which the resolver caches (the second answer
     // comes from its cache with a TTL that counts down from the SOA's).
+    let nxdomains = || {
+        let samples = metrics::scrape(&lab.edge_ns, METRICS).unwrap_or_else(|e| panic!("{e}"));
+        ["udp", "tcp"]
+            .iter()
+            .map(|t| {
+                metrics::value(
+                    &samples,
+                    "director_zone_queries_total",
+                    &[("transport", t), ("outcome", "nxdomain")],
+                )
+                .unwrap_or(0.0)
+            })
+            .sum::<f64>()
+    };
     let nx = resolve(&lab, &format!("nope.{ZONE}"), "A");
     assert_eq!(nx.status.as_deref(), Some("NXDOMAIN"), "{}", nx.text);
     assert!(nx.text.contains("AUTHORITY SECTION"), "{}", nx.text);
+    let asked = nxdomains();
+    assert!(asked >= 1.0);
+    let again = resolve(&lab, &format!("nope.{ZONE}"), "A");
+    assert_eq!(again.status.as_deref(), Some("NXDOMAIN"), "{}", again.text);
+    assert_eq!(nxdomains(), asked, "the negative answer was not cached");
     // NODATA: a static name without the type, and a service of IPv4 servers asked AAAA
     // (its own short TTL on the SOA).
     let nodata = resolve(&lab, &format!("mail.{ZONE}"), "TXT");
