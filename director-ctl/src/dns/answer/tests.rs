@@ -352,3 +352,24 @@ fn garbage_gets_formerr_or_nothing_and_never_another_zones_answer() {
         }
     }
 }
+
+#[test]
+fn ecs_options_the_kernel_would_refuse_get_formerr() {
+    let ask_ecs = |addr: &str, source: u8, scope: u8| {
+        let mut e = edns(1232);
+        e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(
+            addr.parse().unwrap(),
+            source,
+            scope,
+        )));
+        ask(
+            &query("www.gslb.example.com.", RecordType::A, Some(e)),
+            Transport::Udp,
+        )
+        .1
+    };
+    assert_eq!(ask_ecs("198.51.96.0", 20, 0), Outcome::Answered);
+    // Address bits past SOURCE PREFIX-LENGTH, and a SCOPE in a query (RFC 7871 §7.1.2).
+    assert_eq!(ask_ecs("198.51.100.0", 20, 0), Outcome::FormErr);
+    assert_eq!(ask_ecs("198.51.96.0", 20, 8), Outcome::FormErr);
+}
