@@ -71,6 +71,9 @@ pub struct Server {
     pub check_address: Option<IpAddr>,
     /// Where the server publishes its load (polled at the `[health]` interval).
     pub load: Option<LoadSource>,
+    /// The name HTTP redirects send clients to (DistributedDirector's `server-name`: the
+    /// URL shows a name, not an address); without it, the address.
+    pub hostname: Option<String>,
 }
 
 /// `[[server]] load = { url = "http://ADDR:PORT/PATH", metric = "NAME" }`: the body is one
@@ -129,6 +132,97 @@ impl HttpUrl {
 #[serde(deny_unknown_fields)]
 pub struct Metrics {
     pub listen: std::net::SocketAddr,
+}
+
+/// `[http]`: where `run` answers HTTP requests for service names with redirects to their
+/// best server. `listen` is one `ADDR:PORT` or a list; `trusted_proxies` are addresses or
+/// prefixes whose `X-Forwarded-For` is believed.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Http {
+    pub listen: OneOrMany,
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+}
+
+/// A key that takes one string or a list of them.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn items(&self) -> &[String] {
+        match self {
+            OneOrMany::One(s) => std::slice::from_ref(s),
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+impl Http {
+    /// The listen addresses (checked at load, so later calls only fail on a config that was
+    /// never loaded).
+    pub fn addresses(&self) -> Result<Vec<std::net::SocketAddr>> {
+        let mut out = Vec::new();
+        for a in self.listen.items() {
+            let addr = a.parse().map_err(|_| {
+                anyhow::anyhow!("[http]: listen {a:?} is not ADDR:PORT (e.g. \"192.0.2.1:80\")")
+            })?;
+            if out.contains(&addr) {
+                bail!("[http]: listen {a:?} is given twice");
+            }
+            out.push(addr);
+        }
+        if out.is_empty() {
+            bail!("[http]: listen is an empty list");
+        }
+        Ok(out)
+    }
+
+    /// The trusted proxies as networks: a bare address is a network of its own.
+    pub fn trusted(&self) -> Result<Vec<ipnet::IpNet>> {
+        self.trusted_proxies
+            .iter()
+            .map(|t| {
+                if t.contains('/') {
+                    crate::checked::prefix(t)
+                } else {
+                    t.parse::<IpAddr>()
+                        .map(ipnet::IpNet::from)
+                        .map_err(|_| anyhow::anyhow!("{t:?} is not an address or a prefix"))
+                }
+                .with_context(|| format!("[http]: trusted_proxies {t:?}"))
+            })
+            .collect()
+    }
+}
+
+/// Whether `text` can stand as the host of an `http://` URL: dot-separated labels of
+/// letters, digits, `-` and `_`, none empty or over 63 bytes, at most 253 bytes in all (a
+/// trailing dot, an absolute name, is allowed).
+pub fn url_host(text: &str) -> Result<()> {
+    let name = text.strip_suffix('.').unwrap_or(text);
+    if name.is_empty() || name.len() > 253 {
+        bail!("{text:?} must be 1 to 253 bytes");
+    }
+    for label in name.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            bail!("{text:?} has an empty label or one over 63 bytes");
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            bail!("{text:?} may only hold letters, digits, '-', '_' and dots");
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            bail!("{text:?} has a label that starts or ends with '-'");
+        }
+    }
+    Ok(())
 }
 
 fn thirty() -> u32 {
@@ -496,6 +590,7 @@ pub struct Config {
     /// Zones answered in full (SOA, NS, other types, TCP) by `run`'s own listeners.
     #[serde(default, rename = "zone")]
     pub zones: Vec<crate::dns::ZoneConfig>,
+    pub http: Option<Http>,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     #[serde(default)]
@@ -594,6 +689,9 @@ impl Config {
             }
             if s.ipv4.is_none() && s.ipv6.is_none() {
                 bail!("{}: needs ipv4 and/or ipv6", at());
+            }
+            if let Some(h) = &s.hostname {
+                url_host(h).with_context(|| format!("{}: hostname", at()))?;
             }
             if let Some(l) = &s.load {
                 HttpUrl::parse(&l.url).with_context(|| format!("{}: load", at()))?;
@@ -708,6 +806,32 @@ impl Config {
             }
         }
         self.build_zones(0)?;
+        self.validate_http(&names)
+    }
+
+    /// `[http]` and the servers' hostnames: a hostname that is a service name would send
+    /// its clients back to the redirector, round and round.
+    fn validate_http(&self, services: &HashSet<Vec<u8>>) -> Result<()> {
+        for (i, s) in self.servers.iter().enumerate() {
+            let Some(h) = &s.hostname else { continue };
+            let wire = director_common::name::encode(h).unwrap_or_default();
+            if services.contains(&wire) {
+                bail!(
+                    "[[server]] #{} ({:?}): hostname {h:?} is a service name (redirects to it \
+                     would come back to the redirector)",
+                    i + 1,
+                    s.name
+                );
+            }
+        }
+        let Some(h) = &self.http else { return Ok(()) };
+        let listen = h.addresses()?;
+        h.trusted()?;
+        if let Some(m) = &self.metrics {
+            if listen.contains(&m.listen) {
+                bail!("[http]: listen {} is also [metrics] listen", m.listen);
+            }
+        }
         Ok(())
     }
 
@@ -984,6 +1108,82 @@ priority = { geo = 1, admin = 2 }
         ] {
             let e = refused(&svc(extra));
             assert!(e.contains(why), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn http_and_hostnames_are_checked() {
+        let named = GOOD.replace(
+            "ipv4 = \"192.0.2.10\"",
+            "ipv4 = \"192.0.2.10\"\nhostname = \"Fra-1.CDN.example.net\"",
+        );
+        let http = |keys: &str| format!("[http]\n{keys}\n{named}");
+        let c = Config::parse(&http("listen = \"192.0.2.1:80\"")).unwrap();
+        let h = c.http.as_ref().unwrap();
+        assert_eq!(h.addresses().unwrap(), ["192.0.2.1:80".parse().unwrap()]);
+        assert!(h.trusted().unwrap().is_empty());
+        assert_eq!(
+            c.servers[0].hostname.as_deref(),
+            Some("Fra-1.CDN.example.net")
+        );
+        let c = Config::parse(&http(
+            "listen = [\"192.0.2.1:80\", \"[2001:db8::1]:8080\"]\n\
+             trusted_proxies = [\"192.0.2.0/24\", \"2001:db8::7\"]",
+        ))
+        .unwrap();
+        let h = c.http.as_ref().unwrap();
+        assert_eq!(h.addresses().unwrap().len(), 2);
+        assert_eq!(
+            h.trusted().unwrap(),
+            [
+                "192.0.2.0/24".parse::<ipnet::IpNet>().unwrap(),
+                "2001:db8::7/128".parse().unwrap()
+            ]
+        );
+        for (text, why) in [
+            (
+                http("listen = \"192.0.2.1\""),
+                "listen \"192.0.2.1\" is not ADDR:PORT",
+            ),
+            (http("listen = []"), "listen is an empty list"),
+            (
+                http("listen = [\"192.0.2.1:80\", \"192.0.2.1:80\"]"),
+                "given twice",
+            ),
+            (
+                http("listen = \"192.0.2.1:80\"\ntrusted_proxies = [\"192.0.2.1/24\"]"),
+                "trusted_proxies \"192.0.2.1/24\"",
+            ),
+            (
+                http("listen = \"192.0.2.1:80\"\ntrusted_proxies = [\"proxy\"]"),
+                "trusted_proxies \"proxy\"",
+            ),
+            (
+                format!(
+                    "[metrics]\nlisten = \"192.0.2.1:80\"\n{}",
+                    http("listen = \"192.0.2.1:80\"")
+                ),
+                "also [metrics] listen",
+            ),
+            (
+                http("listen = \"192.0.2.1:80\"\nport = 1"),
+                "unknown field `port`",
+            ),
+            (
+                named.replace("Fra-1.CDN.example.net", "fra 1.example.net"),
+                "[[server]] #1 (\"fra-1\"): hostname",
+            ),
+            (
+                named.replace("Fra-1.CDN.example.net", "-fra.example.net"),
+                "starts or ends with '-'",
+            ),
+            (
+                named.replace("Fra-1.CDN.example.net", "WWW.example.com."),
+                "hostname \"WWW.example.com.\" is a service name",
+            ),
+        ] {
+            let e = refused(&text);
+            assert!(e.contains(why), "{why}: {e}");
         }
     }
 
