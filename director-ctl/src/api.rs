@@ -499,6 +499,8 @@ pub enum Event {
     /// A config or input was refused (also one that would remove too much, until
     /// confirmed); the kernel keeps the last good decisions.
     Refused { error: String },
+    /// The HTTP redirector listens (`[http] listen`).
+    HttpListening { listen: Vec<std::net::SocketAddr> },
     /// The operator confirmed a change that removes more than `--max-removal-share`
     /// (SIGUSR1, or `--accept-removal` at start); `removed` says what, e.g. "1 of 2 services
     /// (b.example.com)".

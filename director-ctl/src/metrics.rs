@@ -35,6 +35,8 @@ pub struct Sources {
     pub table: SharedTable,
     /// The zones' listeners, when `run` has zones.
     pub zones: Option<Arc<crate::dns::Stats>>,
+    /// The HTTP redirector's counts, when `[http]` is configured.
+    pub http: Option<Arc<crate::redirect::Counters>>,
 }
 
 /// Binds `listen` now (so a taken port is an error at start) and serves from a thread.
@@ -279,6 +281,18 @@ pub fn render(src: &Sources) -> Result<String> {
         "How long the last computation of decisions took.",
         t.last_recompute_seconds,
     )?;
+    if let Some(h) = &src.http {
+        let redirects = counter(
+            &reg,
+            "director_http_requests_total",
+            "HTTP requests to the [http] listeners, by outcome (redirect, fallback, not_found, \
+             no_server, bad_request, error).",
+            &["outcome"],
+        )?;
+        for (outcome, n) in h.snapshot() {
+            redirects.with_label_values(&[outcome]).inc_by(n);
+        }
+    }
     let mut buf = Vec::new();
     TextEncoder::new().encode(&reg.gather(), &mut buf)?;
     Ok(String::from_utf8(buf)?)

@@ -38,6 +38,7 @@ use crate::dns;
 use crate::health::{self, Runner, Shared};
 use crate::kernel::{DecisionChange, Maps, WriteLock};
 use crate::metrics;
+use crate::redirect;
 
 /// How `run` behaves, from its command line.
 #[derive(Clone, Debug)]
@@ -274,6 +275,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         ),
     );
     let table = metrics::SharedTable::default();
+    let http = start_http(pin_dir, &cfg, log)?;
     if let Some(mc) = &cfg.metrics {
         metrics::serve(
             mc.listen,
@@ -282,6 +284,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
                 health: shared.clone(),
                 table: table.clone(),
                 zones: dns.as_ref().map(|d| Arc::clone(&d.stats)),
+                http: http.as_ref().map(|h| h.1.clone()),
             },
         )?;
     }
@@ -298,6 +301,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         checks,
         shared,
         table,
+        http: http.map(|h| h.0),
     };
     state.note_table(compute_s);
     let mut seen = stamps(&state.files);
@@ -459,6 +463,30 @@ struct State {
     table: metrics::SharedTable,
     /// The zones' listeners, when the config has zones.
     dns: Option<dns::Server>,
+    /// What the HTTP redirector reads from the config, when `[http]` is configured.
+    http: Option<redirect::SharedSettings>,
+}
+
+/// Starts the HTTP redirector when the config has `[http]` (its listen addresses are read
+/// once, here; hostnames and trusted proxies on every reload).
+fn start_http(
+    pin_dir: &Path,
+    cfg: &Config,
+    log: Log,
+) -> Result<Option<(redirect::SharedSettings, Arc<redirect::Counters>)>> {
+    let Some(h) = &cfg.http else { return Ok(None) };
+    let listen = h.addresses()?;
+    let settings = redirect::SharedSettings::new(redirect::Settings::from_config(cfg)?.into());
+    let counters = Arc::<redirect::Counters>::default();
+    redirect::serve(&listen, pin_dir, settings.clone(), counters.clone())?;
+    let list: Vec<String> = listen.iter().map(ToString::to_string).collect();
+    log.event(
+        Event::HttpListening {
+            listen: listen.clone(),
+        },
+        format!("HTTP redirects on {}", list.join(", ")),
+    );
+    Ok(Some((settings, counters)))
 }
 
 /// Starts the config's health checks (none: `None`), on the ids the kernel has or will
@@ -752,6 +780,10 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         checks = (!r.plan.is_empty()).then_some(r);
     }
     let dns = follow_zones(state.dns.take(), &cfg, &pin_dir, log)?;
+    if let Some(h) = &state.http {
+        let fresh = redirect::Settings::from_config(&cfg)?;
+        *h.write().unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+    }
     *state = State {
         dns,
         files: watched(path, &cfg),
@@ -765,6 +797,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         checks,
         shared: state.shared.clone(),
         table: state.table.clone(),
+        http: state.http.take(),
     };
     state.note_table(state.computed.seconds);
     Ok(())
