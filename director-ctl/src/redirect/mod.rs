@@ -240,11 +240,11 @@ fn respond<B>(req: &Request<B>, peer: IpAddr, r: &Redirector) -> Response<Full<B
             "bad request: no Host, or not a valid one\n".into(),
         );
     };
+    // Held for this request only (map reads, no await): a reload waits microseconds.
     let settings = r
         .settings
         .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let wire = match &host.name {
         HostName::Name(n) => director_common::name::encode(n).ok(),
         HostName::Literal(_) => None,
