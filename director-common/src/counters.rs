@@ -52,11 +52,17 @@ pub enum Reason {
     FallbackAlternate = 20,
     /// Answered (counted under `Answered` too) with the service's origin address.
     FallbackOrigin = 21,
+    /// Dropped: over the service's response rate limit for the source's prefix (`rrl`),
+    /// and not this one's turn to slip.
+    RateLimitedDropped = 22,
+    /// Over the rate limit and sent truncated (TC=1, no records: `rrl`'s slip), so that a
+    /// real resolver retries over TCP. Not counted under `Answered`.
+    RateLimitedSlipped = 23,
 }
 
 pub const COUNTER_SLOTS: u32 = 32;
 
-pub const ALL: [Reason; 22] = [
+pub const ALL: [Reason; 24] = [
     Reason::Answered,
     Reason::NotIp,
     Reason::NotDns,
@@ -79,6 +85,8 @@ pub const ALL: [Reason; 22] = [
     Reason::BadChecksum,
     Reason::FallbackAlternate,
     Reason::FallbackOrigin,
+    Reason::RateLimitedDropped,
+    Reason::RateLimitedSlipped,
 ];
 
 impl Reason {
@@ -106,6 +114,8 @@ impl Reason {
             Reason::BadChecksum => "drop_bad_checksum",
             Reason::FallbackAlternate => "answered_alternate",
             Reason::FallbackOrigin => "answered_origin",
+            Reason::RateLimitedDropped => "drop_rate_limited",
+            Reason::RateLimitedSlipped => "truncated_rate_limited",
         }
     }
 
@@ -113,7 +123,11 @@ impl Reason {
     pub const fn drops(self) -> bool {
         matches!(
             self,
-            Reason::Dropped | Reason::BadSource | Reason::ReflectingPort | Reason::BadChecksum
+            Reason::Dropped
+                | Reason::BadSource
+                | Reason::ReflectingPort
+                | Reason::BadChecksum
+                | Reason::RateLimitedDropped
         )
     }
 }

@@ -73,7 +73,7 @@ pub mod record {
 const QR: u16 = 0x8000;
 const OPCODE: u16 = 0x7800;
 const AA: u16 = 0x0400;
-const TC: u16 = 0x0200;
+pub const TC: u16 = 0x0200;
 const RD: u16 = 0x0100;
 const Z: u16 = 0x0040;
 const CD: u16 = 0x0010;

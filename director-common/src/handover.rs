@@ -312,6 +312,9 @@ pub struct Plan {
     /// `FALLBACK_NONE`, `_ALTERNATE` (one CNAME record from `DIR_FALLBACK`) or `_ORIGIN`
     /// (the origin's address in `Scratch::addrs[0]`).
     pub fallback: u8,
+    /// Over the rate limit and slipped (`rrl`): the answer is truncated (TC=1) with no
+    /// records; `n` is 0 and `fallback` none.
+    pub truncate: bool,
 }
 
 pub const FALLBACK_NONE: u8 = 0;
@@ -326,6 +329,7 @@ mod plan_words {
     pub const N: Field = SCOPE.next(4);
     pub const FIRST: Field = N.next(16);
     pub const FALLBACK: Field = FIRST.next(2);
+    pub const TRUNCATE: Field = FALLBACK.next(1);
 }
 
 impl Plan {
@@ -340,7 +344,8 @@ impl Plan {
             SCOPE.put(self.scope as u64)
                 | N.put(self.n as u64)
                 | FIRST.put(self.first as u64)
-                | FALLBACK.put(self.fallback as u64),
+                | FALLBACK.put(self.fallback as u64)
+                | TRUNCATE.flag(self.truncate),
         ]
     }
 
@@ -355,6 +360,7 @@ impl Plan {
             n: N.get(b) as usize,
             first: FIRST.get(b) as u16,
             fallback: FALLBACK.get(b) as u8,
+            truncate: TRUNCATE.is_set(b),
         }
     }
 }
@@ -403,9 +409,9 @@ mod tests {
     prop_compose! {
         fn plans()(
             service: u32, ttl: u32, scope: u8, n in 0..=Plan::MAX_N, first: u16,
-            fallback in 0u8..=2,
+            fallback in 0u8..=2, truncate: bool,
         ) -> Plan {
-            Plan { service, ttl, scope, n, first, fallback }
+            Plan { service, ttl, scope, n, first, fallback, truncate }
         }
     }
 

@@ -23,6 +23,9 @@ pub const MAP_HEALTH: &str = "DIR_HEALTH";
 pub const MAP_SERVER_STATS: &str = "DIR_SRV_STATS";
 pub const MAP_FALLBACK: &str = "DIR_FALLBACK";
 pub const MAP_SCRATCH: &str = "DIR_SCRATCH";
+pub const MAP_RRL: &str = "DIR_RRL";
+pub const MAP_RRL_BUCKETS: &str = "DIR_RRL_BUCKETS";
+pub const MAP_RRL_EXEMPT: &str = "DIR_RRL_EXEMPT";
 pub const PROGRAM: &str = "director";
 
 /// Service ids are 1..MAX_SERVICES.
@@ -47,6 +50,12 @@ pub const MAX_LOCAL: u32 = 4096;
 pub const MAX_IFACES: u32 = 1 << 16;
 /// DNS names owned (one per DNS service).
 pub const MAX_NAMES: u32 = 8192;
+/// Rate-limit buckets (`DIR_RRL_BUCKETS`, an LRU hash of `rrl::Key` -> `rrl::Bucket`):
+/// one per (service, client prefix) that got answers lately. 40 bytes each with the key;
+/// the least recently used go first, which only forgets a quiet prefix's state.
+pub const MAX_RRL_BUCKETS: u32 = 1 << 18;
+/// Prefixes never rate limited (`DIR_RRL_EXEMPT`).
+pub const MAX_RRL_EXEMPT: u32 = 4096;
 /// Candidates per decision.
 pub const MAX_CANDIDATES: usize = 8;
 /// Bytes of a server's display name.
@@ -360,6 +369,9 @@ pub struct Scratch {
     /// carry each parse path's different stack contents through the rest of the program.
     pub client: [u8; 16],
     pub ecs_addr: [u8; 16],
+    /// The packet's source address (IPv4 in the first 4 bytes): whom rate limiting counts,
+    /// whatever ECS says.
+    pub source: [u8; 16],
     /// The chosen servers' ids, in the order of `addrs`.
     pub ids: [u16; MAX_CANDIDATES],
 }
@@ -378,6 +390,9 @@ mod pod {
     unsafe impl aya::Pod for TableSwitch {}
     unsafe impl aya::Pod for HealthMask {}
     unsafe impl aya::Pod for Fallback {}
+    unsafe impl aya::Pod for crate::rrl::Limit {}
+    unsafe impl aya::Pod for crate::rrl::Bucket {}
+    unsafe impl aya::Pod for crate::rrl::Key {}
 }
 
 #[cfg(test)]
@@ -418,7 +433,7 @@ mod tests {
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),
-            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 32 + 2 * MAX_CANDIDATES
+            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 48 + 2 * MAX_CANDIDATES
         );
         assert_eq!(align_of::<Scratch>(), 8);
     }

@@ -1,7 +1,8 @@
 //! director's XDP program: answers DNS queries for the names it owns with the best servers
 //! for the client, in place, and passes everything else to the host untouched.
 //!
-//! parse (is this a query we own?) → policy (map lookups: who answers?) → rewrite.
+//! parse (is this a query we own?) → policy (map lookups: who answers?) → rrl (may this
+//! source have it now?) → rewrite.
 #![no_std]
 #![no_main]
 
@@ -11,13 +12,15 @@ mod packet;
 mod parse;
 mod policy;
 mod rewrite;
+mod rrl;
 mod turnaround;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::debug;
 use director_common::{
     counters::Reason,
-    handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_ORIGIN},
+    handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
+    rrl::Verdict,
 };
 
 use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
@@ -25,7 +28,8 @@ use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
 #[xdp]
 pub fn director(ctx: XdpContext) -> u32 {
     let reason = match answer(&ctx) {
-        Ok((service, server, fallback)) => {
+        Ok((_, _, _, true)) => Reason::RateLimitedSlipped,
+        Ok((service, server, fallback, false)) => {
             count(&DIR_SVC_STATS, service);
             match fallback {
                 FALLBACK_ALTERNATE => count(&DIR_COUNTERS, Reason::FallbackAlternate as u32),
@@ -38,7 +42,7 @@ pub fn director(ctx: XdpContext) -> u32 {
     };
     count(&DIR_COUNTERS, reason as u32);
     match reason {
-        Reason::Answered => xdp_action::XDP_TX,
+        Reason::Answered | Reason::RateLimitedSlipped => xdp_action::XDP_TX,
         r if r.drops() => xdp_action::XDP_DROP,
         _ => {
             // Compiled out by the verifier unless the loader enabled debug logging.
@@ -50,18 +54,31 @@ pub fn director(ctx: XdpContext) -> u32 {
 }
 
 #[inline(always)]
-/// Answers the query in place; returns the service, the server it was sent to and
-/// whether a fallback answered instead.
-fn answer(ctx: &XdpContext) -> Result<(u32, u16, u8), Reason> {
+/// Answers the query in place; returns the service, the server it was sent to, whether a
+/// fallback answered instead, and whether the answer was truncated by the rate limit.
+fn answer(ctx: &XdpContext) -> Result<(u32, u16, u8, bool), Reason> {
     let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Reason::Malformed)?;
     // Each stage starts from what the last one stored (see `opaque`).
     opaque::put_words(s, Slot::Query, parse::query(ctx, s)?.pack());
     let q = Query::unpack(opaque::get_words(s, Slot::Query));
     opaque::put_words(s, Slot::Plan, policy::decide(&q, s)?.pack());
     let q = Query::unpack(opaque::get_words(s, Slot::Query));
+    let mut plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
+    match rrl::check(&q, &plan, s) {
+        Verdict::Answer => {}
+        Verdict::Drop => return Err(Reason::RateLimitedDropped),
+        Verdict::Slip => {
+            // The question alone (and the OPT): a real resolver retries over TCP.
+            plan.n = 0;
+            plan.fallback = FALLBACK_NONE;
+            plan.truncate = true;
+        }
+    }
+    // Stored and read back: rewrite is then verified once, not once per verdict.
+    opaque::put_words(s, Slot::Plan, plan.pack());
     let plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
     rewrite::answer(ctx, &q, &plan, s)?;
-    Ok((plan.service, plan.first, plan.fallback))
+    Ok((plan.service, plan.first, plan.fallback, plan.truncate))
 }
 
 #[inline(always)]

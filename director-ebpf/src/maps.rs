@@ -3,15 +3,17 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LpmTrie, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
 };
 use director_common::{
     counters::COUNTER_SLOTS,
     maps::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, Iface,
         NameEntry, Scratch, ServerRecord, ServiceRecord, TableSwitch, MAX_CHOICES, MAX_DECISIONS,
-        MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_SERVERS, MAX_SERVICES,
+        MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS, MAX_RRL_EXEMPT, MAX_SERVERS,
+        MAX_SERVICES,
     },
+    rrl,
 };
 
 #[map]
@@ -49,6 +51,17 @@ pub static DIR_HEALTH: Array<HealthMask> = Array::pinned(MAX_SERVICES, 0);
 /// Per service, what to answer when none of a decision's servers can be.
 #[map]
 pub static DIR_FALLBACK: Array<Fallback> = Array::pinned(MAX_SERVICES, 0);
+/// Per service, its response rate limit (`rrl::Limit`; rate 0: none).
+#[map]
+pub static DIR_RRL: Array<rrl::Limit> = Array::pinned(MAX_SERVICES, 0);
+/// One bucket per (service, source prefix), shared by the CPUs: per-CPU buckets would let
+/// a source whose packets land on N queues through at N times the rate.
+#[map]
+pub static DIR_RRL_BUCKETS: LruHashMap<rrl::Key, rrl::Bucket> =
+    LruHashMap::pinned(MAX_RRL_BUCKETS, 0);
+/// Source prefixes never limited, IPv4 as IPv4-mapped (`rrl::exempt_key`).
+#[map]
+pub static DIR_RRL_EXEMPT: LpmTrie<[u8; 16], u32> = LpmTrie::pinned(MAX_RRL_EXEMPT, 0);
 /// Not pinned: per-CPU working memory only this program uses.
 #[map]
 pub static DIR_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);

@@ -50,7 +50,9 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
                 return Err(Reason::Malformed);
             }
             // The packet's source, until an ECS option says otherwise.
-            set_client(s, ld::<u32, { ipv4::LEN }>(ip, ipv4::SRC) as u64, 0);
+            let src = ld::<u32, { ipv4::LEN }>(ip, ipv4::SRC) as u64;
+            set_client(s, src, 0);
+            set_source(s, src, 0);
             (false, l3 + ipv4::LEN, total - ipv4::LEN)
         }
         eth::P_IPV6 => {
@@ -64,7 +66,9 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
                 return Err(Reason::NotDns);
             }
             let src = ipv6::SRC;
-            set_client(s, ld(ip, src), ld(ip, src + 8));
+            let (lo, hi) = (ld(ip, src), ld(ip, src + 8));
+            set_client(s, lo, hi);
+            set_source(s, lo, hi);
             (true, l3 + ipv6::LEN, be16(ip, ipv6::PAYLOAD_LEN) as usize)
         }
         _ => return Err(Reason::NotIp),
@@ -365,6 +369,18 @@ fn set_client(s: *mut Scratch, lo: u64, hi: u64) {
     // SAFETY: `s` is the scratch map's value; `client` is 16 bytes at an 8-aligned offset.
     unsafe {
         let c = (*s).client.as_mut_ptr() as *mut u64;
+        core::ptr::write_volatile(c, lo);
+        core::ptr::write_volatile(c.add(1), hi);
+    }
+}
+
+/// Stores the packet's source address as `set_client` does: rate limiting counts it, never
+/// the ECS address.
+#[inline(always)]
+fn set_source(s: *mut Scratch, lo: u64, hi: u64) {
+    // SAFETY: `s` is the scratch map's value; `source` is 16 bytes at an 8-aligned offset.
+    unsafe {
+        let c = (*s).source.as_mut_ptr() as *mut u64;
         core::ptr::write_volatile(c, lo);
         core::ptr::write_volatile(c.add(1), hi);
     }

@@ -113,6 +113,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         n,
         first: unsafe { core::ptr::read_volatile(&(*s).ids[0]) },
         fallback: FALLBACK_NONE,
+        truncate: false,
     })
 }
 
@@ -128,6 +129,7 @@ fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan
         n: 0,
         first: 0,
         fallback: FALLBACK_ALTERNATE,
+        truncate: false,
     };
     if fb.flags & HAS_ALTERNATE != 0 {
         return Ok(plan);

@@ -190,7 +190,8 @@ fn write(
     put16(uh, udp::DST_PORT, sport);
     put16(uh, udp::LENGTH, udp_len);
 
-    let flags = dns::answer_flags(q.flags);
+    // A slipped answer (rate limited) says TC: "ask again over TCP".
+    let flags = dns::answer_flags(q.flags) | if plan.truncate { dns::TC } else { 0 };
     let ar = q.edns as u16;
     let an = if cname.is_some() { 1 } else { n };
     let hdr = at::<{ dns::HEADER_LEN }>(ctx, q.dns, Reason::Dropped)?;
