@@ -77,6 +77,29 @@ pub struct ListedService {
     /// Addresses per answer.
     pub answers: u8,
     pub select: Mode,
+    /// Its response rate limit; `null`: none.
+    #[serde(default)]
+    pub rrl: Option<RrlLimit>,
+}
+
+/// A service's response rate limit, per source prefix of these lengths.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RrlLimit {
+    /// Answers per second.
+    pub rate: u32,
+    pub burst: u32,
+    /// Every `slip`-th limited response is sent truncated; 0: all dropped.
+    pub slip: u32,
+    pub ipv4_prefix: u8,
+    pub ipv6_prefix: u8,
+}
+
+/// `rrl exempt list --json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RrlExemptList {
+    pub version: u32,
+    /// Source prefixes never rate limited.
+    pub exempt: Vec<IpNet>,
 }
 
 /// `route list --json`.

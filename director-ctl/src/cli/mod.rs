@@ -11,10 +11,14 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-use director_common::{maps::PIN_DIR, select::Mode};
+use director_common::{
+    maps::PIN_DIR,
+    rrl::{DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX},
+    select::Mode,
+};
 
 use crate::checked;
-use crate::controller;
+use crate::controller::{self, rrl::DEFAULT_SLIP};
 use crate::kernel::{self, program, Maps, WriteLock};
 use crate::ops;
 
@@ -61,6 +65,9 @@ enum Cmd {
     /// Which servers each client prefix gets, per service.
     #[command(subcommand)]
     Route(RouteCmd),
+    /// Response rate limiting (answers per second per client prefix) and its exemptions.
+    #[command(subcommand)]
+    Rrl(RrlCmd),
     /// The addresses queries may be sent to (the edge's): the host's own, kept by `attach`
     /// and `run`, and ones added here.
     #[command(subcommand)]
@@ -261,9 +268,60 @@ enum ServiceCmd {
         /// How to pick among equally good servers: random, client or name.
         #[arg(long, default_value = "random")]
         select: Mode,
+        /// Response rate limit: answers per second per client prefix (0: none). Without
+        /// it a changed service keeps its limit; see `rrl set` for the other settings.
+        #[arg(long)]
+        rrl_rate: Option<u32>,
+        /// Answers at once after a quiet spell (default: the rate).
+        #[arg(long, default_value_t = 0, requires = "rrl_rate")]
+        rrl_burst: u32,
+        /// Every SLIP-th limited response is sent truncated (TC=1), the rest dropped.
+        #[arg(long, default_value_t = DEFAULT_SLIP, requires = "rrl_rate")]
+        rrl_slip: u32,
     },
     Del {
         dnsname: String,
+    },
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RrlCmd {
+    /// Limit a service's answers per second per client prefix (the packet's source, never
+    /// ECS); --rate 0 removes the limit.
+    Set {
+        dnsname: String,
+        #[arg(long)]
+        rate: u32,
+        /// Answers at once after a quiet spell (default: the rate).
+        #[arg(long, default_value_t = 0)]
+        burst: u32,
+        /// Every SLIP-th limited response is sent truncated (TC=1) so real resolvers retry
+        /// over TCP; the rest are dropped. 0 drops all, 1 truncates all.
+        #[arg(long, default_value_t = DEFAULT_SLIP)]
+        slip: u32,
+        /// Prefix length of an IPv4 client's bucket.
+        #[arg(long, default_value_t = DEFAULT_V4_PREFIX)]
+        ipv4_prefix: u8,
+        /// Prefix length of an IPv6 client's bucket.
+        #[arg(long, default_value_t = DEFAULT_V6_PREFIX)]
+        ipv6_prefix: u8,
+    },
+    /// Source prefixes never limited.
+    #[command(subcommand)]
+    Exempt(ExemptCmd),
+}
+
+#[derive(Subcommand)]
+enum ExemptCmd {
+    Add {
+        prefix: String,
+    },
+    Del {
+        prefix: String,
     },
     List {
         #[arg(long)]
@@ -413,8 +471,25 @@ fn run(cli: Cli) -> Result<()> {
                     ttl,
                     answers,
                     select,
+                    rrl_rate,
+                    rrl_burst,
+                    rrl_slip,
                 } => {
+                    let rrl = rrl_rate.map(|rate| ops::RrlSettings {
+                        rate,
+                        burst: rrl_burst,
+                        slip: rrl_slip,
+                        ipv4_prefix: DEFAULT_V4_PREFIX,
+                        ipv6_prefix: DEFAULT_V6_PREFIX,
+                    });
+                    // Checked before the service is written.
+                    if let Some(r) = &rrl {
+                        r.limit()?;
+                    }
                     ops::service_add(&mut m, &dnsname, ttl, answers, select)?;
+                    if let Some(r) = &rrl {
+                        ops::rrl_set(&mut m, &dnsname, r)?;
+                    }
                 }
                 ServiceCmd::Del { dnsname } => ops::service_del(&mut m, &dnsname)?,
                 ServiceCmd::List { json } => show(json, &ops::services(&m)?, print::services)?,
@@ -439,6 +514,39 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 RouteCmd::List { dnsname, json } => {
                     show(json, &ops::routes(&m, dnsname.as_deref())?, print::routes)?;
+                }
+            }
+        }
+        Cmd::Rrl(c) => {
+            let mut m = Maps::open(&dir)?;
+            let writes = !matches!(c, RrlCmd::Exempt(ExemptCmd::List { .. }));
+            let _lock = write_lock(&dir, writes)?;
+            match c {
+                RrlCmd::Set {
+                    dnsname,
+                    rate,
+                    burst,
+                    slip,
+                    ipv4_prefix,
+                    ipv6_prefix,
+                } => {
+                    let r = ops::RrlSettings {
+                        rate,
+                        burst,
+                        slip,
+                        ipv4_prefix,
+                        ipv6_prefix,
+                    };
+                    ops::rrl_set(&mut m, &dnsname, &r)?;
+                }
+                RrlCmd::Exempt(ExemptCmd::Add { prefix }) => {
+                    ops::rrl_exempt(&mut m, checked::prefix(&prefix)?, true)?;
+                }
+                RrlCmd::Exempt(ExemptCmd::Del { prefix }) => {
+                    ops::rrl_exempt(&mut m, checked::prefix(&prefix)?, false)?;
+                }
+                RrlCmd::Exempt(ExemptCmd::List { json }) => {
+                    show(json, &ops::rrl_exempt_list(&m)?, print::rrl_exempt)?;
                 }
             }
         }

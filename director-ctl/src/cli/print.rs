@@ -40,13 +40,23 @@ pub fn servers(l: &api::ServerList) -> String {
 pub fn services(l: &api::ServiceList) -> String {
     let mut o = String::new();
     for s in &l.services {
+        let rrl = s.rrl.as_ref().map_or(String::new(), |r| {
+            format!(
+                " rrl={}/s burst={} slip={} per /{} /{}",
+                r.rate, r.burst, r.slip, r.ipv4_prefix, r.ipv6_prefix
+            )
+        });
         let _ = writeln!(
             o,
-            "{:<40} ttl={:<6} answers={} select={}",
+            "{:<40} ttl={:<6} answers={} select={}{rrl}",
             s.name, s.ttl, s.answers, s.select
         );
     }
     o
+}
+
+pub fn rrl_exempt(l: &api::RrlExemptList) -> String {
+    l.exempt.iter().map(|n| format!("{n}\n")).collect()
 }
 
 /// A route's servers in the syntax `route set` takes: `a=2,b|c=1`.

@@ -120,6 +120,19 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
         if m.fallback(id)? != fb {
             m.set_fallback(id, &fb)?;
         }
+        let limit = cfg.rrl.limit(s.rrl.as_ref());
+        if m.rrl(id)? != limit {
+            m.set_rrl(id, &limit)?;
+        }
+    }
+    // The config's exemptions are the whole list: ones added by the CLI since go.
+    let want: HashSet<IpNet> = cfg.rrl.exempt_prefixes()?.into_iter().collect();
+    let have: HashSet<IpNet> = m.rrl_exempt()?.into_iter().collect();
+    for net in want.difference(&have) {
+        m.set_rrl_exempt(*net, true)?;
+    }
+    for net in have.difference(&want) {
+        m.set_rrl_exempt(*net, false)?;
     }
     Ok(())
 }

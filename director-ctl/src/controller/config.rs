@@ -283,6 +283,8 @@ pub struct Service {
     pub origin: Vec<IpAddr>,
     /// ... with this TTL, also for fail-open answers. Default: the TTL, at most 10 s.
     pub degraded_ttl: Option<u32>,
+    /// Response rate limiting: what it gives wins over `[rrl]`.
+    pub rrl: Option<super::rrl::ServiceLimit>,
 }
 
 impl Service {
@@ -591,6 +593,9 @@ pub struct Config {
     #[serde(default, rename = "zone")]
     pub zones: Vec<crate::dns::ZoneConfig>,
     pub http: Option<Http>,
+    /// Response rate limiting defaults and exemptions.
+    #[serde(default)]
+    pub rrl: super::rrl::Defaults,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     #[serde(default)]
@@ -718,8 +723,13 @@ impl Config {
         let d = &self.health;
         check_timing(d.interval, d.timeout, d.rise, d.fall, d.jitter).context("[health]")?;
         let mut names = HashSet::new();
+        self.rrl.validate()?;
         for (i, s) in self.services.iter().enumerate() {
             let at = || format!("[[service]] #{} ({:?})", i + 1, s.name);
+            if let Some(r) = &s.rrl {
+                r.validate()
+                    .map_err(|e| anyhow::anyhow!("{}: rrl: {e}", at()))?;
+            }
             let wire = director_common::name::encode(&s.name)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
             if !names.insert(wire) {

@@ -18,6 +18,7 @@ pub mod guard;
 pub mod inputs;
 pub mod minimal;
 pub mod model;
+pub mod rrl;
 pub mod run;
 pub mod sweep;
 

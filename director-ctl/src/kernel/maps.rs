@@ -15,12 +15,13 @@ use director_common::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, Iface,
         NameEntry, ServerRecord, ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED,
         LOCAL_HOST, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_FALLBACK,
-        MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_NAMES, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES,
-        MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF,
-        SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6,
-        SERVICE_ACTIVE, SERVICE_BITS,
+        MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_NAMES, MAP_RRL, MAP_RRL_EXEMPT, MAP_SERVERS,
+        MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL,
+        MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN,
+        SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
     },
     name,
+    rrl::{Limit, EXEMPT_V4_MAPPED_BITS},
     select::Mode,
 };
 use ipnet::IpNet;
@@ -91,6 +92,8 @@ pub struct Maps {
     health: Array<MapData, HealthMask>,
     server_stats: PerCpuArray<MapData, u64>,
     fallback: Array<MapData, Fallback>,
+    rrl: Array<MapData, Limit>,
+    rrl_exempt: LpmTrie<MapData, [u8; 16], u32>,
 }
 
 pub(super) fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
@@ -164,6 +167,8 @@ impl Maps {
             health: open(dir, MAP_HEALTH)?,
             server_stats: open(dir, MAP_SERVER_STATS)?,
             fallback: open(dir, MAP_FALLBACK)?,
+            rrl: open(dir, MAP_RRL)?,
+            rrl_exempt: open(dir, MAP_RRL_EXEMPT)?,
         };
         m.check_name_keys(dir)?;
         Ok(m)
@@ -320,6 +325,60 @@ impl Maps {
             .with_context(|| format!("writing the health of service {service}"))
     }
 
+    // --- response rate limiting ------------------------------------------------------------
+
+    /// A service's rate limit (unlimited unless one was set).
+    pub fn rrl(&self, service: u32) -> Result<Limit> {
+        self.rrl
+            .get(&service, 0)
+            .with_context(|| format!("reading the rate limit of service {service}"))
+    }
+
+    pub fn set_rrl(&mut self, service: u32, l: &Limit) -> Result<()> {
+        self.rrl
+            .set(service, *l, 0)
+            .with_context(|| format!("writing the rate limit of service {service}"))
+    }
+
+    /// The source prefixes never rate limited.
+    pub fn rrl_exempt(&self) -> Result<Vec<IpNet>> {
+        let mut out = Vec::new();
+        for k in self.rrl_exempt.keys() {
+            let k = k.context("reading the rate-limit exemptions")?;
+            let addr = Ipv6Addr::from(k.data());
+            let bits = k.prefix_len();
+            let net = match addr.to_ipv4_mapped() {
+                Some(v4) if bits >= EXEMPT_V4_MAPPED_BITS => {
+                    IpNet::new(IpAddr::V4(v4), (bits - EXEMPT_V4_MAPPED_BITS) as u8)?
+                }
+                _ => IpNet::new(IpAddr::V6(addr), bits as u8)?,
+            };
+            out.push(net);
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Exempts a source prefix from rate limiting (`on`), or limits it again.
+    pub fn set_rrl_exempt(&mut self, net: IpNet, on: bool) -> Result<()> {
+        let key = match net {
+            IpNet::V4(n) => Key::new(
+                EXEMPT_V4_MAPPED_BITS + u32::from(n.prefix_len()),
+                n.network().to_ipv6_mapped().octets(),
+            ),
+            IpNet::V6(n) => Key::new(u32::from(n.prefix_len()), n.network().octets()),
+        };
+        let r = if on {
+            self.rrl_exempt.insert(&key, 1, 0)
+        } else {
+            match self.rrl_exempt.remove(&key) {
+                Err(MapError::KeyNotFound) => Ok(()),
+                r => r,
+            }
+        };
+        r.with_context(|| format!("writing the rate-limit exemption {net}"))
+    }
+
     pub fn remove_server(&mut self, id: u16) -> Result<()> {
         self.servers
             .set(u32::from(id), empty_server(), 0)
@@ -412,7 +471,9 @@ impl Maps {
         }
         self.services
             .set(id, ServiceRecord::default(), 0)
-            .context("writing the service table")
+            .context("writing the service table")?;
+        // A later service with this id starts unlimited.
+        self.set_rrl(id, &Limit::unlimited())
     }
 
     /// Removes every service and server whose id is not kept: names first (queries for them
@@ -437,6 +498,7 @@ impl Maps {
                 // A later service with this id starts with no verdicts and no fallback.
                 self.set_health(id, &HealthMask::all_in())?;
                 self.set_fallback(id, &Fallback::none())?;
+                self.set_rrl(id, &Limit::unlimited())?;
             }
         }
         for id in 1..MAX_SERVERS {

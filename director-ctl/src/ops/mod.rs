@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use director_common::{
     maps::{Decision, LOCAL_CONFIGURED, LOCAL_HOST, MAX_CANDIDATES},
+    rrl::Limit,
     select::Mode,
 };
 use ipnet::IpNet;
@@ -199,17 +200,83 @@ pub fn services(m: &Maps) -> Result<api::ServiceList> {
     let services = m
         .services()?
         .into_iter()
-        .map(|s| api::ListedService {
-            id: s.id,
-            name: s.name,
-            ttl: s.ttl,
-            answers: s.answers,
-            select: s.select,
+        .map(|s| {
+            let l = m.rrl(s.id)?;
+            Ok(api::ListedService {
+                id: s.id,
+                name: s.name,
+                ttl: s.ttl,
+                answers: s.answers,
+                select: s.select,
+                rrl: l.is_limited().then_some(api::RrlLimit {
+                    rate: l.rate,
+                    burst: l.burst,
+                    slip: l.slip,
+                    ipv4_prefix: l.v4_prefix,
+                    ipv6_prefix: l.v6_prefix,
+                }),
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     Ok(api::ServiceList {
         version: api::VERSION,
         services,
+    })
+}
+
+/// A rate limit as the CLI gives it (`rrl set`, `service add --rrl-*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RrlSettings {
+    /// Answers per second per source prefix; 0: no limit.
+    pub rate: u32,
+    /// 0: the rate.
+    pub burst: u32,
+    pub slip: u32,
+    pub ipv4_prefix: u8,
+    pub ipv6_prefix: u8,
+}
+
+impl RrlSettings {
+    /// Checked before anything is written.
+    pub fn limit(&self) -> Result<Limit> {
+        crate::controller::rrl::check_slip(self.slip)?;
+        if self.ipv4_prefix > 32 || self.ipv6_prefix > 128 {
+            bail!(
+                "--ipv4-prefix is 0 to 32 and --ipv6-prefix 0 to 128 (got {} and {})",
+                self.ipv4_prefix,
+                self.ipv6_prefix
+            );
+        }
+        Ok(Limit::new(
+            self.rate,
+            self.burst,
+            self.slip,
+            self.ipv4_prefix,
+            self.ipv6_prefix,
+        ))
+    }
+}
+
+/// Sets a service's response rate limit (rate 0 removes it). Buckets already counting keep
+/// their state; the new rate applies from the next response.
+pub fn rrl_set(m: &mut Maps, dnsname: &str, r: &RrlSettings) -> Result<()> {
+    let limit = r.limit()?;
+    let id = require_service(m, dnsname)?;
+    m.set_rrl(id, &limit)
+}
+
+/// Exempts a source prefix from rate limiting (`on`) or limits it again.
+pub fn rrl_exempt(m: &mut Maps, net: IpNet, on: bool) -> Result<()> {
+    if !on && !m.rrl_exempt()?.contains(&net) {
+        bail!("{net} is not exempt (see `director-ctl rrl exempt list`)");
+    }
+    m.set_rrl_exempt(net, on)
+}
+
+pub fn rrl_exempt_list(m: &Maps) -> Result<api::RrlExemptList> {
+    Ok(api::RrlExemptList {
+        version: api::VERSION,
+        exempt: m.rrl_exempt()?,
     })
 }
 
