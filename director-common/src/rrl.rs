@@ -271,6 +271,82 @@ fn bytes(lo: u64, hi: u64) -> [u8; 16] {
     unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>([lo, hi]) }
 }
 
+/// The same rule for a userspace server (UDP answers given outside the kernel): its own
+/// buckets, its own clock, the limits and exemptions read from the kernel's maps (or the
+/// config). TCP answers need no limit: a TCP client has shown it owns its address.
+#[cfg(feature = "user")]
+pub mod user {
+    use super::{Bucket, Key, Limit, Verdict};
+    use std::collections::HashMap;
+    use std::net::IpAddr;
+
+    /// Buckets per (service, source prefix), at most `capacity` of them.
+    pub struct Limiter {
+        buckets: HashMap<Key, Bucket>,
+        capacity: usize,
+        /// Source prefixes never limited: (network, prefix length).
+        exempt: Vec<(IpAddr, u8)>,
+    }
+
+    impl Limiter {
+        pub fn new(capacity: usize) -> Limiter {
+            Limiter {
+                buckets: HashMap::new(),
+                capacity: capacity.max(1),
+                exempt: Vec::new(),
+            }
+        }
+
+        /// Replaces the exemptions (e.g. with `Maps::rrl_exempt`'s list).
+        pub fn set_exempt(&mut self, nets: impl IntoIterator<Item = (IpAddr, u8)>) {
+            self.exempt = nets.into_iter().collect();
+        }
+
+        pub fn is_exempt(&self, source: IpAddr) -> bool {
+            let (v6, lo, hi) = super::source_words(source);
+            self.exempt.iter().any(|&(net, bits)| {
+                let (nv6, nlo, nhi) = super::source_words(net);
+                nv6 == v6 && super::mask_words(lo, hi, bits as u32) == (nlo, nhi)
+            })
+        }
+
+        /// The verdict for one UDP response of `service` to `source` at `now_ns` (any
+        /// monotonic clock in ns, e.g. from an `Instant` taken at start).
+        pub fn check(
+            &mut self,
+            service: u32,
+            source: IpAddr,
+            limit: &Limit,
+            now_ns: u64,
+        ) -> Verdict {
+            if !limit.is_limited() || self.is_exempt(source) {
+                return Verdict::Answer;
+            }
+            let key = Key::for_addr(service, source, limit);
+            if !self.buckets.contains_key(&key) && self.buckets.len() >= self.capacity {
+                // A bucket scheduled no later than now is as good as a new one: forgetting
+                // it changes no verdict.
+                self.buckets.retain(|_, b| b.tat_ns > now_ns);
+                if self.buckets.len() >= self.capacity {
+                    // Every bucket is busy: this prefix is answered uncounted rather than
+                    // another's state forgotten. Size the table for the answer rate times
+                    // the longest burst window.
+                    return Verdict::Answer;
+                }
+            }
+            self.buckets.entry(key).or_default().take(now_ns, limit)
+        }
+
+        pub fn len(&self) -> usize {
+            self.buckets.len()
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.buckets.is_empty()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,5 +496,52 @@ mod tests {
             let want = end / l.interval_ns;
             prop_assert!(granted + 1 >= want && granted <= want + 2, "{} of {}", granted, want);
         }
+    }
+}
+
+#[cfg(all(test, feature = "user"))]
+mod user_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    #[test]
+    fn userspace_exemptions() {
+        let mut lim = user::Limiter::new(16);
+        let a = |s: &str| s.parse::<IpAddr>().unwrap();
+        lim.set_exempt([(a("192.0.2.0"), 24), (a("2001:db8::"), 32)]);
+        assert!(lim.is_exempt(a("192.0.2.77")) && lim.is_exempt(a("2001:db8:1::1")));
+        assert!(!lim.is_exempt(a("198.51.100.1")) && !lim.is_exempt(a("2001:db9::1")));
+        let l = Limit::new(1, 1, 0, 24, 56);
+        assert_eq!(lim.check(1, a("192.0.2.1"), &l, NS_PER_S), Verdict::Answer);
+        assert_eq!(lim.check(1, a("192.0.2.1"), &l, NS_PER_S), Verdict::Answer);
+        assert_eq!(
+            lim.check(1, a("198.51.100.1"), &l, NS_PER_S),
+            Verdict::Answer
+        );
+        assert_eq!(lim.check(1, a("198.51.100.2"), &l, NS_PER_S), Verdict::Drop);
+    }
+
+    proptest! {
+        /// The userspace limiter gives the kernel's verdicts, and forgetting idle buckets
+        /// when full changes none of them.
+        #[test]
+        fn the_userspace_limiter_agrees(
+            times in proptest::collection::vec((0u64..3_000_000, 0u8..4), 1..300),
+        ) {
+            let l = Limit::new(700, 3, 2, 24, 56);
+            let mut lim = user::Limiter::new(2);
+            let mut own = std::collections::HashMap::<u8, Bucket>::new();
+            let mut now = NS_PER_S;
+            for (gap, who) in times {
+                now += gap;
+                let src = IpAddr::V4(Ipv4Addr::new(198, 51, who, 9));
+                let want = own.entry(who).or_default().take(now, &l);
+                let got = lim.check(1, src, &l, now);
+                // With more busy prefixes than room, the limiter answers uncounted.
+                prop_assert!(got == want || got == Verdict::Answer, "{:?} vs {:?}", got, want);
+            }
+        }
+
     }
 }

@@ -35,6 +35,7 @@ use crate::sys;
 use crate::table::{thousands, Spread, Table};
 use crate::{FRA_V4, FRA_V6, NAME};
 
+const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 /// Frames per batch in live-frames mode (the kernel's default is 64, NAPI's budget).
@@ -60,7 +61,7 @@ struct Loaded {
     ebpf: Ebpf,
     maps: Maps,
     // Last: the pins go after the descriptors are closed.
-    _pins: PinDir,
+    pins: PinDir,
 }
 
 impl Loaded {
@@ -75,11 +76,7 @@ impl Loaded {
             .try_into()?;
         pass.load().context("loading director_pass")?;
         let maps = Maps::open(pins.path())?;
-        Ok(Loaded {
-            ebpf,
-            maps,
-            _pins: pins,
-        })
+        Ok(Loaded { ebpf, maps, pins })
     }
 
     fn xdp(&self, name: &str) -> Result<&Xdp> {
@@ -311,7 +308,11 @@ impl Bench<'_> {
         let counted = (self.l.answered()? - before) as f64;
         Ok(Row {
             packet,
-            verdict: if want == XDP_TX { "TX" } else { "PASS" },
+            verdict: match want {
+                XDP_TX => "TX",
+                XDP_DROP => "DROP",
+                _ => "PASS",
+            },
             method,
             frames,
             ns,
@@ -409,6 +410,27 @@ fn measure(o: &Options) -> Result<Table> {
     for (packet, frame) in answer_frames(&f) {
         rows.push(b.row(packet, PROGRAM, Method::Calls, frame, XDP_TX, fl)?);
     }
+    // The same answers with response rate limiting on, at a rate no run reaches (one answer
+    // per ns): every answer also pays the limit's lookup, the exemption trie, the clock
+    // and the bucket's update. Then a source over its limit, whose responses are dropped.
+    set_rrl(&l, u32::MAX, 0)?;
+    for (packet, frame) in [
+        ("A, IPv4, RRL on (within limit)", &f.a4),
+        ("AAAA, IPv6, RRL on (within limit)", &f.aaaa6),
+    ] {
+        rows.push(b.row(packet, PROGRAM, Method::Calls, frame, XDP_TX, fl)?);
+    }
+    set_rrl(&l, 1, 0)?;
+    exhaust_bucket(&l, Ipv4Addr::new(192, 0, 2, 2))?;
+    rows.push(b.row(
+        "A, IPv4, RRL: over the limit, dropped",
+        PROGRAM,
+        Method::Calls,
+        &f.a4,
+        XDP_DROP,
+        fl,
+    )?);
+    set_rrl(&l, 0, 0)?;
 
     eprintln!("section 1: live frames");
     let stat = |name| sys::ethtool_stat(&o.edge_ns, &o.edge_if, name);
@@ -429,6 +451,40 @@ fn measure(o: &Options) -> Result<Table> {
 
     let insns = l.xdp(PROGRAM)?.info()?.verified_instruction_count();
     Ok(table(&rows, o, insns, &live))
+}
+
+/// The service's rate limit (`rate` 0: none), per /24 and /56, every `slip`-th slipped.
+fn set_rrl(l: &Loaded, rate: u32, slip: u32) -> Result<()> {
+    let r = ops::RrlSettings {
+        rate,
+        burst: 1,
+        slip,
+        ipv4_prefix: 24,
+        ipv6_prefix: 56,
+    };
+    // Maps are shared descriptors: a second handle writes the same pinned maps.
+    let mut m = Maps::open(l.pins.path())?;
+    ops::rrl_set(&mut m, NAME, &r)
+}
+
+/// Schedules the source's bucket far ahead, so that no answer refills it however long the
+/// measurement takes (at any real rate one would come every so often).
+fn exhaust_bucket(l: &Loaded, source: Ipv4Addr) -> Result<()> {
+    use aya::maps::{HashMap, Map, MapData};
+    use director_common::maps::MAP_RRL_BUCKETS;
+    use director_common::rrl::{Bucket, Key};
+    let svc = Maps::open(l.pins.path())?
+        .find_service(NAME)?
+        .context("the bench's service")?;
+    let limit = Maps::open(l.pins.path())?.rrl(svc)?;
+    let data = MapData::from_pin(l.pins.path().join(MAP_RRL_BUCKETS))?;
+    let mut buckets: HashMap<MapData, Key, Bucket> = Map::from_map_data(data)?.try_into()?;
+    let far = Bucket {
+        tat_ns: u64::MAX / 2,
+        ..Bucket::new()
+    };
+    buckets.insert(Key::for_addr(svc, source.into(), &limit), far, 0)?;
+    Ok(())
 }
 
 fn answer_frames(f: &Frames) -> [(&'static str, &Vec<u8>); 3] {
