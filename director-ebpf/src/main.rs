@@ -20,7 +20,6 @@ use aya_log_ebpf::debug;
 use director_common::{
     counters::Reason,
     handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
-    rrl::Verdict,
 };
 
 use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
@@ -64,15 +63,15 @@ fn answer(ctx: &XdpContext) -> Result<(u32, u16, u8, bool), Reason> {
     opaque::put_words(s, Slot::Plan, policy::decide(&q, s)?.pack());
     let q = Query::unpack(opaque::get_words(s, Slot::Query));
     let mut plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
-    match rrl::check(&q, &plan, s) {
-        Verdict::Answer => {}
-        Verdict::Drop => return Err(Reason::RateLimitedDropped),
-        Verdict::Slip => {
+    match rrl::check(plan.service, q.ip6, s) {
+        rrl::ANSWER => {}
+        rrl::SLIP => {
             // The question alone (and the OPT): a real resolver retries over TCP.
             plan.n = 0;
             plan.fallback = FALLBACK_NONE;
             plan.truncate = true;
         }
+        _ => return Err(Reason::RateLimitedDropped),
     }
     // Stored and read back: rewrite is then verified once, not once per verdict.
     opaque::put_words(s, Slot::Plan, plan.pack());

@@ -411,16 +411,16 @@ fn measure(o: &Options) -> Result<Table> {
         rows.push(b.row(packet, PROGRAM, Method::Calls, frame, XDP_TX, fl)?);
     }
     // The same answers with response rate limiting on, at a rate no run reaches (one answer
-    // per ns): every answer also pays the limit's lookup, the exemption trie, the clock
+    // per ns, seconds of burst): every answer also pays the limit's lookup, the exemption trie, the clock
     // and the bucket's update. Then a source over its limit, whose responses are dropped.
-    set_rrl(&l, u32::MAX, 0)?;
+    set_rrl(&l, u32::MAX, u32::MAX, 0)?;
     for (packet, frame) in [
         ("A, IPv4, RRL on (within limit)", &f.a4),
         ("AAAA, IPv6, RRL on (within limit)", &f.aaaa6),
     ] {
         rows.push(b.row(packet, PROGRAM, Method::Calls, frame, XDP_TX, fl)?);
     }
-    set_rrl(&l, 1, 0)?;
+    set_rrl(&l, 1, 1, 0)?;
     exhaust_bucket(&l, Ipv4Addr::new(192, 0, 2, 2))?;
     rows.push(b.row(
         "A, IPv4, RRL: over the limit, dropped",
@@ -430,7 +430,7 @@ fn measure(o: &Options) -> Result<Table> {
         XDP_DROP,
         fl,
     )?);
-    set_rrl(&l, 0, 0)?;
+    set_rrl(&l, 0, 0, 0)?;
 
     eprintln!("section 1: live frames");
     let stat = |name| sys::ethtool_stat(&o.edge_ns, &o.edge_if, name);
@@ -454,10 +454,10 @@ fn measure(o: &Options) -> Result<Table> {
 }
 
 /// The service's rate limit (`rate` 0: none), per /24 and /56, every `slip`-th slipped.
-fn set_rrl(l: &Loaded, rate: u32, slip: u32) -> Result<()> {
+fn set_rrl(l: &Loaded, rate: u32, burst: u32, slip: u32) -> Result<()> {
     let r = ops::RrlSettings {
         rate,
-        burst: 1,
+        burst,
         slip,
         ipv4_prefix: 24,
         ipv6_prefix: 56,
