@@ -151,7 +151,7 @@ impl Bucket {
 /// The slip decision for the `n`-th (from 1) limited response: every `slip`-th slips.
 #[inline(always)]
 pub const fn slip(n: u32, slip: u32) -> Verdict {
-    if slip != 0 && n % slip == 0 {
+    if slip != 0 && n.is_multiple_of(slip) {
         Verdict::Slip
     } else {
         Verdict::Drop

@@ -45,7 +45,10 @@ fn verdict(service: u32, ip6: bool, s: *const Scratch) -> Verdict {
     // SAFETY: `s` is the scratch map's value; `source` is 16 bytes, 8-aligned.
     let (lo, hi) = unsafe {
         let w = (*s).source.as_ptr() as *const u64;
-        (core::ptr::read_volatile(w), core::ptr::read_volatile(w.add(1)))
+        (
+            core::ptr::read_volatile(w),
+            core::ptr::read_volatile(w.add(1)),
+        )
     };
     let v6 = ip6;
     let exempt = Key::new(128, rrl::exempt_key(v6, lo, hi));
@@ -55,7 +58,7 @@ fn verdict(service: u32, ip6: bool, s: *const Scratch) -> Verdict {
     let key = rrl::Key::new(service, v6, lo, hi, limit);
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    match DIR_RRL_BUCKETS.get_ptr_mut(&key) {
+    match DIR_RRL_BUCKETS.get_ptr_mut(key) {
         // Shared by the CPUs and updated without a lock (spin locks need BTF-described
         // maps): two CPUs taking from one bucket in the same instant may both spend the
         // same token, so a source spread over N queues can get up to N - 1 extra answers
@@ -66,7 +69,7 @@ fn verdict(service: u32, ip6: bool, s: *const Scratch) -> Verdict {
             let mut b = Bucket::new();
             let v = b.take(now, limit);
             // Another CPU may have made it meanwhile: keep its bucket, the answer stands.
-            let _ = DIR_RRL_BUCKETS.insert(&key, &b, BPF_NOEXIST as u64);
+            let _ = DIR_RRL_BUCKETS.insert(key, b, BPF_NOEXIST as u64);
             v
         }
     }

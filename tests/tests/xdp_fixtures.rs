@@ -2801,7 +2801,7 @@ fn exempt_sources_and_unlimited_services_are_never_limited() {
         .unwrap()
         .exempt
         .iter()
-        .map(|n| n.to_string())
+        .map(ToString::to_string)
         .collect();
     assert_eq!(listed, ["192.0.2.0/24", "2001:db8:2::/48"]);
 
