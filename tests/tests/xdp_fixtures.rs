@@ -2818,3 +2818,72 @@ fn exempt_sources_and_unlimited_services_are_never_limited() {
     assert_eq!(c["truncated_rate_limited"], 0);
     assert_eq!(c["answered"], 20 + 20 + 1 + 1 + 40);
 }
+
+/// What `run` writes: each service's limit from `[rrl]` and its own `rrl`, and the
+/// exemptions as the whole list (one added by the CLI meanwhile goes), which the program
+/// then applies.
+#[test]
+fn the_config_sets_limits_and_exemptions() {
+    use director_ctl::controller::{apply, config::Config, data::Data, decide};
+    let cfg = Config::parse(
+        r#"
+[rrl]
+rate = 1
+burst = 2
+slip = 1
+exempt = ["203.0.113.0/24"]
+
+[[site]]
+name = "fra"
+lat = 50.11
+lon = 8.68
+
+[[server]]
+name = "fra-1"
+site = "fra"
+ipv4 = "198.51.100.1"
+
+[[service]]
+name = "www.example.com"
+servers = ["fra-1"]
+priority = { geo = 1 }
+
+[[service]]
+name = "api.example.com"
+servers = ["fra-1"]
+priority = { geo = 1 }
+rrl = { rate = 0 }
+"#,
+    )
+    .unwrap();
+    let mut fx = Fixture::new().unwrap();
+    ops::rrl_exempt(fx.maps(), "192.0.2.0/24".parse().unwrap(), true).unwrap();
+    let ids = apply::assign_ids(fx.maps(), &cfg).unwrap();
+    let c = decide::compute(&cfg, &Data::load(&cfg).unwrap(), &ids, &Default::default()).unwrap();
+    apply::sync(fx.maps(), &cfg, &c, &ids).unwrap();
+    let listed: Vec<String> = ops::rrl_exempt_list(fx.maps())
+        .unwrap()
+        .exempt
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(listed, ["203.0.113.0/24"]);
+    let services = ops::services(fx.maps()).unwrap().services;
+    let rrl = |name: &str| {
+        services
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.rrl.clone())
+            .unwrap()
+    };
+    let www = rrl(NAME).expect("www is limited");
+    assert_eq!((www.rate, www.burst, www.slip), (1, 2, 1));
+    assert_eq!(rrl("api.example.com"), None);
+
+    let a = a_query();
+    assert_eq!(outcomes(&fx, &v4(), &a, 4), [An, An, Sl, Sl]);
+    let exempt = Flow::v4(Ipv4Addr::new(203, 0, 113, 9));
+    assert_eq!(outcomes(&fx, &exempt, &a, 4), [An; 4]);
+    let api = query(ID, "api.example.com.", RecordType::A);
+    assert_eq!(outcomes(&fx, &v4(), &api, 4), [An; 4]);
+}
