@@ -410,15 +410,22 @@ fn measure(o: &Options) -> Result<Table> {
     for (packet, frame) in answer_frames(&f) {
         rows.push(b.row(packet, PROGRAM, Method::Calls, frame, XDP_TX, fl)?);
     }
-    // The same answers with response rate limiting on, at a rate no run reaches (one answer
-    // per ns, seconds of burst): every answer also pays the limit's lookup, the exemption trie, the clock
-    // and the bucket's update. Then a source over its limit, whose responses are dropped.
-    set_rrl(&l, u32::MAX, u32::MAX, 0)?;
-    for (packet, frame) in [
-        ("A, IPv4, RRL on (within limit)", &f.a4),
-        ("AAAA, IPv6, RRL on (within limit)", &f.aaaa6),
+    // The same answers with response rate limiting off and on, the two measured in turn
+    // (off, on, off, on, ...) so that a machine getting busier or quieter during the run
+    // moves both alike. On, at a rate no run reaches (one answer per ns, seconds of burst):
+    // every answer also pays the limit's lookup, the exemption trie, the clock and the
+    // bucket's update. Then a source over its limit, whose responses are dropped.
+    for (packets, frame) in [
+        (
+            ["A, IPv4, RRL off", "A, IPv4, RRL on (within limit)"],
+            &f.a4,
+        ),
+        (
+            ["AAAA, IPv6, RRL off", "AAAA, IPv6, RRL on (within limit)"],
+            &f.aaaa6,
+        ),
     ] {
-        rows.push(b.row(packet, PROGRAM, Method::Calls, frame, XDP_TX, fl)?);
+        rows.extend(paired_rrl(&b, packets, frame, fl)?);
     }
     set_rrl(&l, 1, 1, 0)?;
     exhaust_bucket(&l, Ipv4Addr::new(192, 0, 2, 2))?;
@@ -451,6 +458,40 @@ fn measure(o: &Options) -> Result<Table> {
 
     let insns = l.xdp(PROGRAM)?.info()?.verified_instruction_count();
     Ok(table(&rows, o, insns, &live))
+}
+
+/// Rows for `frame` answered with the service unlimited and limited, measured in turn.
+fn paired_rrl(
+    b: &Bench<'_>,
+    packets: [&'static str; 2],
+    frame: &[u8],
+    floor: Option<f64>,
+) -> Result<[Row; 2]> {
+    let xdp = b.l.xdp(PROGRAM)?;
+    let before = b.l.answered()?;
+    let mut each = [Vec::new(), Vec::new()];
+    for _ in 0..b.runs {
+        for (on, times) in each.iter_mut().enumerate() {
+            if on == 1 {
+                set_rrl(b.l, u32::MAX, u32::MAX, 0)?;
+            } else {
+                set_rrl(b.l, 0, 0, 0)?;
+            }
+            times.push(Method::Calls.time(xdp, frame, b.n, b.ifindex, XDP_TX)?);
+        }
+    }
+    set_rrl(b.l, 0, 0, 0)?;
+    let share = (b.l.answered()? - before) as f64 / (2.0 * b.n as f64 * b.runs as f64);
+    let row = |i: usize| Row {
+        packet: packets[i],
+        verdict: "TX",
+        method: Method::Calls,
+        frames: b.n,
+        ns: Spread::of(&each[i]),
+        answered: Some(share),
+        floor,
+    };
+    Ok([row(0), row(1)])
 }
 
 /// The service's rate limit (`rate` 0: none), per /24 and /56, every `slip`-th slipped.
