@@ -65,6 +65,24 @@ fn a_flood_from_one_prefix_is_held_to_the_rate_and_another_prefix_gets_every_ans
     lab.ctl_ok(&["route", "set", WWW, "0.0.0.0/0", "fra-1"]);
     let listed = lab.ctl_ok(&["service", "list"]);
     assert!(listed.contains("rrl=400/s burst=40 slip=2"), "{listed}");
+    // The CLI's exemptions, checked like every prefix; an unrelated one stays for the run.
+    lab.ctl_ok(&["rrl", "exempt", "add", "198.51.100.0/24"]);
+    let bad = lab.ctl(&["rrl", "exempt", "add", "198.51.100.1/24"]);
+    assert!(
+        !bad.status.success(),
+        "host bits accepted: {}",
+        describe(&bad)
+    );
+    let bad = lab.ctl(&["rrl", "set", WWW, "--rate", "5", "--slip", "101"]);
+    assert!(
+        !bad.status.success(),
+        "slip 101 accepted: {}",
+        describe(&bad)
+    );
+    let listed: director_ctl::api::RrlExemptList =
+        serde_json::from_str(&lab.ctl_ok(&["rrl", "exempt", "list", "--json"])).unwrap();
+    let listed: Vec<String> = listed.exempt.iter().map(ToString::to_string).collect();
+    assert_eq!(listed, ["198.51.100.0/24"]);
     let out = lab.client(&[
         "ip",
         "addr",
