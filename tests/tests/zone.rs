@@ -90,6 +90,11 @@ const RTT: &str =
 /// A lab with director attached, its two NS addresses on the edge, and `run` answering
 /// the zone; the config's directory is returned too (its files live as long as it).
 fn start() -> (Lab, Controller, TempDir) {
+    start_with("")
+}
+
+/// Like [`start`], with `extra` appended to the config.
+fn start_with(extra: &str) -> (Lab, Controller, TempDir) {
     let lab = Lab::new();
     lab.add_edge_address(&format!("{NS1}/24"));
     lab.add_edge_address(&format!("{NS2}/24"));
@@ -98,7 +103,7 @@ fn start() -> (Lab, Controller, TempDir) {
     let rtt = dir.path("rtt.csv");
     std::fs::write(&rtt, RTT).unwrap();
     let cfg = dir.path("director.toml");
-    std::fs::write(&cfg, config(&rtt)).unwrap();
+    std::fs::write(&cfg, config(&rtt) + extra).unwrap();
     let mut ctl = Controller::start(&lab, &cfg, &dir.path("run.log"));
     ctl.wait_for("entries written", 1, Duration::from_secs(60));
     assert!(
@@ -575,4 +580,92 @@ fn serve_answers_a_zone_set_up_with_the_cli_alone() {
         describe(&again)
     );
     serve.assert_alive();
+}
+
+/// `udp_flood`'s tally.
+#[derive(Debug, serde::Deserialize)]
+struct Flood {
+    sent: u64,
+    answers: u64,
+    truncated: u64,
+    other: u64,
+    span_s: f64,
+}
+
+fn flood(lab: &Lab, from: &str, name: &str, count: u64) -> std::process::Child {
+    std::process::Command::new("ip")
+        .args(["netns", "exec", &lab.client_ns])
+        .arg(env!("CARGO_BIN_EXE_udp_flood"))
+        .args([from, NS1, name, &count.to_string(), "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting udp_flood")
+}
+
+fn tally(child: std::process::Child) -> Flood {
+    let out = child.wait_with_output().expect("waiting for udp_flood");
+    assert!(out.status.success(), "udp_flood: {}", describe(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(&out)))
+}
+
+#[test]
+fn the_listeners_hold_a_flood_from_one_prefix_to_the_rate() {
+    // [rrl] covers the answers of no service too: here a static record, which the XDP
+    // program passes (not a service) and the listener answers.
+    let (rate, burst) = (200u64, 20u64);
+    let (lab, _ctl, _dir) = start_with(&format!(
+        "[rrl]\nrate = {rate}\nburst = {burst}\nslip = 2\n"
+    ));
+    let other = "203.0.113.2";
+    lab.client(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{other}/32"),
+        "dev",
+        &lab.client_if,
+    ]);
+    // The listener's answers go through the edge's routing table (the XDP program's do not).
+    let route = std::process::Command::new("ip")
+        .args(["-n", &lab.edge_ns, "route", "add", &format!("{other}/32")])
+        .args(["dev", &lab.edge_if])
+        .output()
+        .unwrap();
+    assert!(route.status.success(), "{}", describe(&route));
+    let name = format!("mail.{ZONE}");
+    let (f, o) = (
+        flood(&lab, director_tests::netns::CLIENT_V4, &name, 1200),
+        flood(&lab, other, &name, 150),
+    );
+    let (f, o) = (tally(f), tally(o));
+    // The other prefix, under the rate: every query answered in full.
+    assert_eq!((o.answers, o.truncated, o.other), (150, 0, 0), "{o:?}");
+    // The flood: the burst, then the rate over the time it was sent, within 10 %.
+    assert!(f.sent >= 1100 && f.other == 0, "{f:?}");
+    let expected = burst as f64 + rate as f64 * f.span_s;
+    assert!(
+        (f.answers as f64 - expected).abs() <= expected * 0.10,
+        "{f:?}: the limit allows {expected:.0}"
+    );
+    // Every second limited response slipped out truncated; the metrics count both kinds.
+    let limited = f.sent - f.answers;
+    assert!(f.truncated.abs_diff(limited / 2) <= 2, "{f:?}");
+    let samples = metrics::scrape(&lab.edge_ns, METRICS).unwrap_or_else(|e| panic!("{e}"));
+    let n = |outcome: &str| {
+        metrics::value(
+            &samples,
+            "director_zone_queries_total",
+            &[("transport", "udp"), ("outcome", outcome)],
+        )
+        .unwrap_or(0.0) as u64
+    };
+    assert_eq!(n("truncated_rate_limited"), f.truncated, "{f:?}");
+    assert_eq!(
+        n("truncated_rate_limited") + n("drop_rate_limited"),
+        limited
+    );
+    // TCP is never limited: a resolver that got TC comes back and gets its answer.
+    let tcp = dig_at(&lab, NS1, &["+tcp", &name, "A"]);
+    assert_eq!(tcp.data("A"), ["192.0.2.25"], "{}", tcp.text);
 }

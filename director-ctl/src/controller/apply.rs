@@ -125,6 +125,12 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
             m.set_rrl(id, &limit)?;
         }
     }
+    // Id 0 is no service's: its limit is the zones' listeners' for answers that belong to
+    // no service (static data, negative answers, refusals), `[rrl]` as it stands.
+    let zones = cfg.rrl.limit(None);
+    if m.rrl(0)? != zones {
+        m.set_rrl(0, &zones)?;
+    }
     // The config's exemptions are the whole list: ones added by the CLI since go.
     let want: HashSet<IpNet> = cfg.rrl.exempt_prefixes()?.into_iter().collect();
     let have: HashSet<IpNet> = m.rrl_exempt()?.into_iter().collect();

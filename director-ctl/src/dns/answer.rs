@@ -74,6 +74,10 @@ pub enum Outcome {
     ServFail,
     BadVers,
     Truncated,
+    /// Over the source prefix's rate limit (UDP): sent truncated (`slip`) ...
+    RateLimitedSlipped,
+    /// ... or not at all.
+    RateLimitedDropped,
     /// Not a query (a response, or shorter than a header): no answer.
     Ignored,
 }
@@ -86,14 +90,28 @@ pub fn respond(
     peer: IpAddr,
     transport: Transport,
 ) -> (Option<Vec<u8>>, Outcome) {
+    let (bytes, outcome, _) = respond_for(zones, services, query, peer, transport);
+    (bytes, outcome)
+}
+
+/// Like [`respond`], with the service whose addresses (or lack of them) answered, if one
+/// did: its rate limit applies.
+pub fn respond_for(
+    zones: &Zones,
+    services: &dyn Services,
+    query: &[u8],
+    peer: IpAddr,
+    transport: Transport,
+) -> (Option<Vec<u8>>, Outcome, Option<u32>) {
     // A response, or something without a header, gets nothing: answering either can loop
     // two servers into each other.
     if query.len() < 12 || query[2] & 0x80 != 0 {
-        return (None, Outcome::Ignored);
+        return (None, Outcome::Ignored, None);
     }
     let Ok(req) = Message::from_vec(query) else {
-        return (form_error(query), Outcome::FormErr);
+        return (form_error(query), Outcome::FormErr, None);
     };
+    let mut service = None;
     let mut resp = Message::new();
     let mut header = Header::response_from_request(req.header());
     header.set_authoritative(false);
@@ -152,7 +170,7 @@ pub fn respond(
             q.query_type(),
             client,
             &mut resp,
-            &mut scope,
+            (&mut scope, &mut service),
         );
         if let (Some(o), Some(c)) = (opt.as_mut(), ecs) {
             o.options_mut()
@@ -174,18 +192,29 @@ pub fn respond(
         resp.set_edns(o);
     }
     let Ok(bytes) = resp.to_vec() else {
-        return (None, Outcome::ServFail);
+        return (None, Outcome::ServFail, service);
     };
     if bytes.len() <= limit {
-        return (Some(bytes), outcome);
+        return (Some(bytes), outcome, service);
     }
     // Too big for this client over UDP: the question (and OPT) with TC set, so it asks
     // again over TCP (RFC 7766).
+    (truncate(resp), Outcome::Truncated, service)
+}
+
+/// The answer without its records and with TC set: the client asks again over TCP.
+fn truncate(mut resp: Message) -> Option<Vec<u8>> {
     resp.take_answers();
     resp.take_name_servers();
     resp.take_additionals();
     resp.set_truncated(true);
-    (resp.to_vec().ok(), Outcome::Truncated)
+    resp.to_vec().ok()
+}
+
+/// `answer` (one of ours) cut to its question and OPT with TC set: what a rate-limited
+/// response slips out as.
+pub fn truncated(answer: &[u8]) -> Option<Vec<u8>> {
+    truncate(Message::from_vec(answer).ok()?)
 }
 
 /// FORMERR for a query hickory could not read: its id and opcode, nothing else.
@@ -244,11 +273,13 @@ fn answer(
     qtype: RecordType,
     client: Client,
     resp: &mut Message,
-    scope: &mut u8,
+    (scope, service): (&mut u8, &mut Option<u32>),
 ) -> Outcome {
     let mut name = qname.clone();
     for _ in 0..MAX_CHASE {
-        if let Some(o) = service_answer(zone, services, &name, qtype, client, resp, scope) {
+        if let Some(o) =
+            service_answer(zone, services, &name, qtype, client, resp, (scope, service))
+        {
             return o;
         }
         if qtype == RecordType::ANY {
@@ -316,7 +347,7 @@ fn service_answer(
     qtype: RecordType,
     client: Client,
     resp: &mut Message,
-    scope: &mut u8,
+    (scope, service): (&mut u8, &mut Option<u32>),
 ) -> Option<Outcome> {
     let aaaa = qtype == RecordType::AAAA;
     let wire = wire(name);
@@ -327,9 +358,15 @@ fn service_answer(
             return Some(Outcome::ServFail);
         }
     };
-    let Selected::Service { ttl, answer, .. } = selected else {
+    let Selected::Service {
+        service: id,
+        ttl,
+        answer,
+    } = selected
+    else {
         return None;
     };
+    *service = Some(id);
     if !matches!(qtype, RecordType::A | RecordType::AAAA | RecordType::ANY) {
         // Other types: this name has none, for every client. A short negative TTL: the
         // service's own.

@@ -6,15 +6,17 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
-use super::answer::{respond, Outcome, Services, Transport, Zones};
-use crate::kernel::resolve::Resolver;
+use director_common::rrl::{user::Limiter, Verdict};
+
+use super::answer::{respond_for, truncated, Outcome, Services, Transport, Zones};
+use crate::kernel::{resolve::Resolver, Maps};
 
 /// A TCP connection with no complete query for this long is closed (RFC 7766 §6.2.3 asks
 /// for seconds, not minutes).
@@ -28,7 +30,7 @@ pub struct Stats {
     counts: [[AtomicU64; OUTCOMES.len()]; 2],
 }
 
-const OUTCOMES: [Outcome; 10] = [
+const OUTCOMES: [Outcome; 12] = [
     Outcome::Answered,
     Outcome::NoData,
     Outcome::NxDomain,
@@ -38,6 +40,8 @@ const OUTCOMES: [Outcome; 10] = [
     Outcome::ServFail,
     Outcome::BadVers,
     Outcome::Truncated,
+    Outcome::RateLimitedSlipped,
+    Outcome::RateLimitedDropped,
     Outcome::Ignored,
 ];
 
@@ -53,6 +57,8 @@ impl Outcome {
             Outcome::ServFail => "servfail",
             Outcome::BadVers => "badvers",
             Outcome::Truncated => "truncated",
+            Outcome::RateLimitedSlipped => "truncated_rate_limited",
+            Outcome::RateLimitedDropped => "drop_rate_limited",
             Outcome::Ignored => "ignored",
         }
     }
@@ -87,9 +93,19 @@ pub struct Server {
 struct Shared {
     zones: Arc<RwLock<Arc<Zones>>>,
     resolver: Resolver,
+    /// The kernel's rate limits and exemptions (read per answer: `rrl set` and `run`'s
+    /// apply change them) ...
+    maps: Maps,
+    /// ... and this server's own buckets: the XDP program's are in the kernel, where
+    /// userspace cannot take from them atomically.
+    limiter: Mutex<Limiter>,
+    clock: Instant,
     stats: Arc<Stats>,
     tcp_slots: Arc<Semaphore>,
 }
+
+/// Buckets the listeners keep at most (past it, idle ones are forgotten first).
+const RRL_BUCKETS: usize = 65_536;
 
 impl Shared {
     fn answer(&self, query: &[u8], peer: IpAddr, t: Transport) -> Option<Vec<u8>> {
@@ -99,9 +115,42 @@ impl Shared {
             .map(|z| Arc::clone(&z))
             .unwrap_or_default();
         let services: &dyn Services = &self.resolver;
-        let (bytes, outcome) = respond(&zones, services, query, peer, t);
+        let (bytes, outcome, service) = respond_for(&zones, services, query, peer, t);
+        let bytes = bytes?;
+        // Over UDP only: a TCP peer has shown it owns its address, so it cannot be the
+        // victim of a reflection.
+        if t == Transport::Udp {
+            match self.rate_limit(service.unwrap_or(0), peer) {
+                Verdict::Answer => {}
+                Verdict::Slip => {
+                    self.stats.count(t, Outcome::RateLimitedSlipped);
+                    return truncated(&bytes);
+                }
+                Verdict::Drop => {
+                    self.stats.count(t, Outcome::RateLimitedDropped);
+                    return None;
+                }
+            }
+        }
         self.stats.count(t, outcome);
-        bytes
+        Some(bytes)
+    }
+
+    /// The kernel's limit for `service` (0: answers of no service, the `[rrl]` default),
+    /// applied to `peer`'s prefix with this server's buckets. If the maps cannot be read
+    /// the answer goes out: a broken limiter must not silence the zone.
+    fn rate_limit(&self, service: u32, peer: IpAddr) -> Verdict {
+        let Ok(limit) = self.maps.rrl(service) else {
+            return Verdict::Answer;
+        };
+        if !limit.is_limited() || self.maps.rrl_is_exempt(peer).unwrap_or(false) {
+            return Verdict::Answer;
+        }
+        let now = self.clock.elapsed().as_nanos() as u64;
+        match self.limiter.lock() {
+            Ok(mut l) => l.check(service, peer, &limit, now),
+            Err(_) => Verdict::Answer,
+        }
     }
 }
 
@@ -133,6 +182,9 @@ impl Server {
         let shared = Arc::new(Shared {
             zones: Arc::clone(&zones),
             resolver,
+            maps: Maps::open(pin_dir)?,
+            limiter: Mutex::new(Limiter::new(RRL_BUCKETS)),
+            clock: Instant::now(),
             stats: Arc::clone(&stats),
             tcp_slots: Arc::new(Semaphore::new(TCP_MAX)),
         });

@@ -359,6 +359,17 @@ impl Maps {
         Ok(out)
     }
 
+    /// Whether `source` lies in an exempt prefix (the kernel's own longest-prefix lookup).
+    pub fn rrl_is_exempt(&self, source: IpAddr) -> Result<bool> {
+        let (v6, lo, hi) = director_common::rrl::source_words(source);
+        let key = Key::new(128, director_common::rrl::exempt_key(v6, lo, hi));
+        match self.rrl_exempt.get(&key, 0) {
+            Ok(_) => Ok(true),
+            Err(MapError::KeyNotFound) => Ok(false),
+            Err(e) => Err(e).context("reading the rate-limit exemptions"),
+        }
+    }
+
     /// Exempts a source prefix from rate limiting (`on`), or limits it again.
     pub fn set_rrl_exempt(&mut self, net: IpNet, on: bool) -> Result<()> {
         let key = match net {
