@@ -325,7 +325,8 @@ pub mod user {
             let key = Key::for_addr(service, source, limit);
             if !self.buckets.contains_key(&key) && self.buckets.len() >= self.capacity {
                 // A bucket scheduled no later than now is as good as a new one: forgetting
-                // it changes no verdict.
+                // it changes which responses are answered in no way. (Its count of limited
+                // responses goes, so where the slip pattern next starts may move.)
                 self.buckets.retain(|_, b| b.tat_ns > now_ns);
                 if self.buckets.len() >= self.capacity {
                     // Every bucket is busy: this prefix is answered uncounted rather than
@@ -523,8 +524,9 @@ mod user_tests {
     }
 
     proptest! {
-        /// The userspace limiter gives the kernel's verdicts, and forgetting idle buckets
-        /// when full changes none of them.
+        /// The userspace limiter answers exactly what the kernel's bucket answers, and
+        /// forgetting idle buckets when full changes none of those answers (only the phase
+        /// of the slip pattern among the limited ones, whose count a forgotten bucket loses).
         #[test]
         fn the_userspace_limiter_agrees(
             times in proptest::collection::vec((0u64..3_000_000, 0u8..4), 1..300),
@@ -539,7 +541,11 @@ mod user_tests {
                 let want = own.entry(who).or_default().take(now, &l);
                 let got = lim.check(1, src, &l, now);
                 // With more busy prefixes than room, the limiter answers uncounted.
-                prop_assert!(got == want || got == Verdict::Answer, "{:?} vs {:?}", got, want);
+                let answered = |v: Verdict| v == Verdict::Answer;
+                prop_assert!(
+                    answered(got) == answered(want) || answered(got),
+                    "{:?} vs {:?}", got, want
+                );
             }
         }
 

@@ -49,6 +49,18 @@ pub fn address(text: &str) -> Result<IpAddr> {
 
 /// A network `ADDRESS/LENGTH` whose host bits are zero (a route for `192.0.2.1/24` is
 /// refused rather than silently widened).
+/// An IPv4-mapped IPv6 prefix (::ffff:0:0/96 and longer) as the IPv4 prefix it is: the
+/// kernel's tables key both the same, and reading one back gives the IPv4 form.
+pub fn canonical(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(n) if n.prefix_len() >= 96 => match n.addr().to_ipv4_mapped() {
+            Some(v4) => IpNet::new(IpAddr::V4(v4), n.prefix_len() - 96).unwrap_or(net),
+            None => net,
+        },
+        _ => net,
+    }
+}
+
 pub fn prefix(text: &str) -> Result<IpNet> {
     let Some((a, l)) = text.split_once('/') else {
         bail!(
@@ -76,6 +88,16 @@ pub fn prefix(text: &str) -> Result<IpNet> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mapped_prefixes_are_their_ipv4_prefix() {
+        let c = |s: &str| canonical(prefix(s).unwrap()).to_string();
+        assert_eq!(c("::ffff:192.0.2.0/120"), "192.0.2.0/24");
+        assert_eq!(c("::ffff:0.0.0.0/96"), "0.0.0.0/0");
+        assert_eq!(c("2001:db8::/32"), "2001:db8::/32");
+        assert_eq!(c("::/0"), "::/0");
+        assert_eq!(c("192.0.2.0/24"), "192.0.2.0/24");
+    }
 
     #[test]
     fn prefixes() {

@@ -87,7 +87,11 @@ impl Defaults {
     pub fn exempt_prefixes(&self) -> Result<Vec<IpNet>> {
         self.exempt
             .iter()
-            .map(|p| checked::prefix(p).map_err(|e| anyhow::anyhow!("[rrl] exempt: {e}")))
+            .map(|p| {
+                checked::prefix(p)
+                    .map(checked::canonical)
+                    .map_err(|e| anyhow::anyhow!("[rrl] exempt: {e}"))
+            })
             .collect()
     }
 

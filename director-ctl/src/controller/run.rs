@@ -187,6 +187,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     }
     let log = o.log;
     install_signals();
+    raise_fd_limit();
     // A config (and then its inputs) being written as run starts is read once it is whole.
     let config = [path.to_path_buf()];
     settled(&config, stamps(&config), o.settle);
@@ -843,6 +844,23 @@ fn follow_zones(
     }
     server.set_zones(zones);
     Ok(Some(server))
+}
+
+/// The listeners (DNS over TCP, HTTP, metrics) and the checks all hold descriptors: the
+/// usual soft limit of 1,024 is below what the HTTP listener alone may open, and running
+/// out would fail health checks and reloads. Raised to the hard limit, as daemons do.
+fn raise_fd_limit() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid rlimit for both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
 }
 
 static HUP: AtomicBool = AtomicBool::new(false);

@@ -23,6 +23,8 @@ use crate::kernel::{resolve::Resolver, Maps};
 pub const TCP_IDLE: Duration = Duration::from_secs(10);
 /// Open TCP connections at most; past it a new one is closed at once.
 pub const TCP_MAX: usize = 256;
+/// Open TCP connections from one address at most: one client cannot hold every slot.
+pub const TCP_MAX_PER_PEER: usize = 16;
 
 /// Answers by transport and outcome, for the metrics.
 #[derive(Default, Debug)]
@@ -102,6 +104,8 @@ struct Shared {
     clock: Instant,
     stats: Arc<Stats>,
     tcp_slots: Arc<Semaphore>,
+    /// Open connections per peer address.
+    tcp_peers: Mutex<std::collections::HashMap<IpAddr, usize>>,
 }
 
 /// Buckets the listeners keep at most (past it, idle ones are forgotten first).
@@ -187,6 +191,7 @@ impl Server {
             clock: Instant::now(),
             stats: Arc::clone(&stats),
             tcp_slots: Arc::new(Semaphore::new(TCP_MAX)),
+            tcp_peers: Mutex::new(std::collections::HashMap::new()),
         });
         std::thread::Builder::new()
             .name("dns".into())
@@ -238,7 +243,9 @@ async fn serve_udp(sock: std::net::UdpSocket, shared: Arc<Shared>) {
         let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
             continue;
         };
-        if let Some(out) = shared.answer(&buf[..n], peer.ip(), Transport::Udp) {
+        // A dual-stack socket hands IPv4 clients over as ::ffff:a.b.c.d: keyed as IPv6
+        // they would find no decision and share one rate-limit bucket.
+        if let Some(out) = shared.answer(&buf[..n], peer.ip().to_canonical(), Transport::Udp) {
             let _ = sock.send_to(&out, peer).await;
         }
     }
@@ -250,19 +257,54 @@ async fn serve_tcp(l: std::net::TcpListener, shared: Arc<Shared>) {
     };
     loop {
         let Ok((stream, peer)) = l.accept().await else {
+            // Out of file descriptors, most likely: give the connections open a moment to
+            // finish instead of spinning.
+            tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        // Past the bound the connection is closed at once: the client retries elsewhere or
+        let peer = peer.ip().to_canonical();
+        // Past the bounds the connection is closed at once: the client retries elsewhere or
         // later, and the connections already open keep being served.
         let Ok(permit) = Arc::clone(&shared.tcp_slots).try_acquire_owned() else {
             drop(stream);
             continue;
         };
+        if !shared.peer_open(peer) {
+            drop(stream);
+            continue;
+        }
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             let _permit = permit;
-            let _ = connection(stream, peer.ip(), &shared).await;
+            let _ = connection(stream, peer, &shared).await;
+            shared.peer_closed(peer);
         });
+    }
+}
+
+impl Shared {
+    /// Counts a connection from `peer`, unless it has [`TCP_MAX_PER_PEER`] open already.
+    fn peer_open(&self, peer: IpAddr) -> bool {
+        let Ok(mut open) = self.tcp_peers.lock() else {
+            return true;
+        };
+        let n = open.entry(peer).or_insert(0);
+        if *n >= TCP_MAX_PER_PEER {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn peer_closed(&self, peer: IpAddr) {
+        if let Ok(mut open) = self.tcp_peers.lock() {
+            if let Some(n) = open.get_mut(&peer) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(&peer);
+                }
+            }
+        }
     }
 }
 
@@ -293,6 +335,11 @@ async fn connection(
         let mut framed = Vec::with_capacity(out.len() + 2);
         framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
         framed.extend_from_slice(&out);
-        stream.write_all(&framed).await?;
+        // A peer that does not read its answers would hold the connection (and its slot)
+        // for ever: it gets as long as an idle one.
+        match tokio::time::timeout(TCP_IDLE, stream.write_all(&framed)).await {
+            Ok(r) => r?,
+            Err(_) => return Ok(()),
+        }
     }
 }

@@ -253,6 +253,13 @@ impl ZoneConfig {
         let mut service_names = BTreeSet::new();
         for s in services {
             let n = absolute(s).with_context(|| format!("service {s:?}"))?;
+            if n == origin {
+                bail!(
+                    "the origin is the service {s:?}: its SOA and NS would be hidden by the \
+                     service's answers; make the zone its parent (e.g. the service under \
+                     {origin})"
+                );
+            }
             if origin.zone_of(&n) {
                 service_names.insert(n);
             }
@@ -566,6 +573,15 @@ records = [
         assert!(err(&|c| c.records[1].name = "mail.example.org.".into()).contains("not inside"));
         assert!(err(&|c| c.records[3].name = "mail".into()).contains("CNAME cannot share"));
         assert!(err(&|c| c.records[3].name = "@".into()).contains("apex"));
+        // A zone whose apex is a service: its SOA and NS would be hidden.
+        let mut c = config();
+        c.origin = "www.gslb.example.com".into();
+        c.ns[0].name = "ns1.www.gslb.example.com".into();
+        let e = format!(
+            "{:#}",
+            c.build(&["WWW.gslb.example.com".into()], 1).unwrap_err()
+        );
+        assert!(e.contains("the origin is the service"), "{e}");
     }
 
     #[test]

@@ -267,6 +267,7 @@ pub fn rrl_set(m: &mut Maps, dnsname: &str, r: &RrlSettings) -> Result<()> {
 
 /// Exempts a source prefix from rate limiting (`on`) or limits it again.
 pub fn rrl_exempt(m: &mut Maps, net: IpNet, on: bool) -> Result<()> {
+    let net = checked::canonical(net);
     if !on && !m.rrl_exempt()?.contains(&net) {
         bail!("{net} is not exempt (see `director-ctl rrl exempt list`)");
     }
