@@ -149,6 +149,9 @@ pub fn respond_for(
             Ok(ecs) => ecs.flatten(),
             Err(()) => return Outcome::FormErr,
         };
+        if edns.is_some() && !ecs_shape_ok(query) {
+            return Outcome::FormErr;
+        }
         let client = ecs.unwrap_or(Client::host(peer));
         if q.query_class() != DNSClass::IN {
             return Outcome::Refused;
@@ -258,6 +261,61 @@ fn client_subnet(e: &Edns) -> Result<Option<Client>, ()> {
         addr: ip,
         bits: source,
     }))
+}
+
+/// Whether the query's ECS options have the shape the XDP program accepts: at most one,
+/// of exactly 4 + ceil(SOURCE / 8) bytes (RFC 7871 §6). hickory reads an ADDRESS longer
+/// than SOURCE needs without a word and keeps one of two options, so the raw message is
+/// walked here; anything it cannot walk is refused too.
+fn ecs_shape_ok(msg: &[u8]) -> bool {
+    let be16 = |at: usize| -> Option<usize> {
+        Some(u16::from_be_bytes([*msg.get(at)?, *msg.get(at + 1)?]) as usize)
+    };
+    // The end of the name at `at`: labels up to the root, or a pointer.
+    let skip_name = |mut at: usize| -> Option<usize> {
+        for _ in 0..128 {
+            let len = *msg.get(at)? as usize;
+            match len {
+                0 => return Some(at + 1),
+                l if l & 0xc0 == 0xc0 => return Some(at + 2),
+                l if l & 0xc0 == 0 => at += l + 1,
+                _ => return None,
+            }
+        }
+        None
+    };
+    let walk = || -> Option<bool> {
+        let (qd, records) = (be16(4)?, be16(6)? + be16(8)? + be16(10)?);
+        let mut at = 12;
+        for _ in 0..qd {
+            at = skip_name(at)? + 4;
+        }
+        let mut seen = 0;
+        for _ in 0..records {
+            at = skip_name(at)?;
+            let (rtype, rdlen) = (be16(at)?, be16(at + 8)?);
+            let (mut opt, end) = (at + 10, at + 10 + rdlen);
+            if end > msg.len() {
+                return None;
+            }
+            if rtype == 41 {
+                while opt < end {
+                    let (code, len) = (be16(opt)?, be16(opt + 2)?);
+                    if code == 8 {
+                        seen += 1;
+                        let source = *msg.get(opt + 6)? as usize;
+                        if seen > 1 || len != 4 + source.div_ceil(8) {
+                            return Some(false);
+                        }
+                    }
+                    opt += 4 + len;
+                }
+            }
+            at = end;
+        }
+        Some(true)
+    };
+    walk().unwrap_or(false)
 }
 
 fn wire(name: &Name) -> Vec<u8> {

@@ -373,3 +373,38 @@ fn ecs_options_the_kernel_would_refuse_get_formerr() {
     assert_eq!(ask_ecs("198.51.100.0", 20, 0), Outcome::FormErr);
     assert_eq!(ask_ecs("198.51.96.0", 20, 8), Outcome::FormErr);
 }
+
+/// A query for www with an OPT record of `options` appended by hand.
+fn with_opt(options: &[u8]) -> Vec<u8> {
+    let mut q = query("www.gslb.example.com.", RecordType::A, None);
+    q[11] = 1;
+    q.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0]);
+    q.extend_from_slice(&(options.len() as u16).to_be_bytes());
+    q.extend_from_slice(options);
+    q
+}
+
+#[test]
+fn ecs_shapes_the_kernel_refuses_are_refused_here_too() {
+    let ecs = |addr: &[u8], source: u8| {
+        let mut o = vec![0, 8];
+        o.extend_from_slice(&(4 + addr.len() as u16).to_be_bytes());
+        o.extend_from_slice(&[0, 1, source, 0]);
+        o.extend_from_slice(addr);
+        o
+    };
+    let outcome = |opts: &[u8]| ask(&with_opt(opts), Transport::Udp).1;
+    assert_eq!(outcome(&ecs(&[198, 51, 100], 24)), Outcome::Answered);
+    assert_eq!(outcome(&[]), Outcome::Answered);
+    // Other options pass untouched.
+    let mut cookie = vec![0, 10, 0, 8];
+    cookie.extend_from_slice(&[1; 8]);
+    assert_eq!(
+        outcome(&[cookie.clone(), ecs(&[198, 51, 100], 24)].concat()),
+        Outcome::Answered
+    );
+    // An address longer than SOURCE needs, and two ECS options.
+    assert_eq!(outcome(&ecs(&[198, 51, 100, 0], 24)), Outcome::FormErr);
+    let two = [ecs(&[198, 51, 100], 24), ecs(&[203, 0, 113], 24)].concat();
+    assert_eq!(outcome(&two), Outcome::FormErr);
+}
