@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod metrics;
 pub mod ops;
 pub mod redirect;
+pub mod runtime;
 
 /// The XDP object, built by build.rs from director-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("DIRECTOR_EBPF_OBJ"));

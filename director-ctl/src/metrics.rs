@@ -44,22 +44,7 @@ pub fn serve(listen: SocketAddr, src: Sources) -> Result<()> {
     let std_listener = std::net::TcpListener::bind(listen)
         .with_context(|| format!("[metrics] listen {listen}: cannot bind"))?;
     std_listener.set_nonblocking(true)?;
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("director-ctl run: metrics cannot start: {e}");
-                    return;
-                }
-            };
-            rt.block_on(accept(std_listener, src));
-        })
-        .context("starting the metrics thread")?;
+    crate::runtime::spawn("metrics", "metrics", move || accept(std_listener, src))?;
     Ok(())
 }
 

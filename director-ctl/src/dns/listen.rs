@@ -193,31 +193,16 @@ impl Server {
             tcp_slots: Arc::new(Semaphore::new(TCP_MAX)),
             tcp_peers: Mutex::new(std::collections::HashMap::new()),
         });
-        std::thread::Builder::new()
-            .name("dns".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        eprintln!("director-ctl: the DNS listeners cannot start: {e}");
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    let mut tasks = tokio::task::JoinSet::new();
-                    for u in udp {
-                        tasks.spawn(serve_udp(u, Arc::clone(&shared)));
-                    }
-                    for t in tcp {
-                        tasks.spawn(serve_tcp(t, Arc::clone(&shared)));
-                    }
-                    while tasks.join_next().await.is_some() {}
-                });
-            })
-            .context("starting the DNS thread")?;
+        crate::runtime::spawn("dns", "the DNS listeners", move || async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for u in udp {
+                tasks.spawn(serve_udp(u, Arc::clone(&shared)));
+            }
+            for t in tcp {
+                tasks.spawn(serve_tcp(t, Arc::clone(&shared)));
+            }
+            while tasks.join_next().await.is_some() {}
+        })?;
         Ok(Server {
             zones,
             stats,

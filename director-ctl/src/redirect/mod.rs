@@ -124,30 +124,15 @@ pub fn serve(
         counters,
         active: AtomicUsize::new(0),
     });
-    std::thread::Builder::new()
-        .name("http-redirect".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("director-ctl run: HTTP redirects cannot start: {e}");
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                let mut tasks = Vec::new();
-                for l in listeners {
-                    tasks.push(tokio::spawn(accept(l, r.clone())));
-                }
-                for t in tasks {
-                    let _ = t.await;
-                }
-            });
-        })
-        .context("starting the HTTP redirect thread")?;
+    crate::runtime::spawn("http-redirect", "HTTP redirects", move || async move {
+        let mut tasks = Vec::new();
+        for l in listeners {
+            tasks.push(tokio::spawn(accept(l, r.clone())));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    })?;
     Ok(())
 }
 
