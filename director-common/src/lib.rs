@@ -14,6 +14,7 @@ pub mod name;
 pub mod peers;
 pub mod rrl;
 pub mod select;
+pub mod steer;
 
 #[cfg(feature = "user")]
 pub mod query;

@@ -77,7 +77,8 @@ pub struct NameEntry {
 
 pub const SERVICE_ACTIVE: u8 = 1;
 
-/// What a service is reached by: a DNS name now, an address:port (a VIP) later.
+/// What a service is reached by: its DNS name (and any VIPs it has), or its VIPs only
+/// (the name only names it; queries for it pass).
 pub const KIND_DNS: u8 = 1;
 pub const KIND_VIP: u8 = 2;
 
@@ -180,6 +181,14 @@ impl HealthMask {
     pub fn is_out(&self, server: u16) -> bool {
         let (w, bit) = Self::at(server);
         self.out[w] & bit != 0
+    }
+
+    /// The checks' verdict is down: its pinned VIP flows move to another server (a server
+    /// held out for load or not yet checked keeps them).
+    #[inline(always)]
+    pub fn is_down(&self, server: u16) -> bool {
+        let (w, bit) = Self::at(server);
+        self.down[w] & bit != 0
     }
 
     /// The checks' verdict: up (`Some(true)`), down, or none yet.

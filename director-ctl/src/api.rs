@@ -38,6 +38,70 @@ pub struct ListedAddress {
     pub configured: bool,
 }
 
+/// A VIP of a service, as `service list` and `status` show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedVip {
+    /// `ADDRESS:PORT` (`[ADDRESS]:PORT` for IPv6).
+    pub vip: std::net::SocketAddr,
+    pub service: String,
+    pub mode: director_common::steer::Forward,
+    /// SYNs' MSS is lowered to this; 0: left alone.
+    pub mss: u16,
+    /// `ipip`: the outer sources (a network; each flow takes one address of it).
+    pub encap_source: Option<IpNet>,
+}
+
+/// `flows list --json`: the pinned TCP flows to VIPs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowList {
+    pub version: u32,
+    pub flows: Vec<ListedFlow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ListedFlow {
+    pub client: std::net::SocketAddr,
+    pub vip: std::net::SocketAddr,
+    pub service: String,
+    pub server: String,
+    /// Recorded from a packet other than a SYN (its entry was lost: a restart or an
+    /// eviction); it got the same choice a SYN would have.
+    pub midstream: bool,
+    /// Its server went down and it was moved to the next choice.
+    pub moved: bool,
+    /// Seconds since it was recorded.
+    pub age_s: f64,
+}
+
+/// `flows stats --json`: the steering counters (summed over CPUs) and flows per server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowStats {
+    pub version: u32,
+    /// Flow entries in the table now, and its capacity.
+    pub flows: usize,
+    pub capacity: u32,
+    /// By counter name: `new_flows`, `pinned`, `midstream`, `moved`, `guarded`, `icmp`,
+    /// `drop_no_server`, `drop_no_hop`, `drop_failed`, `mss_clamped`, `forwarded_l2`,
+    /// `forwarded_ipip`.
+    pub counters: BTreeMap<String, u64>,
+    /// Connections steered to each server (new and moved flows), by name.
+    pub servers: BTreeMap<String, u64>,
+}
+
+/// `nexthop ADDR --json`: where the kernel sends packets for an address.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Nexthop {
+    pub version: u32,
+    pub address: IpAddr,
+    pub ifindex: u32,
+    pub iface: String,
+    /// `aa:bb:cc:dd:ee:ff`.
+    pub src_mac: String,
+    pub dst_mac: String,
+    /// The router on the way; absent when the address is on the interface's segment.
+    pub gateway: Option<IpAddr>,
+}
+
 /// `server list --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerList {
@@ -80,6 +144,15 @@ pub struct ListedService {
     /// Its response rate limit; `null`: none.
     #[serde(default)]
     pub rrl: Option<RrlLimit>,
+    /// Its name is answered in DNS (false: it is reached by its VIPs only).
+    #[serde(default = "yes")]
+    pub dns: bool,
+    #[serde(default)]
+    pub vips: Vec<ListedVip>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A service's response rate limit, per source prefix of these lengths.
@@ -190,6 +263,12 @@ pub struct Status {
     /// Each server's last load read by `run`, by name.
     #[serde(default)]
     pub load: BTreeMap<String, f64>,
+    /// Every VIP, by address.
+    #[serde(default)]
+    pub vips: Vec<ListedVip>,
+    /// TCP flows pinned now (see `flows list`).
+    #[serde(default)]
+    pub flows: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -47,6 +47,27 @@ pub fn address(text: &str) -> Result<IpAddr> {
     Ok(a)
 }
 
+/// A VIP: `ADDRESS:PORT` (`[ADDRESS]:PORT` for IPv6), a unicast address and a port
+/// other than 0.
+pub fn vip(text: &str) -> Result<std::net::SocketAddr> {
+    let Ok(a) = text.parse::<std::net::SocketAddr>() else {
+        bail!(
+            "malformed VIP {text:?}: expected ADDRESS:PORT, e.g. 203.0.113.80:443 or \
+             [2001:db8::80]:443"
+        );
+    };
+    address(&a.ip().to_string())?;
+    if a.port() == 0 {
+        bail!("VIP {text:?}: port 0");
+    }
+    if let std::net::SocketAddr::V6(v6) = a {
+        if v6.scope_id() != 0 || v6.flowinfo() != 0 {
+            bail!("VIP {text:?}: a scope or flow label has no place in a VIP");
+        }
+    }
+    Ok(a)
+}
+
 /// A network `ADDRESS/LENGTH` whose host bits are zero (a route for `192.0.2.1/24` is
 /// refused rather than silently widened).
 /// An IPv4-mapped IPv6 prefix (::ffff:0:0/96 and longer) as the IPv4 prefix it is: the

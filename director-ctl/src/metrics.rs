@@ -266,6 +266,35 @@ pub fn render(src: &Sources) -> Result<String> {
         "How long the last computation of decisions took.",
         t.last_recompute_seconds,
     )?;
+    let steered = counter(
+        &reg,
+        "director_steer_packets_total",
+        "TCP packets to VIPs and ICMP errors about them, by what the XDP program did \
+         (new_flows, pinned, moved, forwarded_l2, drop_*...).",
+        &["event"],
+    )?;
+    for (c, n) in m.steer().counters()? {
+        steered.with_label_values(&[c.name()]).inc_by(n);
+    }
+    let names: std::collections::HashMap<u16, String> =
+        m.servers()?.into_iter().map(|s| (s.id, s.name)).collect();
+    let connections = counter(
+        &reg,
+        "director_server_connections_total",
+        "TCP connections to VIPs steered to a server (new and moved flows), by server.",
+        &["server"],
+    )?;
+    for (id, n) in m.steer().server_flows()? {
+        if let Some(name) = names.get(&id) {
+            connections.with_label_values(&[name.as_str()]).inc_by(n);
+        }
+    }
+    single(
+        &reg,
+        "director_flows",
+        "TCP flows pinned in the kernel's flow table.",
+        m.steer().flows()?.len() as f64,
+    )?;
     if let Some(h) = &src.http {
         let redirects = counter(
             &reg,

@@ -2,10 +2,13 @@
 //! for the client, in place, and passes everything else to the host untouched.
 //!
 //! parse (is this a query we own?) → policy (map lookups: who answers?) → rrl (may this
-//! source have it now?) → rewrite.
+//! source have it now?) → rewrite. What is not DNS may be TCP to a VIP: l4 (parse) →
+//! steer (flow table and decision) → forward (rewrite and send to the server).
 #![no_std]
 #![no_main]
 
+mod forward;
+mod l4;
 mod maps;
 mod opaque;
 mod packet;
@@ -13,6 +16,7 @@ mod parse;
 mod policy;
 mod rewrite;
 mod rrl;
+mod steer;
 mod turnaround;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
@@ -26,6 +30,26 @@ use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
 
 #[xdp]
 pub fn director(ctx: XdpContext) -> u32 {
+    // Two subprograms, each verified once and each with its own stack frame: together in
+    // one frame they would pass the kernel's 512-byte limit.
+    let verdict = dns(ctx.ctx);
+    if verdict != steer::NOT_MINE {
+        return verdict;
+    }
+    // TCP to a VIP, or an ICMP error about such a flow: steered, and counted apart.
+    let verdict = steer::packet(ctx.ctx);
+    if verdict != steer::NOT_MINE {
+        return verdict;
+    }
+    count(&DIR_COUNTERS, Reason::NotDns as u32);
+    xdp_action::XDP_PASS
+}
+
+/// The verdict for a DNS query (answered, passed or dropped, and counted), or `NOT_MINE`
+/// for a packet that is not one (not counted yet: it may be a VIP's).
+#[inline(never)]
+fn dns(raw: *mut aya_ebpf::bindings::xdp_md) -> u32 {
+    let ctx = XdpContext::new(raw);
     let reason = match answer(&ctx) {
         Ok((_, _, _, true)) => Reason::RateLimitedSlipped,
         Ok((service, server, fallback, false)) => {
@@ -39,6 +63,9 @@ pub fn director(ctx: XdpContext) -> u32 {
         }
         Err(r) => r,
     };
+    if reason == Reason::NotDns {
+        return steer::NOT_MINE;
+    }
     count(&DIR_COUNTERS, reason as u32);
     match reason {
         Reason::Answered | Reason::RateLimitedSlipped => xdp_action::XDP_TX,

@@ -14,6 +14,9 @@ use director_common::{
         MAX_SERVICES,
     },
     rrl,
+    steer::{
+        Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS,
+    },
 };
 
 #[map]
@@ -65,3 +68,25 @@ pub static DIR_RRL_EXEMPT: LpmTrie<[u8; 16], u32> = LpmTrie::pinned(MAX_RRL_EXEM
 /// Not pinned: per-CPU working memory only this program uses.
 #[map]
 pub static DIR_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// VIPs (address, port, family, protocol) → their service and how to forward.
+#[map]
+pub static DIR_VIPS: HashMap<VipKey, VipRecord> = HashMap::pinned(MAX_VIPS, 0);
+/// Pinned TCP flows to VIPs → their server. One table for all CPUs, so a flow whose
+/// packets change queue keeps its server.
+#[map]
+pub static DIR_FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::pinned(MAX_FLOWS, 0);
+/// Per server id, the Ethernet addresses and interface to forward through.
+#[map]
+pub static DIR_HOPS: Array<Hops> = Array::pinned(MAX_SERVERS, 0);
+/// `DIR_STEER[0]`: the flood guard's limit on new flow entries (per CPU).
+#[map]
+pub static DIR_STEER: Array<GuardLimit> = Array::pinned(1, 0);
+/// The flood guard's bucket, one per CPU: no sharing, no lost updates.
+#[map]
+pub static DIR_FLOW_GUARD: PerCpuArray<rrl::Bucket> = PerCpuArray::pinned(1, 0);
+#[map]
+pub static DIR_STEER_COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(COUNT_SLOTS, 0);
+/// Connections steered per server (new and moved flows).
+#[map]
+pub static DIR_SRV_FLOWS: PerCpuArray<u64> = PerCpuArray::pinned(MAX_SERVERS, 0);

@@ -605,6 +605,72 @@ pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------
+// TCP with flags and options, for SYN steering.
+
+pub const TCP_SYN: u8 = 0x02;
+pub const TCP_ACK: u8 = 0x10;
+
+/// A TCP segment with these flags and options (a multiple of 4 bytes) and payload, its
+/// checksum complete.
+pub fn tcp_segment_with(flow: &Flow, flags: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {
+    assert!(options.len().is_multiple_of(4) && options.len() <= 40);
+    let hlen = TCP_LEN + options.len();
+    let mut s = Vec::with_capacity(hlen + payload.len());
+    s.extend(flow.client.port().to_be_bytes());
+    s.extend(flow.server.port().to_be_bytes());
+    s.extend(0x1000_0000u32.to_be_bytes());
+    s.extend(0u32.to_be_bytes());
+    s.extend([((hlen / 4) as u8) << 4, flags]);
+    s.extend(64240u16.to_be_bytes());
+    s.extend([0, 0, 0, 0]);
+    s.extend(options);
+    s.extend(payload);
+    let c = transport_checksum(flow.client.ip(), flow.server.ip(), IPPROTO_TCP, &s);
+    s[16..18].copy_from_slice(&c.to_be_bytes());
+    s
+}
+
+/// Whether a TCP or UDP segment's checksum is right for these addresses.
+pub fn transport_checksum_ok(src: IpAddr, dst: IpAddr, proto: u8, segment: &[u8]) -> bool {
+    fold(ones_sum(
+        &[&pseudo_header(src, dst, proto, segment.len()), segment].concat(),
+    )) == 0xffff
+}
+
+/// Whether an IPv4 header's checksum is right.
+pub fn ipv4_checksum_ok(header: &[u8]) -> bool {
+    fold(ones_sum(header)) == 0xffff
+}
+
+/// An ICMP (IPv4 type 3 code 4, fragmentation needed) or ICMPv6 (type 2, packet too big)
+/// error from `router` to the flow's server side, quoting `quoted` (the packet it is
+/// about, from its IP header on). The frame's flow is router → `to`.
+pub fn icmp_too_big_frame(router: IpAddr, to: IpAddr, mtu: u16, quoted: &[u8]) -> Vec<u8> {
+    let v6 = router.is_ipv6();
+    let mut m = Vec::new();
+    if v6 {
+        m.extend([2, 0, 0, 0]);
+        m.extend((mtu as u32).to_be_bytes());
+    } else {
+        m.extend([3, 4, 0, 0, 0, 0]);
+        m.extend(mtu.to_be_bytes());
+    }
+    m.extend(quoted);
+    let c = if v6 {
+        checksum(&[&pseudo_header(router, to, 58, m.len()), &m])
+    } else {
+        checksum(&[&m])
+    };
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    let flow = Flow {
+        client: SocketAddr::new(router, 0),
+        server: SocketAddr::new(to, 0),
+        vlan: None,
+    };
+    ip_frame(&flow, if v6 { 58 } else { 1 }, &m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

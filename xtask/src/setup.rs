@@ -24,6 +24,12 @@ const PACKAGES: &[(&str, &str)] = &[
     ("curl", "curl"),
     // Checks the zone `director-ctl zone export` writes.
     ("knot-dnssecutils", "kzonecheck"),
+    // SYN steering: the tests' capture of what reaches the edge, and the bench's peers
+    // (an nftables DNAT balancer, a userspace TCP proxy) and load.
+    ("tcpdump", "tcpdump"),
+    ("nftables", "nft"),
+    ("haproxy", "haproxy"),
+    ("wrk", "wrk"),
 ];
 
 pub fn root() -> PathBuf {

@@ -15,6 +15,7 @@ use director_common::{
     maps::PIN_DIR,
     rrl::{DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX},
     select::Mode,
+    steer::Forward,
 };
 
 use crate::checked;
@@ -72,6 +73,19 @@ enum Cmd {
     /// and `run`, and ones added here.
     #[command(subcommand)]
     Address(AddressCmd),
+    /// TCP flows to VIPs pinned to servers, and the steering counters.
+    #[command(subcommand)]
+    Flows(FlowsCmd),
+    /// The hop the kernel's tables give toward an address (interface, MACs, gateway): what
+    /// VIP forwarding writes for a server.
+    Nexthop {
+        address: IpAddr,
+        /// Ask the kernel to resolve the neighbour and wait up to this many ms.
+        #[arg(long, default_value_t = 1000)]
+        wait_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Answered and passed packets, by reason and by service.
     Stats {
         #[arg(long)]
@@ -278,11 +292,47 @@ enum ServiceCmd {
         /// Every SLIP-th limited response is sent truncated (TC=1), the rest dropped.
         #[arg(long, default_value_t = DEFAULT_SLIP, requires = "rrl_rate")]
         rrl_slip: u32,
+        /// A virtual IP and port (203.0.113.80:443, [2001:db8::80]:443) whose new TCP
+        /// connections go to the client's best server; repeat for more. Given, they
+        /// replace the service's VIPs; the name is then answered in DNS only with --dns.
+        #[arg(long = "vip")]
+        vips: Vec<String>,
+        /// How a VIP's packets reach the servers: l2 (the servers share the edge's
+        /// segment) or ipip (encapsulated to the server's address).
+        #[arg(long, default_value = "l2", requires = "vips")]
+        mode: Forward,
+        /// Lower SYNs' MSS to this (0: leave it). Default: 1440 (IPv4) and 1400 (IPv6)
+        /// for ipip, none for l2.
+        #[arg(long, requires = "vips")]
+        mss: Option<u16>,
+        /// ipip's outer source network per family (each flow takes one address of it).
+        #[arg(long, requires = "vips")]
+        encap_source: Vec<String>,
+        /// Answer the name in DNS too, though the service has VIPs.
+        #[arg(long)]
+        dns: bool,
     },
     Del {
         dnsname: String,
     },
     List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum FlowsCmd {
+    /// Every pinned flow: client, VIP, service, server, age.
+    List {
+        /// Only this service's flows.
+        #[arg(long)]
+        service: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Steering counters (new, pinned, moved, guarded, dropped...) and flows per server.
+    Stats {
         #[arg(long)]
         json: bool,
     },
@@ -474,6 +524,11 @@ fn run(cli: Cli) -> Result<()> {
                     rrl_rate,
                     rrl_burst,
                     rrl_slip,
+                    vips,
+                    mode,
+                    mss,
+                    encap_source,
+                    dns,
                 } => {
                     let rrl = rrl_rate.map(|rate| ops::RrlSettings {
                         rate,
@@ -486,13 +541,55 @@ fn run(cli: Cli) -> Result<()> {
                     if let Some(r) = &rrl {
                         r.limit()?;
                     }
-                    ops::service_add(&mut m, &dnsname, ttl, answers, select)?;
+                    let vips = if vips.is_empty() {
+                        None
+                    } else {
+                        Some(ops::steer::VipSettings {
+                            vips: vips
+                                .iter()
+                                .map(|v| checked::vip(v))
+                                .collect::<Result<_>>()?,
+                            mode,
+                            mss,
+                            sources: encap_source
+                                .iter()
+                                .map(|p| checked::prefix(p))
+                                .collect::<Result<_>>()?,
+                        })
+                    };
+                    ops::service_add_with(
+                        &mut m,
+                        &dnsname,
+                        ttl,
+                        answers,
+                        select,
+                        vips.as_ref(),
+                        dns,
+                    )?;
                     if let Some(r) = &rrl {
                         ops::rrl_set(&mut m, &dnsname, r)?;
+                    }
+                    if vips.is_some() {
+                        for p in ops::steer::refresh_hops(&mut m)? {
+                            eprintln!("director-ctl: warning: {p}");
+                        }
                     }
                 }
                 ServiceCmd::Del { dnsname } => ops::service_del(&mut m, &dnsname)?,
                 ServiceCmd::List { json } => show(json, &ops::services(&m)?, print::services)?,
+            }
+        }
+        Cmd::Flows(c) => {
+            let m = Maps::open(&dir)?;
+            match c {
+                FlowsCmd::List { service, json } => show(
+                    json,
+                    &ops::steer::flows(&m, service.as_deref())?,
+                    print::flows,
+                )?,
+                FlowsCmd::Stats { json } => {
+                    show(json, &ops::steer::flow_stats(&m)?, print::flow_stats)?;
+                }
             }
         }
         Cmd::Route(c) => {
@@ -565,6 +662,14 @@ fn run(cli: Cli) -> Result<()> {
                     show(json, &ops::addresses(&m)?, print::addresses)?;
                 }
             }
+        }
+        Cmd::Nexthop {
+            address,
+            wait_ms,
+            json,
+        } => {
+            let hop = ops::steer::nexthop(address, Duration::from_millis(wait_ms))?;
+            show(json, &hop, print::nexthop)?;
         }
         Cmd::Stats { json } => show(json, &ops::stats(&Maps::open(&dir)?)?, print::stats)?,
         Cmd::VethPeer { iface, detach } => {

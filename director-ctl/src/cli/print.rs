@@ -46,11 +46,67 @@ pub fn services(l: &api::ServiceList) -> String {
                 r.rate, r.burst, r.slip, r.ipv4_prefix, r.ipv6_prefix
             )
         });
+        let dns = if s.dns { "" } else { " dns=no" };
         let _ = writeln!(
             o,
-            "{:<40} ttl={:<6} answers={} select={}{rrl}",
+            "{:<40} ttl={:<6} answers={} select={}{rrl}{dns}",
             s.name, s.ttl, s.answers, s.select
         );
+        for v in &s.vips {
+            let _ = writeln!(o, "  {}", vip(v));
+        }
+    }
+    o
+}
+
+fn vip(v: &api::ListedVip) -> String {
+    let mss = if v.mss == 0 {
+        "no clamp".to_string()
+    } else {
+        format!("mss {}", v.mss)
+    };
+    let src = v
+        .encap_source
+        .map_or(String::new(), |n| format!(", outer source {n}"));
+    format!("vip {} mode {} ({mss}{src})", v.vip, v.mode)
+}
+
+pub fn flows(l: &api::FlowList) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<46} {:<46} {:<24} {:<16} {:>9}",
+        "client", "vip", "service", "server", "age s"
+    );
+    for f in &l.flows {
+        let mut note = String::new();
+        if f.midstream {
+            note.push_str(" midstream");
+        }
+        if f.moved {
+            note.push_str(" moved");
+        }
+        let _ = writeln!(
+            o,
+            "{:<46} {:<46} {:<24} {:<16} {:>9.1}{note}",
+            f.client.to_string(),
+            f.vip.to_string(),
+            f.service,
+            f.server,
+            f.age_s
+        );
+    }
+    o
+}
+
+pub fn flow_stats(st: &api::FlowStats) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "flows pinned: {} of {}", st.flows, st.capacity);
+    for (name, n) in &st.counters {
+        let _ = writeln!(o, "{name:<20} {n}");
+    }
+    for (server, n) in &st.servers {
+        let _ = writeln!(o, "server {server:<20} {n} connections");
     }
     o
 }
@@ -112,6 +168,12 @@ pub fn status(st: &api::Status) -> String {
         "servers {}, services {}, routes {} IPv4 + {} IPv6, {} decisions stored",
         st.servers, st.services, st.routes_v4, st.routes_v6, st.stored_decisions
     );
+    for v in &st.vips {
+        let _ = writeln!(o, "{} → service {}", vip(v), v.service);
+    }
+    if !st.vips.is_empty() {
+        let _ = writeln!(o, "flows pinned: {}", st.flows);
+    }
     for (what, names) in [("set down", &st.admin_down), ("drained", &st.drained)] {
         if !names.is_empty() {
             let _ = writeln!(o, "{what}: {}", names.join(", "));
@@ -467,4 +529,12 @@ pub fn zones(l: &api::ZoneList) -> String {
         );
     }
     o
+}
+
+pub fn nexthop(h: &api::Nexthop) -> String {
+    let via = h.gateway.map(|g| format!(" via {g}")).unwrap_or_default();
+    format!(
+        "{}{via} dev {} (ifindex {}) {} -> {}\n",
+        h.address, h.iface, h.ifindex, h.src_mac, h.dst_mac
+    )
 }

@@ -15,7 +15,10 @@ use super::compile::diff;
 use super::config::{self, Config};
 use super::decide::{Computed, Ids};
 use super::sweep::sort_key;
+use crate::kernel::steer::VipEntry;
 use crate::kernel::{DecisionChange, Maps, ServerEntry, ServiceEntry};
+use director_common::steer::Forward;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Ids for the config's servers and services: the kernel's id for a name it already has,
 /// else one no object in the kernel uses now (not even one about to be removed), so that an
@@ -112,6 +115,7 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
             ttl: s.ttl,
             answers: s.answers,
             select,
+            dns: s.answers_dns(),
         };
         if now.get(&id) != Some(&e) {
             m.put_service(&e)?;
@@ -125,6 +129,7 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
             m.set_rrl(id, &limit)?;
         }
     }
+    write_vips(m, cfg, ids)?;
     // Id 0 is no service's: its limit is the zones' listeners' for answers that belong to
     // no service (static data, negative answers, refusals), `[rrl]` as it stands.
     let zones = cfg.rrl.limit(None);
@@ -139,6 +144,56 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
     }
     for net in have.difference(&want) {
         m.set_rrl_exempt(*net, false)?;
+    }
+    Ok(())
+}
+
+/// The config's VIPs are the whole table: new and changed ones written, the rest removed
+/// (before their services are: a VIP never points at a service that is gone).
+fn write_vips(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
+    let mut want = BTreeMap::new();
+    for (s, &service) in cfg.services.iter().zip(&ids.services) {
+        for addr in s.vips() {
+            let v6 = addr.is_ipv6();
+            let (source, source_bits) = match s.forward() {
+                Forward::Ipip => cfg
+                    .steer
+                    .source(v6)
+                    .with_context(|| format!("service {}: vip {addr}: no encap source", s.name))?,
+                Forward::L2 => (
+                    if v6 {
+                        Ipv6Addr::UNSPECIFIED.into()
+                    } else {
+                        Ipv4Addr::UNSPECIFIED.into()
+                    },
+                    0,
+                ),
+            };
+            want.insert(
+                addr,
+                VipEntry {
+                    addr,
+                    service,
+                    mode: s.forward(),
+                    mss: s.mss_for(v6),
+                    source,
+                    source_bits,
+                },
+            );
+        }
+    }
+    let have: BTreeMap<_, _> = m.steer().vips()?.into_iter().map(|v| (v.addr, v)).collect();
+    for (a, v) in &want {
+        if have.get(a) != Some(v) {
+            m.steer_mut().put_vip(v)?;
+        }
+    }
+    for a in have.keys().filter(|a| !want.contains_key(a)) {
+        m.steer_mut().remove_vip(*a)?;
+    }
+    let guard = cfg.steer.guard();
+    if m.steer().guard()? != guard {
+        m.steer_mut().set_guard(&guard)?;
     }
     Ok(())
 }

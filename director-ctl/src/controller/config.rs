@@ -7,13 +7,14 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     path::{Path, PathBuf},
 };
 
 use anyhow::{bail, Context, Result};
 use director_common::maps::{MAX_CANDIDATES, MAX_SERVERS, MAX_SERVICES};
 use director_common::select::Mode;
+use director_common::steer::{default_mss, Forward};
 use serde::Deserialize;
 
 use super::engine::{Metric, Policy};
@@ -89,7 +90,7 @@ pub struct LoadSource {
 /// path): where to connect, the path and the Host header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpUrl {
-    pub addr: std::net::SocketAddr,
+    pub addr: SocketAddr,
     pub host: String,
     pub path: String,
 }
@@ -106,7 +107,7 @@ impl HttpUrl {
         if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
             bail!("url {url:?}: the path has spaces or control characters");
         }
-        let addr: std::net::SocketAddr = match authority.parse() {
+        let addr: SocketAddr = match authority.parse() {
             Ok(a) => a,
             Err(_) => {
                 let ip: IpAddr = authority
@@ -116,7 +117,7 @@ impl HttpUrl {
                     .with_context(|| {
                         format!("url {url:?}: the host must be an IP address (and :port)")
                     })?;
-                std::net::SocketAddr::new(ip, 80)
+                SocketAddr::new(ip, 80)
             }
         };
         Ok(HttpUrl {
@@ -131,7 +132,7 @@ impl HttpUrl {
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Metrics {
-    pub listen: std::net::SocketAddr,
+    pub listen: SocketAddr,
 }
 
 /// `[http]`: where `run` answers HTTP requests for service names with redirects to their
@@ -165,7 +166,7 @@ impl OneOrMany {
 impl Http {
     /// The listen addresses (checked at load, so later calls only fail on a config that was
     /// never loaded).
-    pub fn addresses(&self) -> Result<Vec<std::net::SocketAddr>> {
+    pub fn addresses(&self) -> Result<Vec<SocketAddr>> {
         let mut out = Vec::new();
         for a in self.listen.items() {
             let addr = a.parse().map_err(|_| {
@@ -285,9 +286,39 @@ pub struct Service {
     pub degraded_ttl: Option<u32>,
     /// Response rate limiting: what it gives wins over `[rrl]`.
     pub rrl: Option<super::rrl::ServiceLimit>,
+    /// Virtual IPs and ports ("203.0.113.80:443", "[2001:db8::80]:443"): new TCP
+    /// connections to them go to the client's best server, their packets follow.
+    #[serde(default)]
+    pub vip: Vec<String>,
+    /// How a VIP's packets reach the servers: "l2" (default) or "ipip".
+    pub mode: Option<Forward>,
+    /// SYNs to its VIPs get their MSS lowered to this; 0 leaves it. Default: what fits a
+    /// 1500-byte path after the mode's header (ipip: 1440 for IPv4, 1400 for IPv6).
+    pub mss: Option<u16>,
+    /// Whether the name is answered in DNS too. Default: yes without VIPs; with VIPs
+    /// the name only names the service (queries for it pass to the host).
+    pub dns: Option<bool>,
 }
 
 impl Service {
+    /// Its VIPs, parsed (checked when the config loaded).
+    pub fn vips(&self) -> Vec<SocketAddr> {
+        self.vip.iter().filter_map(|v| v.parse().ok()).collect()
+    }
+
+    pub fn forward(&self) -> Forward {
+        self.mode.unwrap_or_default()
+    }
+
+    pub fn answers_dns(&self) -> bool {
+        self.dns.unwrap_or(self.vip.is_empty())
+    }
+
+    /// The MSS clamp for its VIPs of one family.
+    pub fn mss_for(&self, v6: bool) -> u16 {
+        self.mss.unwrap_or(default_mss(self.forward(), v6))
+    }
+
     pub fn degraded_ttl(&self) -> u32 {
         self.degraded_ttl.unwrap_or(self.ttl.min(10))
     }
@@ -573,6 +604,56 @@ pub struct Rtt {
     pub files: Vec<PathBuf>,
 }
 
+#[derive(Debug, Deserialize, Default, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Steer {
+    /// `ipip` outer sources: each flow takes an address of this network (its low bits
+    /// from the flow's hash), so the server's NIC spreads flows over its queues. The
+    /// servers must accept it (rp_filter: a route to it back over the same interface).
+    pub encap_source4: Option<ipnet::Ipv4Net>,
+    /// As `encap_source4`; at most 32 bits vary (a prefix of /96 or longer).
+    pub encap_source6: Option<ipnet::Ipv6Net>,
+    /// The flood guard: new flow entries per second per CPU; past it packets are still
+    /// steered (same choice) but not recorded. 0: no limit.
+    #[serde(default)]
+    pub flow_rate: u32,
+    /// New entries at once after a quiet spell. Default: `flow_rate`.
+    pub flow_burst: Option<u32>,
+}
+
+impl Steer {
+    /// The outer source network for a family: (base address, bits from the flow).
+    pub fn source(&self, v6: bool) -> Option<(IpAddr, u8)> {
+        if v6 {
+            self.encap_source6
+                .map(|n| (IpAddr::V6(n.network()), 128 - n.prefix_len()))
+        } else {
+            self.encap_source4
+                .map(|n| (IpAddr::V4(n.network()), 32 - n.prefix_len()))
+        }
+    }
+
+    pub fn guard(&self) -> director_common::steer::GuardLimit {
+        if self.flow_rate == 0 {
+            return director_common::rrl::Limit::unlimited();
+        }
+        let burst = self.flow_burst.unwrap_or(self.flow_rate).max(1);
+        director_common::rrl::Limit::new(self.flow_rate, burst, 0, 32, 128)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if let Some(n) = self.encap_source6 {
+            if n.prefix_len() < 96 {
+                bail!("[steer]: encap_source6 {n}: at most 32 bits can vary (use /96 or longer)");
+            }
+        }
+        if self.flow_burst.is_some() && self.flow_rate == 0 {
+            bail!("[steer]: flow_burst without flow_rate");
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -596,6 +677,9 @@ pub struct Config {
     /// Response rate limiting defaults and exemptions.
     #[serde(default)]
     pub rrl: super::rrl::Defaults,
+    /// SYN steering: outer sources for `ipip` and the flood guard.
+    #[serde(default)]
+    pub steer: Steer,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     #[serde(default)]
@@ -720,6 +804,8 @@ impl Config {
             policy_of(&self.default_priority, &self.default_weights, 10, false)
                 .context("default_priority and default_weights")?;
         }
+        self.steer.validate()?;
+        let mut vips = HashSet::new();
         let d = &self.health;
         check_timing(d.interval, d.timeout, d.rise, d.fall, d.jitter).context("[health]")?;
         let mut names = HashSet::new();
@@ -810,6 +896,7 @@ impl Config {
                     );
                 }
             }
+            self.validate_vips(s, &mut vips).with_context(at)?;
             let v4 = s.origin.iter().filter(|a| a.is_ipv4()).count();
             if v4 > 1 || s.origin.len() - v4 > 1 {
                 bail!("{}: origin takes at most one address per family", at());
@@ -817,6 +904,63 @@ impl Config {
         }
         self.build_zones(0)?;
         self.validate_http(&names)
+    }
+
+    /// A service's VIPs: addresses a client can reach, each in one service only, and
+    /// what `ipip` needs for each family.
+    fn validate_vips(&self, s: &Service, seen: &mut HashSet<SocketAddr>) -> Result<()> {
+        if s.vip.is_empty() {
+            if s.mode.is_some() || s.mss.is_some() {
+                bail!("mode and mss are for VIPs, and it has no vip");
+            }
+            if s.dns == Some(false) {
+                bail!("dns = false and no vip: nothing would reach it");
+            }
+            return Ok(());
+        }
+        if s.vip.len() > director_common::steer::MAX_VIPS as usize {
+            bail!(
+                "{} VIPs: at most {}",
+                s.vip.len(),
+                director_common::steer::MAX_VIPS
+            );
+        }
+        for v in &s.vip {
+            let a = crate::checked::vip(v).with_context(|| format!("vip {v:?}"))?;
+            if !seen.insert(a) {
+                bail!("vip {v:?} is already another service's (or listed twice)");
+            }
+            let v6 = a.is_ipv6();
+            if s.forward() == Forward::Ipip && self.steer.source(v6).is_none() {
+                bail!(
+                    "vip {v:?}: mode ipip needs [steer] encap_source{} (the outer source \
+                     addresses)",
+                    if v6 { 6 } else { 4 }
+                );
+            }
+            let family = s.servers.iter().any(|n| {
+                self.servers.iter().any(|sv| {
+                    &sv.name == n
+                        && if v6 {
+                            sv.ipv6.is_some()
+                        } else {
+                            sv.ipv4.is_some()
+                        }
+                })
+            });
+            if !family {
+                bail!(
+                    "vip {v:?}: none of its servers has an {} address",
+                    if v6 { "ipv6" } else { "ipv4" }
+                );
+            }
+        }
+        if let Some(m) = s.mss {
+            if m != 0 && !(536..=9000).contains(&m) {
+                bail!("mss {m}: 0 (no clamp) or from 536 to 9000");
+            }
+        }
+        Ok(())
     }
 
     /// `[http]` and the servers' hostnames: a hostname that is a service name would send

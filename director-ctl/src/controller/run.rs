@@ -247,6 +247,10 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     // nothing and queries are answered throughout.
     let written = sync(&mut m, &cfg, &computed, &ids)?;
     drop(lock);
+    // The first hops are waited for (a neighbour being resolved takes milliseconds); later
+    // ones are looked at on each poll and never block it.
+    let mut hops = Hopper::default();
+    hops.follow(&mut m, pin_dir, log, Duration::from_secs(1));
     if o.accept_removal {
         accepted(log, "--accept-removal", &removals);
     }
@@ -321,6 +325,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
                     format!("updating the edge's addresses failed: {e:#}"),
                 );
             }
+            hops.follow(&mut m, pin_dir, log, Duration::ZERO);
             if let Err(e) = state.follow_server_states(&mut m) {
                 log.event(
                     Event::Refused {
@@ -519,6 +524,55 @@ fn follow_addresses(m: &mut Maps, pin_dir: &Path) -> Result<()> {
         m.set_host_addresses(&now)?;
     }
     Ok(())
+}
+
+/// Keeps `DIR_HOPS` current for the VIPs in the kernel: at most once a second, and each
+/// problem logged when it starts, not on every look.
+#[derive(Default)]
+struct Hopper {
+    resolver: Option<crate::kernel::nexthop::Resolver>,
+    last: Option<Instant>,
+    problems: Vec<String>,
+}
+
+impl Hopper {
+    fn follow(&mut self, m: &mut Maps, pin_dir: &Path, log: Log, wait: Duration) {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let problems = match self.refresh(m, pin_dir, wait) {
+            Ok(p) => p,
+            Err(e) => vec![format!("{e:#}")],
+        };
+        for p in problems.iter().filter(|p| !self.problems.contains(p)) {
+            log.event(
+                Event::Refused { error: p.clone() },
+                format!("forwarding to a VIP's server: {p}"),
+            );
+        }
+        self.problems = problems;
+    }
+
+    fn refresh(&mut self, m: &mut Maps, pin_dir: &Path, wait: Duration) -> Result<Vec<String>> {
+        use crate::kernel::hops;
+        let want = hops::Want::of(&m.steer().vips()?);
+        if !want.any() {
+            return Ok(Vec::new());
+        }
+        if self.resolver.is_none() {
+            self.resolver = Some(crate::kernel::nexthop::Resolver::new()?);
+        }
+        let Some(r) = self.resolver.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let servers = m.servers()?;
+        let _lock = WriteLock::take(pin_dir)?;
+        hops::refresh(r, m.steer_mut(), &servers, want, wait)
+    }
 }
 
 /// The config's servers (by kernel id) that the kernel holds out: set down or drained,

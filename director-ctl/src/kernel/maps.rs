@@ -13,7 +13,7 @@ use director_common::{
     counters::{self, Reason},
     maps::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, Iface,
-        NameEntry, ServerRecord, ServiceRecord, TableSwitch, KIND_DNS, LOCAL_CONFIGURED,
+        NameEntry, ServerRecord, ServiceRecord, TableSwitch, KIND_DNS, KIND_VIP, LOCAL_CONFIGURED,
         LOCAL_HOST, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_FALLBACK,
         MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_NAMES, MAP_RRL, MAP_RRL_EXEMPT, MAP_SERVERS,
         MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL,
@@ -52,6 +52,9 @@ pub struct ServiceEntry {
     pub ttl: u32,
     pub answers: u8,
     pub select: Mode,
+    /// Its name is answered in DNS (else the service is reached by its VIPs only, and the
+    /// name passes to the host).
+    pub dns: bool,
 }
 
 /// One service's decision entries: (client prefix, ranked servers).
@@ -94,6 +97,7 @@ pub struct Maps {
     fallback: Array<MapData, Fallback>,
     rrl: Array<MapData, Limit>,
     rrl_exempt: LpmTrie<MapData, [u8; 16], u32>,
+    steer: super::steer::SteerMaps,
 }
 
 pub(super) fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
@@ -169,6 +173,7 @@ impl Maps {
             fallback: open(dir, MAP_FALLBACK)?,
             rrl: open(dir, MAP_RRL)?,
             rrl_exempt: open(dir, MAP_RRL_EXEMPT)?,
+            steer: super::steer::SteerMaps::open(dir)?,
         };
         m.check_name_keys(dir)?;
         Ok(m)
@@ -190,6 +195,15 @@ impl Maps {
             }
         }
         Ok(())
+    }
+
+    /// The SYN-steering maps: VIPs, hops, flows.
+    pub fn steer(&self) -> &super::steer::SteerMaps {
+        &self.steer
+    }
+
+    pub fn steer_mut(&mut self) -> &mut super::steer::SteerMaps {
+        &mut self.steer
     }
 
     // --- servers -------------------------------------------------------------------------
@@ -415,6 +429,7 @@ impl Maps {
                 ttl: s.ttl,
                 answers: s.answers,
                 select: Mode::from_u8(s.select),
+                dns: s.kind == KIND_DNS,
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -452,7 +467,7 @@ impl Maps {
         let svc = ServiceRecord {
             ttl: e.ttl,
             flags: SERVICE_ACTIVE,
-            kind: KIND_DNS,
+            kind: if e.dns { KIND_DNS } else { KIND_VIP },
             answers: e.answers,
             select: e.select as u8,
         };

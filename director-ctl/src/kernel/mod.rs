@@ -1,14 +1,18 @@
 //! The only code that talks to the kernel: loading, attaching and pinning the program
 //! ([`program`]), the pinned maps behind typed methods ([`maps`]), the one-writer lock
 //! ([`lock`]), and the host facts the program needs: its addresses and interfaces
-//! ([`host`]), and the policy read back for userspace answers ([`resolve`]).
+//! ([`host`]), and the policy read back for userspace answers ([`resolve`]). SYN steering's maps
+//! ([`steer`]) and the hops to its servers ([`hops`], resolved by [`nexthop`]).
 
+pub mod hops;
 pub mod host;
 pub mod lock;
 pub mod log;
 pub mod maps;
+pub mod nexthop;
 pub mod program;
 pub mod resolve;
+pub mod steer;
 
 pub use lock::WriteLock;
 pub use maps::{DecisionChange, Entries, Maps, ServerEntry, ServiceEntry};

@@ -15,6 +15,8 @@ use director_common::{
 };
 use ipnet::IpNet;
 
+pub mod steer;
+
 use crate::api;
 use crate::checked;
 use crate::controller::{minimal, sweep::sort_key};
@@ -169,6 +171,21 @@ pub fn service_add(
     answers: u8,
     select: Mode,
 ) -> Result<u32> {
+    service_add_with(m, dnsname, ttl, answers, select, None, false)
+}
+
+/// As [`service_add`], with VIPs: `Some` makes them the service's (an empty list removes
+/// them), `None` keeps those it has. A service with VIPs is answered in DNS only with
+/// `dns`.
+pub fn service_add_with(
+    m: &mut Maps,
+    dnsname: &str,
+    ttl: u32,
+    answers: u8,
+    select: Mode,
+    vips: Option<&steer::VipSettings>,
+    dns: bool,
+) -> Result<u32> {
     if !(1..=MAX_CANDIDATES as u8).contains(&answers) {
         bail!("--answers {answers} is not from 1 to {MAX_CANDIDATES}");
     }
@@ -180,13 +197,23 @@ pub fn service_add(
         None => m.free_service_id()?,
     };
     let name = dnsname.trim_end_matches('.').to_string();
+    // Checked before the service is written.
+    let entries = vips.map(|v| v.entries(id)).transpose()?;
+    let has_vips = match &entries {
+        Some(e) => !e.is_empty(),
+        None => m.steer().vips()?.iter().any(|v| v.service == id),
+    };
     m.put_service(&ServiceEntry {
         id,
         name,
         ttl,
         answers,
         select,
+        dns: dns || !has_vips,
     })?;
+    if let Some(e) = entries {
+        steer::set_service_vips(m, id, &e)?;
+    }
     Ok(id)
 }
 
@@ -197,11 +224,13 @@ pub fn service_del(m: &mut Maps, dnsname: &str) -> Result<()> {
 }
 
 pub fn services(m: &Maps) -> Result<api::ServiceList> {
+    let vips = steer::vips(m)?;
     let services = m
         .services()?
         .into_iter()
         .map(|s| {
             let l = m.rrl(s.id)?;
+            let name = s.name.clone();
             Ok(api::ListedService {
                 id: s.id,
                 name: s.name,
@@ -215,6 +244,8 @@ pub fn services(m: &Maps) -> Result<api::ServiceList> {
                     ipv4_prefix: l.v4_prefix,
                     ipv6_prefix: l.v6_prefix,
                 }),
+                dns: s.dns,
+                vips: vips.iter().filter(|v| v.service == name).cloned().collect(),
             })
         })
         .collect::<Result<_>>()?;
@@ -427,6 +458,8 @@ pub fn status(dir: &Path) -> Result<api::Status> {
         admin_down: Vec::new(),
         health: Vec::new(),
         load: Default::default(),
+        vips: Vec::new(),
+        flows: 0,
     };
     if let Ok(m) = Maps::open(dir) {
         let servers = m.servers()?;
@@ -475,6 +508,8 @@ pub fn status(dir: &Path) -> Result<api::Status> {
             .count();
         st.routes_v6 = routes.len() - st.routes_v4;
         st.stored_decisions = m.stored_decisions()?;
+        st.vips = steer::vips(&m)?;
+        st.flows = m.steer().flows()?.len();
         st.active_table = Some(match m.active_table()? {
             0 => api::DecisionTable::A,
             _ => api::DecisionTable::B,

@@ -1,0 +1,150 @@
+use super::*;
+use proptest::prelude::*;
+
+fn decision(servers: &[(u16, u16)], primary: u8) -> Decision {
+    let mut d = Decision {
+        count: servers.len() as u8,
+        primary,
+        ..Decision::default()
+    };
+    for (i, (s, w)) in servers.iter().enumerate() {
+        d.servers[i] = *s;
+        d.weights[i] = *w;
+    }
+    d
+}
+
+#[test]
+fn neg_log2_matches_floating_point() {
+    for h in [
+        0u32,
+        1,
+        2,
+        1000,
+        1 << 20,
+        0x8000_0000,
+        0xffff_0000,
+        u32::MAX - 1,
+        u32::MAX,
+    ] {
+        let want = -(((h as f64) + 1.0) / 4294967296.0).log2();
+        let got = neg_log2(h) as f64 / (1u64 << LOG_FRACTION_BITS) as f64;
+        assert!((want - got).abs() < 1e-3, "h={h}: {got} vs {want}");
+    }
+}
+
+#[test]
+fn shares_follow_weights() {
+    let d = decision(&[(11, 1), (12, 2), (13, 5)], 3);
+    let mut hits = [0u32; 3];
+    let n = 80_000u32;
+    for f in 0..n {
+        hits[rendezvous(&d, 0b111, mix(f as u64) as u32).unwrap()] += 1;
+    }
+    for (i, w) in [1.0, 2.0, 5.0].iter().enumerate() {
+        let share = hits[i] as f64 / n as f64;
+        assert!((share - w / 8.0).abs() < 0.01, "candidate {i}: {share}");
+    }
+}
+
+#[test]
+fn zero_weights_share_evenly_or_lose() {
+    let even = decision(&[(1, 0), (2, 0)], 2);
+    let mut hits = [0u32; 2];
+    for f in 0..20_000u32 {
+        hits[rendezvous(&even, 0b11, mix(f as u64) as u32).unwrap()] += 1;
+    }
+    assert!(hits[0].abs_diff(hits[1]) < 1_000, "{hits:?}");
+    let lopsided = decision(&[(1, 0), (2, 3)], 2);
+    for f in 0..1_000u32 {
+        assert_eq!(rendezvous(&lopsided, 0b11, f), Some(1));
+    }
+    // The weighted one gone: the weight-0 primary takes everything before any fallback.
+    let with_fallback = decision(&[(1, 0), (2, 3), (3, 1)], 2);
+    assert_eq!(rendezvous(&with_fallback, 0b101, 7), Some(0));
+}
+
+#[test]
+fn falls_back_in_rank_order() {
+    let d = decision(&[(1, 1), (2, 1), (3, 1), (4, 1)], 2);
+    assert_eq!(rendezvous(&d, 0b1100, 5), Some(2));
+    assert_eq!(rendezvous(&d, 0b1000, 5), Some(3));
+    assert_eq!(rendezvous(&d, 0, 5), None);
+    // Bits past `count` are never taken.
+    assert_eq!(rendezvous(&d, 0b1_0000, 5), None);
+}
+
+#[test]
+fn outer_source_keeps_the_prefix() {
+    let mut base = [0u8; 16];
+    base[..4].copy_from_slice(&[172, 16, 0, 0]);
+    let s = outer_source(&base, 16, false, 0xabcd_1234);
+    assert_eq!(&s[..4], &[172, 16, 0x12, 0x34]);
+    assert_eq!(&s[4..], &[0u8; 12]);
+    let mut b6 = [0u8; 16];
+    b6[0] = 0xfd;
+    let s6 = outer_source(&b6, 32, true, 0xabcd_1234);
+    assert_eq!(s6[0], 0xfd);
+    assert_eq!(&s6[12..], &[0xab, 0xcd, 0x12, 0x34]);
+    assert_eq!(outer_source(&base, 0, false, 0xffff_ffff), base);
+}
+
+#[test]
+fn default_mss_fits_1500_after_encapsulation() {
+    assert_eq!(default_mss(Forward::L2, false), 0);
+    assert_eq!(default_mss(Forward::Ipip, false), 1440);
+    assert_eq!(default_mss(Forward::Ipip, true), 1400);
+    assert_eq!(clamp_mss(1460, 1440), 1440);
+    assert_eq!(clamp_mss(1200, 1440), 1200);
+    assert_eq!(clamp_mss(1460, 0), 1460);
+}
+
+proptest! {
+    // A retransmitted SYN, or a packet of a forgotten flow, gets the same server.
+    #[test]
+    fn choice_is_deterministic(flow in any::<u32>(), ok in 0u32..256) {
+        let d = decision(&[(5, 1), (6, 2), (7, 3), (8, 1), (9, 1)], 3);
+        prop_assert_eq!(rendezvous(&d, ok, flow), rendezvous(&d, ok, flow));
+    }
+
+    // Taking one candidate out moves only the flows it held; putting it back restores them.
+    #[test]
+    fn a_departure_moves_only_its_flows(flows in prop::collection::vec(any::<u32>(), 1..200), gone in 0usize..4) {
+        let d = decision(&[(21, 3), (22, 1), (23, 2), (24, 5)], 4);
+        let all = 0b1111u32;
+        let less = all & !(1 << gone);
+        for f in flows {
+            let before = rendezvous(&d, all, f).unwrap();
+            let after = rendezvous(&d, less, f).unwrap();
+            if before != gone {
+                prop_assert_eq!(before, after);
+            } else {
+                prop_assert_ne!(after, gone);
+            }
+        }
+    }
+
+    #[test]
+    fn flow_hash_depends_on_every_field(c in any::<[u32; 4]>(), v in any::<[u32; 4]>(), p in any::<u32>(), i in 0usize..9) {
+        let h = flow_hash(&c, &v, p);
+        let (mut c2, mut v2, mut p2) = (c, v, p);
+        match i {
+            0..=3 => c2[i] ^= 1,
+            4..=7 => v2[i - 4] ^= 1,
+            _ => p2 ^= 1,
+        }
+        // A one-bit change must change the hash (a collision here has odds 2^-32).
+        prop_assert_ne!(h, flow_hash(&c2, &v2, p2));
+    }
+}
+
+#[test]
+fn layouts_have_no_hidden_padding() {
+    use core::mem::size_of;
+    assert_eq!(size_of::<VipKey>(), 20);
+    assert_eq!(size_of::<VipRecord>(), 32);
+    assert_eq!(size_of::<FlowKey>(), 40);
+    assert_eq!(size_of::<Flow>(), 16);
+    assert_eq!(size_of::<Hop>(), 16);
+    assert_eq!(size_of::<Hops>(), 48);
+}

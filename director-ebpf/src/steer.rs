@@ -1,0 +1,255 @@
+//! SYN steering: a TCP packet to a VIP goes to the server its flow is pinned to, or for a
+//! new flow to the one the client's decision and the flow's rendezvous hash choose
+//! (`director_common::steer`), and is pinned there. `l4` parses, this module looks up and
+//! pins, `forward` rewrites.
+
+use aya_ebpf::{
+    bindings::{xdp_action, xdp_md, BPF_ANY},
+    helpers::bpf_ktime_get_ns,
+    maps::lpm_trie::Key,
+    programs::XdpContext,
+};
+use director_common::{
+    maps::{DecisionKeyV4, DecisionKeyV6, MAX_CANDIDATES, MAX_CHOICES, SERVICE_ACTIVE, SERVICE_BITS},
+    handover::Slot,
+    rrl::Verdict,
+    select,
+    steer::{self, Count, Flow, Forward, VipKey, FLOW_FROM_MIDSTREAM, FLOW_MOVED},
+};
+
+use crate::maps::*;
+use crate::{forward, l4, opaque};
+
+/// `packet`'s answer for a packet that is no VIP's: the caller goes on with it.
+pub const NOT_MINE: u32 = u32::MAX;
+
+/// The verdict for a packet the DNS path did not take: an XDP action if it belongs to a
+/// VIP, else `NOT_MINE`.
+///
+/// Not inlined, and given the bare context: the DNS path's many exits that reach it then
+/// share one verified copy (inlined, each would walk it again).
+#[inline(never)]
+pub fn packet(raw: *mut xdp_md) -> u32 {
+    let ctx = XdpContext::new(raw);
+    match steer(&ctx) {
+        Ok(action) => action,
+        Err(None) => NOT_MINE,
+        Err(Some(c)) => {
+            count(&DIR_STEER_COUNTERS, c as u32);
+            xdp_action::XDP_DROP
+        }
+    }
+}
+
+#[inline(always)]
+fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
+    let p = l4::packet(ctx).ok_or(None)?;
+    let vip_key = VipKey {
+        addr: p.key.vip,
+        port: p.key.vip_port,
+        family: p.key.family,
+        proto: p.key.proto,
+    };
+    // SAFETY: the map's value, valid for this run.
+    let vip = *unsafe { DIR_VIPS.get(&vip_key) }.ok_or(None)?;
+    if !for_this_edge(ctx) {
+        return Err(None);
+    }
+    let service = vip.service;
+    if !DIR_SERVICES
+        .get(service)
+        .is_some_and(|s| s.flags & SERVICE_ACTIVE != 0)
+    {
+        return Err(Some(Count::NoServer));
+    }
+    let v6 = p.v6;
+    let words = |a: &[u8; 16]| {
+        // SAFETY: 16 bytes read as four words.
+        unsafe { core::ptr::read_unaligned(a.as_ptr() as *const [u32; 4]) }
+    };
+    let ports = u32::from_ne_bytes([
+        p.key.client_port[0],
+        p.key.client_port[1],
+        p.key.vip_port[0],
+        p.key.vip_port[1],
+    ]);
+    let flow = steer::flow_hash(&words(&p.key.client), &words(&p.key.vip), ports);
+    let client = words(&p.key.client);
+    let (lo, hi) = (
+        client[0] as u64 | (client[1] as u64) << 32,
+        client[2] as u64 | (client[3] as u64) << 32,
+    );
+    let fam = flow as u64 | (v6 as u64) << 32;
+
+    let entry = DIR_FLOWS.get_ptr_mut(&p.key);
+    let kept = match entry {
+        // SAFETY: the map's value for this key, valid for this run.
+        Some(f) => {
+            let pinned = unsafe { (*f).server };
+            if alive(service, pinned, v6) {
+                pinned
+            } else {
+                0
+            }
+        }
+        None => 0,
+    };
+    let server = if kept != 0 {
+        count(&DIR_STEER_COUNTERS, Count::Pinned as u32);
+        kept
+    } else {
+        // One call: each call of a subprogram is verified on its own.
+        let chosen = choose(service, lo, hi, fam) as u16;
+        if chosen == 0 {
+            return Err(Some(Count::NoServer));
+        }
+        match entry {
+            Some(f) => {
+                // Its server went down: the flow moves to the next choice and stays there.
+                // SAFETY: as above; a racing CPU writes the same choice.
+                unsafe {
+                    (*f).server = chosen;
+                    (*f).flags |= FLOW_MOVED;
+                }
+                count(&DIR_STEER_COUNTERS, Count::Moved as u32);
+                count(&DIR_SRV_FLOWS, chosen as u32);
+            }
+            // An ICMP error is no flow's start: it is sent on, nothing is recorded.
+            None if !p.icmp => record(&p, service, chosen),
+            None => {}
+        }
+        chosen
+    };
+    if p.icmp {
+        count(&DIR_STEER_COUNTERS, Count::Icmp as u32);
+    }
+    let mode = Forward::from_u8(vip.mode).ok_or(Some(Count::Failed))?;
+    forward::to_server(ctx, &p, &vip, mode, server, flow)
+}
+
+/// Records a new flow (a SYN) or one that lost its entry, unless the flood guard says no.
+#[inline(always)]
+fn record(p: &l4::Packet, service: u32, server: u16) {
+    count(
+        &DIR_STEER_COUNTERS,
+        if p.syn {
+            Count::NewFlow
+        } else {
+            Count::Midstream
+        } as u32,
+    );
+    count(&DIR_SRV_FLOWS, server as u32);
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let (Some(limit), Some(b)) = (DIR_STEER.get(0), DIR_FLOW_GUARD.get_ptr_mut(0)) {
+        // SAFETY: this CPU's bucket; nothing else writes it during this run.
+        if unsafe { (*b).take(now, limit) } != Verdict::Answer {
+            count(&DIR_STEER_COUNTERS, Count::Guarded as u32);
+            return;
+        }
+    }
+    let flow = Flow {
+        service,
+        server,
+        flags: if p.syn { 0 } else { FLOW_FROM_MIDSTREAM },
+        _pad: 0,
+        since_ns: now,
+    };
+    let _ = DIR_FLOWS.insert(&p.key, &flow, BPF_ANY as u64);
+}
+
+/// Whether a pinned flow's server still takes it: up (drained is fine: it keeps its flows)
+/// and not judged down by the service's health checks.
+#[inline(always)]
+fn alive(service: u32, server: u16, v6: bool) -> bool {
+    DIR_SERVERS
+        .get(server as u32)
+        .is_some_and(|s| s.is_up() && s.has_family(v6))
+        && DIR_HEALTH
+            .get(service)
+            .is_some_and(|h| !h.is_down(server))
+}
+
+/// The server a new flow of `service` from the client (`lo`, `hi`: its address words)
+/// goes to: the client's decision, less the servers that cannot take new clients, by
+/// rendezvous on the flow hash (low 32 bits of `fam`; bit 32: IPv6). 0: none.
+///
+/// Not inlined: its branches over the candidates end at the return, so the forwarding
+/// after it is verified once.
+#[inline(never)]
+fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u32 {
+    let v6 = fam >> 32 != 0;
+    let flow = fam as u32;
+    let table = DIR_CONFIG.get(0).map_or(0, |c| c.active_table) & 1;
+    let svc = service.to_be_bytes();
+    let found = if v6 {
+        let mut addr = [0u8; 16];
+        addr[..8].copy_from_slice(&lo.to_ne_bytes());
+        addr[8..].copy_from_slice(&hi.to_ne_bytes());
+        let key = Key::new(SERVICE_BITS + 128, DecisionKeyV6 { service: svc, addr });
+        if table == 0 {
+            DIR_DEC6_A.get(&key)
+        } else {
+            DIR_DEC6_B.get(&key)
+        }
+    } else {
+        let b = (lo as u32).to_ne_bytes();
+        let key = Key::new(SERVICE_BITS + 32, DecisionKeyV4 { service: svc, addr: b });
+        if table == 0 {
+            DIR_DEC4_A.get(&key)
+        } else {
+            DIR_DEC4_B.get(&key)
+        }
+    };
+    let Some(found) = found else {
+        return 0;
+    };
+    let Some(d) = DIR_CHOICES.get(table * MAX_CHOICES + found.id) else {
+        return 0;
+    };
+    let Some(health) = DIR_HEALTH.get(service) else {
+        return 0;
+    };
+    let (ok, _) = select::usable_mask(d, |id| {
+        DIR_SERVERS
+            .get(id as u32)
+            .is_some_and(|s| s.is_usable() && s.has_family(v6))
+            && !health.is_out(id)
+    });
+    let Some(s) = DIR_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // Forget which combination was usable, through map memory (the verifier tracks the
+    // stack exactly): it would walk the rendezvous once for each of the 2^8.
+    let ok = opaque::hide(s, Slot::Usable, ok as u64) as u32 & 0xff;
+    match steer::rendezvous(d, ok, flow) {
+        // The compiler knows the index is below 8 and drops a plain mask; the verifier
+        // does not know it, so the index is forgotten and masked again.
+        Some(i) => {
+            let i = opaque::hide(s, Slot::Start, i as u64) as usize & (MAX_CANDIDATES - 1);
+            d.servers[i] as u32
+        }
+        None => 0,
+    }
+}
+
+/// The frame is addressed to the interface director is attached to (a frame the bridge or
+/// switch flooded to it is someone else's).
+#[inline(always)]
+fn for_this_edge(ctx: &XdpContext) -> bool {
+    // SAFETY: the context's field, readable in XDP.
+    let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
+    let Some(iface) = DIR_IFACES.get(ifindex).filter(|i| i.attached != 0) else {
+        // Not attached by `attach` (BPF_PROG_TEST_RUN): nothing to compare with.
+        return true;
+    };
+    forward::dst_mac_is(ctx, &iface.mac)
+}
+
+#[inline(always)]
+pub fn count(map: &aya_ebpf::maps::PerCpuArray<u64>, key: u32) {
+    if let Some(c) = map.get_ptr_mut(key) {
+        // SAFETY: this CPU's slot.
+        unsafe { *c += 1 };
+    }
+}
