@@ -6,3 +6,4 @@ pub mod netns;
 pub mod packets;
 pub mod pins;
 pub mod tempdir;
+pub mod vipnet;

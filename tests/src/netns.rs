@@ -78,14 +78,14 @@ pub fn ctl_binary() -> &'static Path {
 }
 
 /// Runs a command to completion, panicking only if it cannot be started.
-fn run(cmd: &mut Command) -> Output {
+pub(crate) fn run(cmd: &mut Command) -> Output {
     cmd.stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
 /// Runs a command and panics with its output unless it succeeds.
-fn run_ok(cmd: &mut Command) -> Output {
+pub(crate) fn run_ok(cmd: &mut Command) -> Output {
     let out = run(cmd);
     assert!(out.status.success(), "{cmd:?} failed: {}", describe(&out));
     out
@@ -102,7 +102,7 @@ pub fn describe(out: &Output) -> String {
 }
 
 /// `program` in the network namespace `ns` (and nothing else of it: see the module docs).
-fn nsenter(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+pub(crate) fn nsenter(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new("nsenter");
     c.arg(format!("--net=/run/netns/{ns}")).arg(program);
     c
@@ -137,7 +137,7 @@ struct Daemon {
 
 /// Stops a process this lab started, by its pid: SIGTERM lets it finish cleanly (knotd
 /// closes its databases, director-ctl run its maps); SIGKILL if it is not gone in `grace`.
-fn stop_child(child: &mut Child, grace: Duration) {
+pub(crate) fn stop_child(child: &mut Child, grace: Duration) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
@@ -304,7 +304,7 @@ impl Lab {
     }
 
     /// director-ctl in `ns` with this lab's pin directory.
-    fn ctl_in(&self, ns: &str, args: &[&str]) -> Output {
+    pub fn ctl_in(&self, ns: &str, args: &[&str]) -> Output {
         run(nsenter(ns, ctl_binary())
             .arg("--pin-dir")
             .arg(&self.pin_dir)

@@ -27,6 +27,7 @@ const PACKAGES: &[(&str, &str)] = &[
     // SYN steering: the tests' capture of what reaches the edge, and the bench's peers
     // (an nftables DNAT balancer, a userspace TCP proxy) and load.
     ("tcpdump", "tcpdump"),
+    ("iputils-ping", "ping"),
     ("nftables", "nft"),
     ("haproxy", "haproxy"),
     ("wrk", "wrk"),
