@@ -151,9 +151,6 @@ pub struct ListedService {
     pub vips: Vec<ListedVip>,
 }
 
-fn yes() -> bool {
-    true
-}
 
 /// A service's response rate limit, per source prefix of these lengths.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,6 +337,20 @@ pub struct Explain {
     /// moves them toward each server's headroom (`director_auto_portion` in the metrics).
     #[serde(default)]
     pub portion_auto: bool,
+    /// The service's VIPs: a new TCP connection to one gets a server among the final
+    /// equals of `pick` by weighted rendezvous hashing of its addresses and ports.
+    #[serde(default)]
+    pub vips: Vec<std::net::SocketAddr>,
+    /// How the VIPs' packets reach the server; absent without VIPs.
+    #[serde(default)]
+    pub mode: Option<director_common::steer::Forward>,
+    /// Whether the name is answered in DNS.
+    #[serde(default = "yes")]
+    pub dns: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

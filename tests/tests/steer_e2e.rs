@@ -175,6 +175,22 @@ fn steer_end_to_end(mode: &str) {
     run.wait_for("entries written", 1, Duration::from_secs(20));
     let edge = net.watch_edge();
 
+    let cfg = config_file.display().to_string();
+    let explained: api::Explain = serde_json::from_str(&net.ctl_ok(&[
+        "explain",
+        "--config",
+        &cfg,
+        "--service",
+        "web.example.com",
+        "--client",
+        CLIENT_LOW4,
+        "--json",
+    ]))
+    .expect("explain --json");
+    assert_eq!(explained.vips.len(), 2, "{explained:?}");
+    assert_eq!(explained.mode.map(|m| m.name()), Some(mode));
+    assert!(!explained.dns, "a VIP service's name is not answered by default");
+
     // 1. Each client half gets its nearest server, in both families.
     let first = Duration::from_secs(10);
     for (src, vip) in [

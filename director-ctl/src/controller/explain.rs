@@ -109,7 +109,15 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         .collect();
     let replay = engine::explain(&plan.policy, &cands);
     let decision = engine::decide(&plan.policy, &cands, 0, &mut engine::Ranking::new());
+    let svc = cfg
+        .services
+        .iter()
+        .find(|s| s.name.trim_end_matches('.') == plan.name.trim_end_matches('.'));
+    let vips = svc.map(|s| s.vips()).unwrap_or_default();
     Ok(api::Explain {
+        mode: svc.filter(|_| !vips.is_empty()).map(|s| s.forward()),
+        dns: svc.is_none_or(|s| s.answers_dns()),
+        vips,
         version: api::VERSION,
         service: plan.name.clone(),
         client: addr,
@@ -117,11 +125,7 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         servers,
         pick: pick(&replay, plan.select, &decision, &wire, addr, &server_name),
         sort: sort(&replay, &server_name),
-        portion_auto: cfg
-            .services
-            .iter()
-            .find(|s| s.name.trim_end_matches('.') == plan.name.trim_end_matches('.'))
-            .is_some_and(|s| s.portion.auto),
+        portion_auto: svc.is_some_and(|s| s.portion.auto),
     })
 }
 
