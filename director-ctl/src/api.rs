@@ -151,7 +151,6 @@ pub struct ListedService {
     pub vips: Vec<ListedVip>,
 }
 
-
 /// A service's response rate limit, per source prefix of these lengths.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RrlLimit {

@@ -268,14 +268,18 @@ pub fn explain(e: &api::Explain) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{} for {}", e.service, e.client);
     if let Some(mode) = e.mode {
-        let vips: Vec<String> = e.vips.iter().map(|v| v.to_string()).collect();
+        let vips: Vec<String> = e.vips.iter().map(ToString::to_string).collect();
         let _ = writeln!(
             o,
             "  VIPs {} ({}): a new connection gets one of the final equals by weighted \
              rendezvous hash of its addresses and ports, and keeps it{}",
             vips.join(", "),
             mode.name(),
-            if e.dns { "" } else { "; the name is not answered in DNS" }
+            if e.dns {
+                ""
+            } else {
+                "; the name is not answered in DNS"
+            }
         );
     }
     if uses(Metric::Geo) {

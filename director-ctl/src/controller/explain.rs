@@ -113,10 +113,12 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         .services
         .iter()
         .find(|s| s.name.trim_end_matches('.') == plan.name.trim_end_matches('.'));
-    let vips = svc.map(|s| s.vips()).unwrap_or_default();
+    let vips = svc.map(super::config::Service::vips).unwrap_or_default();
     Ok(api::Explain {
-        mode: svc.filter(|_| !vips.is_empty()).map(|s| s.forward()),
-        dns: svc.is_none_or(|s| s.answers_dns()),
+        mode: svc
+            .filter(|_| !vips.is_empty())
+            .map(super::config::Service::forward),
+        dns: svc.is_none_or(super::config::Service::answers_dns),
         vips,
         version: api::VERSION,
         service: plan.name.clone(),
