@@ -441,7 +441,7 @@ impl RawSender {
                 frame.len(),
                 0,
                 &sa as *const libc::sockaddr_ll as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         };
         assert_eq!(
