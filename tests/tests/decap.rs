@@ -36,7 +36,8 @@ const VIP_PORT: u16 = 8053;
 
 fn decap_fixture() -> Fixture {
     let mut fx = Fixture::new().expect("loading director's object (run as root)");
-    fx.load_program(DECAP).expect("the verifier refused director_decap");
+    fx.load_program(DECAP)
+        .expect("the verifier refused director_decap");
     fx
 }
 
@@ -160,7 +161,11 @@ fn truncated_tunnels_pass_unchanged() {
         let outer_len = if s.is_ipv6() { IPV6_LEN } else { IPV4_LEN };
         // The frame cut inside the outer header, inside the inner header, and by a byte
         // of payload (the outer length then claims more than the frame holds).
-        for cut in [ETH_LEN + outer_len - 4, ETH_LEN + outer_len + 10, frame.len() - 1] {
+        for cut in [
+            ETH_LEN + outer_len - 4,
+            ETH_LEN + outer_len + 10,
+            frame.len() - 1,
+        ] {
             assert_untouched(&fx, &frame[..cut], &format!("{s}: frame cut to {cut}"));
         }
         // A consistent outer header around an incomplete inner one.
@@ -195,11 +200,27 @@ fn wrong_inner_families_and_bad_outer_headers_pass_unchanged() {
     let v4 = udp_packet(&to_vip_v4(), b"datagram to the VIP");
     let v6 = udp_packet(&to_vip_v6(), b"datagram to the VIP");
     // Protocol 4 carrying IPv6, next header 41 carrying IPv4, and garbage.
-    assert_untouched(&fx, &encapsulated_frame(s4, d4, &v6), "protocol 4, IPv6 inside");
-    assert_untouched(&fx, &encapsulated_frame(s6, d6, &v4), "next header 41, IPv4 inside");
+    assert_untouched(
+        &fx,
+        &encapsulated_frame(s4, d4, &v6),
+        "protocol 4, IPv6 inside",
+    );
+    assert_untouched(
+        &fx,
+        &encapsulated_frame(s6, d6, &v4),
+        "next header 41, IPv4 inside",
+    );
     let garbage = [0x11u8; 40];
-    assert_untouched(&fx, &encapsulated_frame(s4, d4, &garbage), "protocol 4, garbage");
-    assert_untouched(&fx, &encapsulated_frame(s6, d6, &garbage), "next header 41, garbage");
+    assert_untouched(
+        &fx,
+        &encapsulated_frame(s4, d4, &garbage),
+        "protocol 4, garbage",
+    );
+    assert_untouched(
+        &fx,
+        &encapsulated_frame(s6, d6, &garbage),
+        "next header 41, garbage",
+    );
 
     // Each outer header edit below is resealed with a right checksum, so that the check
     // named is the one that refuses it.
@@ -226,7 +247,11 @@ fn wrong_inner_families_and_bad_outer_headers_pass_unchanged() {
     let mut too_short = good.clone();
     too_short[ip + 2..ip + 4].copy_from_slice(&(IPV4_LEN as u16 + 10).to_be_bytes());
     reseal(&mut too_short);
-    assert_untouched(&fx, &too_short, "outer total length shorter than an inner header");
+    assert_untouched(
+        &fx,
+        &too_short,
+        "outer total length shorter than an inner header",
+    );
     let mut resealed = good.clone();
     reseal(&mut resealed);
     assert_eq!(resealed, good, "reseal changes a right header");
@@ -313,20 +338,48 @@ impl DecapLab {
         cmd_ok(
             "ip",
             &[
-                "link", "add", IF_A, "netns", NS_A, "type", "veth", "peer", "name", IF_B,
-                "netns", NS_B,
+                "link", "add", IF_A, "netns", NS_A, "type", "veth", "peer", "name", IF_B, "netns",
+                NS_B,
             ],
         );
         for (ns, ifname, v4, v6) in [(NS_A, IF_A, A_V4, A_V6), (NS_B, IF_B, B_V4, B_V6)] {
-            cmd_ok("ip", &["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", ifname]);
+            cmd_ok(
+                "ip",
+                &["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", ifname],
+            );
             let v6 = format!("{v6}/64");
-            cmd_ok("ip", &["-n", ns, "addr", "add", &v6, "dev", ifname, "nodad"]);
+            cmd_ok(
+                "ip",
+                &["-n", ns, "addr", "add", &v6, "dev", ifname, "nodad"],
+            );
             cmd_ok("ip", &["-n", ns, "link", "set", ifname, "up"]);
         }
         // The server: VIPs on lo, and reverse-path filtering off, since the inner source
         // is the client's, reached by no route through dc-b0.
-        cmd_ok("ip", &["-n", NS_B, "addr", "add", &format!("{VIP_V4}/32"), "dev", "lo"]);
-        cmd_ok("ip", &["-n", NS_B, "addr", "add", &format!("{VIP_V6}/128"), "dev", "lo"]);
+        cmd_ok(
+            "ip",
+            &[
+                "-n",
+                NS_B,
+                "addr",
+                "add",
+                &format!("{VIP_V4}/32"),
+                "dev",
+                "lo",
+            ],
+        );
+        cmd_ok(
+            "ip",
+            &[
+                "-n",
+                NS_B,
+                "addr",
+                "add",
+                &format!("{VIP_V6}/128"),
+                "dev",
+                "lo",
+            ],
+        );
         let net = format!("--net=/run/netns/{NS_B}");
         for conf in ["all", "default", IF_B] {
             let rp = format!("net.ipv4.conf.{conf}.rp_filter=0");
@@ -342,7 +395,10 @@ impl DecapLab {
             let out = cmd_ok("ip", &["-n", ns, "-o", "link", "show", "dev", ifname]);
             String::from_utf8_lossy(&out.stdout).contains("LOWER_UP")
         }) {
-            assert!(Instant::now() < deadline, "veth pair without carrier after 10 s");
+            assert!(
+                Instant::now() < deadline,
+                "veth pair without carrier after 10 s"
+            );
             sleep(Duration::from_millis(50));
         }
     }
@@ -503,14 +559,28 @@ fn tunnelled_udp_reaches_a_listener_on_the_vip() {
         f[6..12].copy_from_slice(&mac_a);
         f
     };
-    let v4 = frame((A_V4, B_V4), &udp_packet(&to_vip_v4(), b"through the v4 tunnel"));
-    let v6 = frame((A_V6, B_V6), &udp_packet(&to_vip_v6(), b"through the v6 tunnel"));
+    let v4 = frame(
+        (A_V4, B_V4),
+        &udp_packet(&to_vip_v4(), b"through the v4 tunnel"),
+    );
+    let v6 = frame(
+        (A_V6, B_V6),
+        &udp_packet(&to_vip_v6(), b"through the v6 tunnel"),
+    );
 
     // Without the decapsulator this kernel (no ipip module) has nothing that takes them.
     tx.send(&v4);
     tx.send(&v6);
-    assert_eq!(receive(&l4, Duration::from_millis(300)), None, "IPv4 without decap");
-    assert_eq!(receive(&l6, Duration::from_millis(300)), None, "IPv6 without decap");
+    assert_eq!(
+        receive(&l4, Duration::from_millis(300)),
+        None,
+        "IPv4 without decap"
+    );
+    assert_eq!(
+        receive(&l6, Duration::from_millis(300)),
+        None,
+        "IPv6 without decap"
+    );
 
     let mode = std::env::var("DIRECTOR_XDP_MODE").unwrap_or_else(|_| "native".into());
     let out = lab.ctl(&["decap", "attach", "--iface", IF_B, "--mode", &mode]);
@@ -528,12 +598,20 @@ fn tunnelled_udp_reaches_a_listener_on_the_vip() {
         "ip",
         &["netns", "exec", NS_A, "ping", "-c", "1", "-W", "2", B_V4],
     );
-    assert!(ping.status.success(), "ping past decap: {}", describe(&ping));
+    assert!(
+        ping.status.success(),
+        "ping past decap: {}",
+        describe(&ping)
+    );
 
     let out = lab.ctl(&["decap", "detach", "--iface", IF_B]);
     assert!(out.status.success(), "decap detach: {}", describe(&out));
     tx.send(&v4);
-    assert_eq!(receive(&l4, Duration::from_millis(300)), None, "after detach");
+    assert_eq!(
+        receive(&l4, Duration::from_millis(300)),
+        None,
+        "after detach"
+    );
 }
 
 #[test]

@@ -355,8 +355,7 @@ pub fn attach_helper_mode(pin_dir: &Path, iface: &str, helper: Helper, mode: Mod
     let dir = pass_dir(pin_dir);
     let made = !dir.exists();
     ensure_bpffs_dir(&dir)?;
-    let r = WriteLock::take(&dir)
-        .and_then(|_lock| attach_helper_locked(&dir, iface, helper, mode));
+    let r = WriteLock::take(&dir).and_then(|_lock| attach_helper_locked(&dir, iface, helper, mode));
     if r.is_err() && made {
         remove_pins(&dir);
     }
@@ -385,9 +384,12 @@ fn attach_helper_locked(dir: &Path, iface: &str, helper: Helper, mode: Mode) -> 
         Mode::Native => XdpMode::Driver,
         Mode::Skb => XdpMode::Skb,
     };
-    let id = prog
-        .attach(iface, flags)
-        .with_context(|| format!("attaching the {} to {iface} in {mode:?} mode", helper.what()))?;
+    let id = prog.attach(iface, flags).with_context(|| {
+        format!(
+            "attaching the {} to {iface} in {mode:?} mode",
+            helper.what()
+        )
+    })?;
     let link: FdLink = prog.take_link(id)?.try_into()?;
     link.pin(&link_path)
         .with_context(|| format!("pinning the link at {}", link_path.display()))?;
