@@ -10,8 +10,10 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use director_common::{
-    maps::{DecisionKeyV4, DecisionKeyV6, MAX_CANDIDATES, MAX_CHOICES, SERVICE_ACTIVE, SERVICE_BITS},
     handover::Slot,
+    maps::{
+        DecisionKeyV4, DecisionKeyV6, MAX_CANDIDATES, MAX_CHOICES, SERVICE_ACTIVE, SERVICE_BITS,
+    },
     rrl::Verdict,
     select,
     steer::{self, Count, Flow, Forward, VipKey, FLOW_FROM_MIDSTREAM, FLOW_MOVED},
@@ -165,9 +167,7 @@ fn alive(service: u32, server: u16, v6: bool) -> bool {
     DIR_SERVERS
         .get(server as u32)
         .is_some_and(|s| s.is_up() && s.has_family(v6))
-        && DIR_HEALTH
-            .get(service)
-            .is_some_and(|h| !h.is_down(server))
+        && DIR_HEALTH.get(service).is_some_and(|h| !h.is_down(server))
 }
 
 /// The server a new flow of `service` from the client (`lo`, `hi`: its address words)
@@ -194,7 +194,13 @@ fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u32 {
         }
     } else {
         let b = (lo as u32).to_ne_bytes();
-        let key = Key::new(SERVICE_BITS + 32, DecisionKeyV4 { service: svc, addr: b });
+        let key = Key::new(
+            SERVICE_BITS + 32,
+            DecisionKeyV4 {
+                service: svc,
+                addr: b,
+            },
+        );
         if table == 0 {
             DIR_DEC4_A.get(&key)
         } else {
