@@ -53,7 +53,7 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
         proto: p.key.proto,
     };
     // SAFETY: the map's value, valid for this run.
-    let vip = *unsafe { DIR_VIPS.get(&vip_key) }.ok_or(None)?;
+    let vip = *unsafe { DIR_VIPS.get(vip_key) }.ok_or(None)?;
     if !for_this_edge(ctx) {
         return Err(None);
     }
@@ -83,7 +83,7 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
     );
     let fam = flow as u64 | (v6 as u64) << 32;
 
-    let entry = DIR_FLOWS.get_ptr_mut(&p.key);
+    let entry = DIR_FLOWS.get_ptr_mut(p.key);
     let kept = match entry {
         // SAFETY: the map's value for this key, valid for this run.
         Some(f) => {
@@ -157,7 +157,7 @@ fn record(p: &l4::Packet, service: u32, server: u16) {
         _pad: 0,
         since_ns: now,
     };
-    let _ = DIR_FLOWS.insert(&p.key, &flow, BPF_ANY as u64);
+    let _ = DIR_FLOWS.insert(p.key, flow, BPF_ANY as u64);
 }
 
 /// Whether a pinned flow's server still takes it: up (drained is fine: it keeps its flows)
