@@ -7,6 +7,7 @@
 #![no_std]
 #![no_main]
 
+mod decap;
 mod forward;
 mod l4;
 mod maps;
@@ -139,4 +140,14 @@ pub fn director_turnaround(ctx: XdpContext) -> u32 {
         Ok(()) => xdp_action::XDP_TX,
         Err(_) => xdp_action::XDP_PASS,
     }
+}
+
+/// The server's end of `ipip` forwarding (see `decap`): IPv4-in-IPv4 and IPv6-in-IPv6
+/// lose their outer header and go to the stack; everything else passes as it came.
+/// Never attached by director itself; `director-ctl decap attach` attaches it.
+#[xdp]
+pub fn director_decap(ctx: XdpContext) -> u32 {
+    // Passed either way: a frame that is not ours is the stack's to judge.
+    let _ = decap::strip(&ctx);
+    xdp_action::XDP_PASS
 }

@@ -671,6 +671,55 @@ pub fn icmp_too_big_frame(router: IpAddr, to: IpAddr, mtu: u16, quoted: &[u8]) -
     ip_frame(&flow, if v6 { 58 } else { 1 }, &m)
 }
 
+// ---------------------------------------------------------------------------------------
+// Tunnels, as director's `ipip` forwarding sends them (for the server's decapsulator).
+
+/// The IPv4 protocol number of IPv4 in IPv4 (RFC 2003).
+pub const IPPROTO_IPIP: u8 = 4;
+/// The IPv6 next header of IPv6 in IPv6 (RFC 2473).
+pub const IPPROTO_IPV6: u8 = 41;
+
+/// The IP packet (IP header on, no Ethernet header) of `flow` carrying `l4`: what a
+/// tunnel carries. `flow` must have no VLAN tag.
+pub fn ip_packet(flow: &Flow, proto: u8, l4: &[u8]) -> Vec<u8> {
+    assert!(flow.vlan.is_none(), "an IP packet has no VLAN tag");
+    ip_frame(flow, proto, l4).split_off(ETH_LEN)
+}
+
+/// A UDP datagram as an IP packet, its checksum complete.
+pub fn udp_packet(flow: &Flow, payload: &[u8]) -> Vec<u8> {
+    ip_packet(flow, IPPROTO_UDP, &udp_segment(flow, payload))
+}
+
+/// An Ethernet frame carrying `inner` in an outer header from `outer_src` to `outer_dst`:
+/// IPv4 with protocol 4, or IPv6 with next header 41, by the outer family. Whether
+/// `inner` is of the same family (or an IP packet at all) is the caller's choice.
+pub fn encapsulated_frame(outer_src: IpAddr, outer_dst: IpAddr, inner: &[u8]) -> Vec<u8> {
+    encapsulated_frame_with(outer_src, outer_dst, inner, &[], 0)
+}
+
+/// [`encapsulated_frame`] with IPv4 outer options and flags/fragment field (as in
+/// [`ip_frame_with`]; director sends neither, with DF clear).
+pub fn encapsulated_frame_with(
+    outer_src: IpAddr,
+    outer_dst: IpAddr,
+    inner: &[u8],
+    options: &[u8],
+    flags_fragment: u16,
+) -> Vec<u8> {
+    let outer = Flow {
+        client: SocketAddr::new(outer_src, 0),
+        server: SocketAddr::new(outer_dst, 0),
+        vlan: None,
+    };
+    let proto = if outer_src.is_ipv6() {
+        IPPROTO_IPV6
+    } else {
+        IPPROTO_IPIP
+    };
+    ip_frame_with(&outer, proto, inner, options, flags_fragment)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

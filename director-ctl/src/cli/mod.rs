@@ -107,6 +107,11 @@ enum Cmd {
         #[arg(long)]
         detach: bool,
     },
+    /// On a server behind `ipip` forwarding: attach or detach the XDP decapsulator, which
+    /// strips the outer header of IPv4-in-IPv4 and IPv6-in-IPv6 so the client's packet to
+    /// the VIP reaches the stack. For hosts without the ipip/ip6_tunnel modules.
+    #[command(subcommand)]
+    Decap(DecapCmd),
     /// Compute decisions from a config (BGP, GeoIP, RTT, preferences), write them to the
     /// kernel, and keep them equal to the inputs: a changed file or SIGHUP recomputes and
     /// rewrites what changed.
@@ -318,6 +323,22 @@ enum ServiceCmd {
     List {
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum DecapCmd {
+    /// Attach the decapsulator to an interface (its link pinned beside director's pins).
+    Attach {
+        #[arg(long)]
+        iface: String,
+        #[arg(long, value_enum, default_value = "native")]
+        mode: AttachMode,
+    },
+    /// Detach it from an interface.
+    Detach {
+        #[arg(long)]
+        iface: String,
     },
 }
 
@@ -685,6 +706,19 @@ fn run(cli: Cli) -> Result<()> {
                 program::detach_helper(&dir, &iface, helper)?;
             } else {
                 program::attach_helper(&dir, &iface, helper)?;
+            }
+        }
+        Cmd::Decap(c) => {
+            let helper = program::Helper::Decap;
+            match c {
+                DecapCmd::Attach { iface, mode } => {
+                    program::attach_helper_mode(&dir, &iface, helper, mode.into())?;
+                    println!("decapsulator attached to {iface} ({mode:?})");
+                }
+                DecapCmd::Detach { iface } => {
+                    program::detach_helper(&dir, &iface, helper)?;
+                    println!("decapsulator detached from {iface}");
+                }
             }
         }
         Cmd::Log => kernel::log::follow(&dir)?,

@@ -285,6 +285,9 @@ pub enum Helper {
     Pass,
     /// `director_turnaround`, the bench's ceiling: queries turned around, nothing answered.
     Turnaround,
+    /// `director_decap`, for the servers behind `ipip` forwarding: the outer header of
+    /// IPv4-in-IPv4 and IPv6-in-IPv6 removed, everything else passed.
+    Decap,
 }
 
 impl Helper {
@@ -292,6 +295,7 @@ impl Helper {
         match self {
             Helper::Pass => "director_pass",
             Helper::Turnaround => "director_turnaround",
+            Helper::Decap => "director_decap",
         }
     }
     /// The CLI command that attaches it, for messages.
@@ -299,15 +303,29 @@ impl Helper {
         match self {
             Helper::Pass => "veth-peer",
             Helper::Turnaround => "ceiling",
+            Helper::Decap => "decap",
         }
     }
     fn what(self) -> &'static str {
         match self {
             Helper::Pass => "pass-through program",
             Helper::Turnaround => "turn-around program",
+            Helper::Decap => "decapsulator",
+        }
+    }
+    /// The link's pin in the pass directory. The decapsulator's is named apart, so that
+    /// detaching it never takes a pass-through or ceiling link on the same interface along
+    /// (and attaching it is not mistaken for one already there).
+    fn link_name(self, iface: &str) -> String {
+        match self {
+            Helper::Pass | Helper::Turnaround => iface.to_string(),
+            Helper::Decap => format!("{DECAP_PREFIX}{iface}"),
         }
     }
 }
+
+/// Prefix of a decapsulator's link pin (bpffs refuses names with a dot).
+const DECAP_PREFIX: &str = "decap_";
 
 /// Attaches the pass-through program to `iface` (the client end of a veth pair).
 pub fn attach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
@@ -321,20 +339,31 @@ pub fn detach_pass(pin_dir: &Path, iface: &str) -> Result<()> {
 /// Attaches a helper program to `iface` in driver mode, its link pinned under
 /// [`pass_dir`].
 pub fn attach_helper(pin_dir: &Path, iface: &str, helper: Helper) -> Result<()> {
+    attach_helper_mode(pin_dir, iface, helper, Mode::Native)
+}
+
+/// [`attach_helper`] in the given mode.
+pub fn attach_helper_mode(pin_dir: &Path, iface: &str, helper: Helper, mode: Mode) -> Result<()> {
     check_iface(iface)?;
     require_privileges(helper.command())?;
+    // Before anything is made: aya's own error for this names no interface.
+    let name = std::ffi::CString::new(iface).context("an interface name with a NUL byte")?;
+    // SAFETY: a C string that lives across the call.
+    if unsafe { libc::if_nametoindex(name.as_ptr()) } == 0 {
+        bail!("no interface named {iface} in this network namespace");
+    }
     let dir = pass_dir(pin_dir);
     let made = !dir.exists();
     ensure_bpffs_dir(&dir)?;
-    let r = WriteLock::take(&dir).and_then(|_lock| attach_helper_locked(&dir, iface, helper));
+    let r = WriteLock::take(&dir).and_then(|_lock| attach_helper_locked(&dir, iface, helper, mode));
     if r.is_err() && made {
         remove_pins(&dir);
     }
     r
 }
 
-fn attach_helper_locked(dir: &Path, iface: &str, helper: Helper) -> Result<()> {
-    let link_path = dir.join(iface);
+fn attach_helper_locked(dir: &Path, iface: &str, helper: Helper, mode: Mode) -> Result<()> {
+    let link_path = dir.join(helper.link_name(iface));
     if link_path.exists() {
         return Ok(());
     }
@@ -351,9 +380,16 @@ fn attach_helper_locked(dir: &Path, iface: &str, helper: Helper) -> Result<()> {
         .try_into()?;
     prog.load()
         .with_context(|| format!("loading the {}", helper.what()))?;
-    let id = prog
-        .attach(iface, XdpMode::Driver)
-        .with_context(|| format!("attaching to {iface}"))?;
+    let flags = match mode {
+        Mode::Native => XdpMode::Driver,
+        Mode::Skb => XdpMode::Skb,
+    };
+    let id = prog.attach(iface, flags).with_context(|| {
+        format!(
+            "attaching the {} to {iface} in {mode:?} mode",
+            helper.what()
+        )
+    })?;
     let link: FdLink = prog.take_link(id)?.try_into()?;
     link.pin(&link_path)
         .with_context(|| format!("pinning the link at {}", link_path.display()))?;
@@ -380,7 +416,7 @@ pub fn detach_helper(pin_dir: &Path, iface: &str, helper: Helper) -> Result<()> 
     check_iface(iface)?;
     require_privileges(helper.command())?;
     let dir = pass_dir(pin_dir);
-    let link_path = dir.join(iface);
+    let link_path = dir.join(helper.link_name(iface));
     if !link_path.exists() {
         bail!("no {} on {iface}", helper.what());
     }
