@@ -103,10 +103,26 @@ fn ethernet(ctx: &XdpContext, hop: &Hop) -> Result<(), Reason> {
     let e = at_fenced::<{ eth::LEN }>(ctx, 0, Reason::Dropped)?;
     // SAFETY: word copies of the 6-byte addresses into the checked header.
     unsafe {
-        st(e, eth::DST, core::ptr::read_unaligned(hop.dst_mac.as_ptr() as *const u32));
-        st(e, eth::DST + 4, core::ptr::read_unaligned(hop.dst_mac.as_ptr().add(4) as *const u16));
-        st(e, eth::SRC, core::ptr::read_unaligned(hop.src_mac.as_ptr() as *const u32));
-        st(e, eth::SRC + 4, core::ptr::read_unaligned(hop.src_mac.as_ptr().add(4) as *const u16));
+        st(
+            e,
+            eth::DST,
+            core::ptr::read_unaligned(hop.dst_mac.as_ptr() as *const u32),
+        );
+        st(
+            e,
+            eth::DST + 4,
+            core::ptr::read_unaligned(hop.dst_mac.as_ptr().add(4) as *const u16),
+        );
+        st(
+            e,
+            eth::SRC,
+            core::ptr::read_unaligned(hop.src_mac.as_ptr() as *const u32),
+        );
+        st(
+            e,
+            eth::SRC + 4,
+            core::ptr::read_unaligned(hop.src_mac.as_ptr().add(4) as *const u16),
+        );
     }
     Ok(())
 }
@@ -133,8 +149,16 @@ fn encap4(ctx: &XdpContext, src: &[u8; 16], dst: &[u8; 16]) -> Result<(), Reason
     put16(ip, ipv4::CHECKSUM, 0);
     // SAFETY: 4-byte reads of the 16-byte addresses.
     unsafe {
-        st(ip, ipv4::SRC, core::ptr::read_unaligned(src.as_ptr() as *const u32));
-        st(ip, ipv4::DST, core::ptr::read_unaligned(dst.as_ptr() as *const u32));
+        st(
+            ip,
+            ipv4::SRC,
+            core::ptr::read_unaligned(src.as_ptr() as *const u32),
+        );
+        st(
+            ip,
+            ipv4::DST,
+            core::ptr::read_unaligned(dst.as_ptr() as *const u32),
+        );
     }
     st(ip, ipv4::CHECKSUM, finish_ip(header_sum(ip)));
     Ok(())
@@ -156,7 +180,11 @@ fn encap6(ctx: &XdpContext, src: &[u8; 16], dst: &[u8; 16], flow: u32) -> Result
     let ip = at_fenced::<L>(ctx, eth::LEN, Reason::Dropped)?;
     put32(ip, 0, (6 << 28) | (flow & 0xf_ffff));
     put16(ip, ipv6::PAYLOAD_LEN, payload.wrapping_add(L as u16));
-    put16(ip, ipv6::NEXT_HEADER, (IPIP6 as u16) << 8 | OUTER_TTL as u16);
+    put16(
+        ip,
+        ipv6::NEXT_HEADER,
+        (IPIP6 as u16) << 8 | OUTER_TTL as u16,
+    );
     // SAFETY: 8-byte reads of the 16-byte addresses.
     unsafe {
         let (s, d) = (src.as_ptr() as *const u64, dst.as_ptr() as *const u64);

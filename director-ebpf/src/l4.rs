@@ -107,7 +107,10 @@ fn v4(ctx: &XdpContext, l3: usize) -> Option<Packet> {
         return None;
     }
     put_v4(&mut key.vip, ld::<u32, QUOTE>(icmp, ICMP_LEN + ipv4::SRC));
-    put_v4(&mut key.client, ld::<u32, QUOTE>(icmp, ICMP_LEN + ipv4::DST));
+    put_v4(
+        &mut key.client,
+        ld::<u32, QUOTE>(icmp, ICMP_LEN + ipv4::DST),
+    );
     let tcp = ICMP_LEN + ipv4::LEN;
     key.vip_port = ld(icmp, tcp + TCP_SRC_PORT);
     key.client_port = ld(icmp, tcp + TCP_DST_PORT);

@@ -14,9 +14,7 @@ use director_common::{
         MAX_SERVICES,
     },
     rrl,
-    steer::{
-        Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS,
-    },
+    steer::{Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS},
 };
 
 #[map]

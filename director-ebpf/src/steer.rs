@@ -10,8 +10,10 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use director_common::{
-    maps::{DecisionKeyV4, DecisionKeyV6, MAX_CANDIDATES, MAX_CHOICES, SERVICE_ACTIVE, SERVICE_BITS},
     handover::Slot,
+    maps::{
+        DecisionKeyV4, DecisionKeyV6, MAX_CANDIDATES, MAX_CHOICES, SERVICE_ACTIVE, SERVICE_BITS,
+    },
     rrl::Verdict,
     select,
     steer::{self, Count, Flow, Forward, VipKey, FLOW_FROM_MIDSTREAM, FLOW_MOVED},
@@ -51,7 +53,7 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
         proto: p.key.proto,
     };
     // SAFETY: the map's value, valid for this run.
-    let vip = *unsafe { DIR_VIPS.get(&vip_key) }.ok_or(None)?;
+    let vip = *unsafe { DIR_VIPS.get(vip_key) }.ok_or(None)?;
     if !for_this_edge(ctx) {
         return Err(None);
     }
@@ -81,7 +83,7 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
     );
     let fam = flow as u64 | (v6 as u64) << 32;
 
-    let entry = DIR_FLOWS.get_ptr_mut(&p.key);
+    let entry = DIR_FLOWS.get_ptr_mut(p.key);
     let kept = match entry {
         // SAFETY: the map's value for this key, valid for this run.
         Some(f) => {
@@ -155,7 +157,7 @@ fn record(p: &l4::Packet, service: u32, server: u16) {
         _pad: 0,
         since_ns: now,
     };
-    let _ = DIR_FLOWS.insert(&p.key, &flow, BPF_ANY as u64);
+    let _ = DIR_FLOWS.insert(p.key, flow, BPF_ANY as u64);
 }
 
 /// Whether a pinned flow's server still takes it: up (drained is fine: it keeps its flows)
@@ -165,9 +167,7 @@ fn alive(service: u32, server: u16, v6: bool) -> bool {
     DIR_SERVERS
         .get(server as u32)
         .is_some_and(|s| s.is_up() && s.has_family(v6))
-        && DIR_HEALTH
-            .get(service)
-            .is_some_and(|h| !h.is_down(server))
+        && DIR_HEALTH.get(service).is_some_and(|h| !h.is_down(server))
 }
 
 /// The server a new flow of `service` from the client (`lo`, `hi`: its address words)
@@ -194,7 +194,13 @@ fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u32 {
         }
     } else {
         let b = (lo as u32).to_ne_bytes();
-        let key = Key::new(SERVICE_BITS + 32, DecisionKeyV4 { service: svc, addr: b });
+        let key = Key::new(
+            SERVICE_BITS + 32,
+            DecisionKeyV4 {
+                service: svc,
+                addr: b,
+            },
+        );
         if table == 0 {
             DIR_DEC4_A.get(&key)
         } else {
