@@ -18,7 +18,7 @@ use aya::programs::{TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use director_common::maps::PROGRAM;
 use director_common::select::Mode;
-use director_common::steer::{Forward, Hop, Hops};
+use director_common::steer::{Forward, GuardLimit, Hop, Hops};
 use director_ctl::kernel::{program, Maps};
 use director_ctl::ops::{self, steer::VipSettings};
 use director_tests::fixture::route_set;
@@ -59,7 +59,7 @@ struct Loaded {
     ebpf: Ebpf,
     maps: Maps,
     // Last: the pins go after the descriptors are closed.
-    _pins: PinDir,
+    pins: PinDir,
 }
 
 impl Loaded {
@@ -75,11 +75,7 @@ impl Loaded {
             p.load().with_context(|| format!("loading {name}"))?;
         }
         let maps = Maps::open(pins.path())?;
-        Ok(Loaded {
-            ebpf,
-            maps,
-            _pins: pins,
-        })
+        Ok(Loaded { ebpf, maps, pins })
     }
 
     fn xdp(&self, name: &str) -> Result<&Xdp> {
@@ -243,6 +239,8 @@ enum Frames<'a> {
 
 struct Row {
     packet: String,
+    /// director's own row (not a floor's).
+    director: bool,
     method: Method,
     frames: u32,
     ns: Spread,
@@ -315,6 +313,7 @@ impl Bench<'_> {
             .collect::<Result<Vec<f64>>>()?;
         Ok(Row {
             packet: packet.into(),
+            director: prog == PROGRAM,
             method,
             frames: match method {
                 Method::Repeat => self.o.packets,
@@ -455,6 +454,25 @@ fn measure(o: &Options) -> Result<Table> {
         new == fresh && guarded == 0,
         "{fresh} fresh SYNs, {new} new flows, {guarded} guarded: not the recording path"
     );
+    // The same fresh SYNs with the flood guard refusing every record: the choice and the
+    // forwarding without the flow table's insert, to tell the two costs apart.
+    let guard = |limit| -> Result<()> { Maps::open(l.pins.path())?.steer_mut().set_guard(&limit) };
+    guard(GuardLimit::new(1, 1, 0, 32, 128))?;
+    let guarded_before = l.counter("guarded")?;
+    rows.push(b.row(
+        "l2: SYN, new flow, not recorded (guard)",
+        PROGRAM,
+        Method::Calls,
+        Frames::Fresh(&fresh_l2),
+        XDP_TX,
+        floors,
+    )?);
+    guard(GuardLimit::unlimited())?;
+    let refused = l.counter("guarded")? - guarded_before;
+    ensure!(
+        refused + 1 >= o.calls as u64 * o.runs as u64,
+        "the guard refused {refused} of the unrecorded flows' records"
+    );
     let insns = l.xdp(PROGRAM)?.info()?.verified_instruction_count();
     Ok(table(&rows, o, insns, new))
 }
@@ -492,7 +510,8 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, new_flows: u64) -> Table
             max,
             net.map_or("-".into(), ns),
             r.turnaround.map_or("-".into(), |fl| ns(r.ns.median - fl)),
-            net.map_or("-".into(), |n| {
+            // Only director's own rows compare with Katran's L4 path.
+            net.filter(|_| r.director).map_or("-".into(), |n| {
                 format!("{:.2}-{:.2}x", n / KATRAN_NS.1, n / KATRAN_NS.0)
             }),
         ]);
@@ -510,6 +529,10 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, new_flows: u64) -> Table
          counter; the flood guard stopped none; the flow table is an LRU, so it evicts too).",
         thousands(new_flows)
     ));
+    t.note(
+        "not recorded (guard): the flood guard set to refuse every record, so the new flow is \
+         chosen and forwarded without the flow table's insert.",
+    );
     t.note(
         "vs Katran: 'minus empty' (the program's own time) over Katran's 120 and 100 ns. 'minus \
          turn-around': over the program that only turns a DNS query around (the wire bench's ceiling).",
