@@ -470,7 +470,8 @@ fn measure(o: &Options) -> Result<Table> {
     guard(GuardLimit::unlimited())?;
     let refused = l.counter("guarded")? - guarded_before;
     ensure!(
-        refused + 1 >= o.calls as u64 * o.runs as u64,
+        // At one record a second, a few get through while the measurements run.
+        refused * 100 >= o.calls as u64 * o.runs as u64 * 99,
         "the guard refused {refused} of the unrecorded flows' records"
     );
     let insns = l.xdp(PROGRAM)?.info()?.verified_instruction_count();
