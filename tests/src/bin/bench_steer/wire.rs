@@ -661,31 +661,38 @@ pub fn run(seconds: u32, runs: usize) -> Result<()> {
     }
     eprintln!("section 2: setting up bs-* namespaces, nginx x3");
     let mut t = Topo::new()?;
-    let mut points = Vec::new();
-    let mut log = String::new();
-    let mut steer_stats = String::new();
-    for edge in [Edge::Director, Edge::Nat, Edge::Haproxy] {
-        eprintln!("section 2: {}", edge.name());
-        t.setup_edge(edge)?;
-        for close in [false, true] {
-            let mut samples = Vec::new();
-            for _ in 0..runs {
-                samples.push(wrk_once(&t, edge, close, seconds, &mut log)?);
-            }
-            points.push(Point {
+    let edges = [Edge::Director, Edge::Nat, Edge::Haproxy];
+    let mut points: Vec<Point> = edges
+        .iter()
+        .flat_map(|&edge| {
+            [false, true].map(|close| Point {
                 edge,
                 close,
-                samples,
-            });
+                samples: Vec::new(),
+            })
+        })
+        .collect();
+    let mut log = String::new();
+    let mut steer_stats = String::new();
+    // Rounds of all three edges rather than each edge's runs together: the machine's other
+    // load comes and goes, and then moves every edge's figures alike.
+    for round in 1..=runs {
+        for edge in edges {
+            eprintln!("section 2: round {round} of {runs}: {}", edge.name());
+            t.setup_edge(edge)?;
+            for p in points.iter_mut().filter(|p| p.edge == edge) {
+                p.samples
+                    .push(wrk_once(&t, edge, p.close, seconds, &mut log)?);
+            }
+            if edge == Edge::Director {
+                steer_stats = t.ctl(EDGE_NS, &["flows", "stats"])?;
+            }
+            t.teardown_edge(edge)?;
         }
-        if edge == Edge::Director {
-            steer_stats = t.ctl(EDGE_NS, &["flows", "stats"])?;
-        }
-        t.teardown_edge(edge)?;
     }
     drop(t);
     table(&points, seconds, runs).print();
-    println!("\n  director's steering counters after its runs (flows stats):");
+    println!("\n  director's steering counters after its last round (flows stats):");
     for l in steer_stats.lines() {
         println!("    {l}");
     }
@@ -697,7 +704,7 @@ fn table(points: &[Point], seconds: u32, runs: usize) -> Table {
     let mut t = Table::new(
         format!(
             "S2. HTTP to a VIP through an edge: wrk -t 1 -c {CONNECTIONS} -d {seconds}s, 3 nginx \
-             servers, {runs} runs each (median, min-max). Edge alone on CPU {EDGE_CPU}; wrk, \
+             servers, {runs} rounds of the three edges (median, min-max). Edge alone on CPU {EDGE_CPU}; wrk, \
              nginx, bridge on CPU {CLIENT_CPU}. Aim: the least edge CPU per connection."
         ),
         &[
