@@ -64,6 +64,44 @@ fn zero_weights_share_evenly_or_lose() {
     assert_eq!(rendezvous(&with_fallback, 0b101, 7), Some(0));
 }
 
+/// The winner by the weighted formula itself, for any weights: the lowest
+/// -log2(u) / w, ties to the lower rank.
+fn by_logarithm(d: &Decision, pool: u32, flow: u32) -> Option<usize> {
+    (0..MAX_CANDIDATES)
+        .filter(|i| pool >> i & 1 == 1)
+        .min_by_key(|&i| {
+            let w = u64::from(d.weights[i].max(1));
+            ((neg_log2(candidate_hash(flow, d.servers[i])) << 40) / w, i)
+        })
+}
+
+#[test]
+fn the_choice_is_the_lowest_weighted_score() {
+    for weights in [[5, 5, 5, 5], [1, 2, 3, 4], [7, 0, 7, 1]] {
+        let servers: Vec<(u16, u16)> = [4, 9, 2, 7].into_iter().zip(weights).collect();
+        let d = decision(&servers, 4);
+        let pool = (0..4)
+            .filter(|&i| weights[i] > 0)
+            .fold(0, |m, i| m | 1 << i);
+        for flow in 0..5_000u32 {
+            let flow = flow.wrapping_mul(0x9e37_79b9);
+            assert_eq!(
+                rendezvous(&d, 0xf, flow),
+                by_logarithm(&d, pool, flow),
+                "weights {weights:?}, flow {flow}"
+            );
+        }
+    }
+}
+
+#[test]
+fn one_usable_primary_takes_every_flow() {
+    let d = decision(&[(4, 1), (9, 3), (2, 1)], 3);
+    for flow in 0..1000 {
+        assert_eq!(rendezvous(&d, 0b010, flow), Some(1));
+    }
+}
+
 #[test]
 fn falls_back_in_rank_order() {
     let d = decision(&[(1, 1), (2, 1), (3, 1), (4, 1)], 2);
