@@ -10,24 +10,12 @@
 //!
 //! Drop stops every nginx it started, by pid, and deletes the namespace (and so the link).
 
-use std::{
-    collections::BTreeMap,
-    fs,
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, fs, process::Command};
 
 use crate::netns::Lab;
+use crate::nginx::Nginx;
 
 pub const EDGE_SIDE_V4: &str = "203.0.113.1";
-
-/// One nginx: a server's address and port, answering `/health` with its name.
-struct Nginx {
-    child: Option<Child>,
-    dir: PathBuf,
-}
 
 pub struct Farm {
     pub ns: String,
@@ -130,65 +118,30 @@ impl Farm {
         // A stopped one's directory goes first: it is the same directory.
         self.nginx.remove(&(server.to_string(), port));
         let dir = std::env::temp_dir().join(format!("{}-nginx-{server}-{port}", self.ns));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("nginx dir");
-        let d = dir.display();
-        let conf = format!(
-            "master_process off;\ndaemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-             error_log {d}/error.log;\nevents {{ worker_connections 4096; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n\
-               proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
-               uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               server {{\n    listen {addr}:{port};\n\
-                 location = /health {{ return 200 \"{server} ok\\n\"; }}\n\
-                 location = /load {{ default_type text/plain; alias {d}/load.txt; }}\n\
-                 location / {{ return 200 \"{server}\\n\"; }}\n  }}\n}}\n"
-        );
-        fs::write(dir.join("nginx.conf"), conf).expect("nginx.conf");
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", self.ns))
-            .args(["nginx", "-c"])
-            .arg(dir.join("nginx.conf"))
-            .args(["-p"])
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting nginx");
-        self.nginx.insert(
-            (server.to_string(), port),
-            Nginx {
-                child: Some(child),
-                dir: dir.clone(),
-            },
+        let d = dir.display().to_string();
+        let http = format!(
+            "  server {{\n    listen {addr}:{port};\n\
+               location = /health {{ return 200 \"{server} ok\\n\"; }}\n\
+               location = /load {{ default_type text/plain; alias {d}/load.txt; }}\n\
+               location / {{ return 200 \"{server}\\n\"; }}\n  }}\n"
         );
         let probe = if addr == "[::]" { "::1" } else { addr };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ok = Command::new("nsenter")
-                .arg(format!("--net=/run/netns/{}", self.ns))
-                .args(["bash", "-c", &format!("exec 3<>/dev/tcp/{probe}/{port}")])
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "nginx for {server} on port {port} not listening after 10 s: {}",
-                fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-            );
-            sleep(Duration::from_millis(50));
-        }
+        let nginx = Nginx::start(
+            &self.ns,
+            dir,
+            &http,
+            (probe, port),
+            &format!("for {server} on port {port}"),
+        );
+        self.nginx.insert((server.to_string(), port), nginx);
     }
 
     /// What the nginx for `server` on `port` answers at `/load`.
     pub fn set_load(&self, server: &str, port: u16, text: &str) {
         let n = &self.nginx[&(server.to_string(), port)];
-        let tmp = n.dir.join("load.tmp");
+        let tmp = n.dir().join("load.tmp");
         fs::write(&tmp, text).expect("load.tmp");
-        fs::rename(&tmp, n.dir.join("load.txt")).expect("load.txt");
+        fs::rename(&tmp, n.dir().join("load.txt")).expect("load.txt");
     }
 
     /// Stops the nginx for `server` on `port` (connections are then refused).
@@ -255,30 +208,6 @@ impl Farm {
     pub fn restore(&self, server: &str) {
         let a = format!("{}/32", self.addr(server));
         ip(&["-n", &self.ns, "addr", "add", &a, "dev", &self.srv_if]);
-    }
-}
-
-impl Nginx {
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -3,6 +3,7 @@ pub mod farm;
 pub mod fixture;
 pub mod metrics;
 pub mod netns;
+pub mod nginx;
 pub mod packets;
 pub mod pins;
 pub mod tempdir;

@@ -26,6 +26,7 @@ use std::{
 };
 
 use crate::netns::{describe, nsenter, run, run_ok, stop_child, Lab};
+use crate::nginx::Nginx;
 
 pub const VIP4: &str = "203.0.113.80";
 pub const VIP6: &str = "2001:db8:80::80";
@@ -52,18 +53,6 @@ pub struct VipNet {
     pub bridge_ns: String,
     pub server_ns: Vec<String>,
     nginx: Vec<Option<Nginx>>,
-}
-
-struct Nginx {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        stop_child(&mut self.child, Duration::from_secs(3));
-        let _ = fs::remove_dir_all(&self.dir);
-    }
 }
 
 fn ip(args: &[&str]) {
@@ -278,55 +267,19 @@ impl VipNet {
         let ns = &self.server_ns[i];
         let name = SERVERS[i];
         let dir = std::env::temp_dir().join(format!("{ns}-nginx"));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("nginx dir");
-        fs::write(dir.join("big"), vec![b'x'; BIG]).expect("nginx body");
-        let d = dir.display();
+        let d = dir.display().to_string();
         let (v4, v6) = (server_v4(i), server_v6(i));
-        let conf = format!(
-            "master_process off;\ndaemon off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-             error_log {d}/error.log;\nevents {{ worker_connections 4096; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n\
-               proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
-               uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               keepalive_requests 1000000;\n  keepalive_timeout 120s;\n\
+        let http = format!(
+            "  keepalive_requests 1000000;\n  keepalive_timeout 120s;\n\
                server {{\n    listen {VIP4}:{PORT};\n    listen [{VIP6}]:{PORT};\n\
                  listen {v4}:{PORT};\n    listen [{v6}]:{PORT};\n\
                  add_header X-Server {name} always;\n\
                  location = /big {{ default_type application/octet-stream; alias {d}/big; }}\n\
-                 location / {{ return 200 \"{name}\\n\"; }}\n  }}\n}}\n"
+                 location / {{ return 200 \"{name}\\n\"; }}\n  }}\n"
         );
-        fs::write(dir.join("nginx.conf"), conf).expect("nginx.conf");
-        let child = nsenter(ns, "nginx")
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .arg("-p")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting nginx");
-        self.nginx[i] = Some(Nginx {
-            child,
-            dir: dir.clone(),
-        });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ok =
-                run(nsenter(ns, "bash").args(["-c", &format!("exec 3<>/dev/tcp/{v4}/{PORT}")]))
-                    .status
-                    .success();
-            if ok {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "nginx on {name} not listening after 10 s: {}",
-                fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-            );
-            sleep(Duration::from_millis(50));
-        }
+        let nginx = Nginx::start(ns, dir, &http, (&v4, PORT), &format!("on {name}"));
+        fs::write(nginx.dir().join("big"), vec![b'x'; BIG]).expect("nginx body");
+        self.nginx[i] = Some(nginx);
     }
 
     /// Stops server `i`'s nginx (its port then refuses connections).
