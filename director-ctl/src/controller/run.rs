@@ -158,8 +158,17 @@ fn all_renamed(before: &[Stamp], now: &[Stamp]) -> bool {
 /// Waits until none of `files` changes over one `settle` interval: a file still being
 /// written is not read half-way (a writer that renames a finished file into place never
 /// makes this wait more than once). Bounded: after `max(5 s, 4 x settle)` the files are
-/// read as they are and the removal guard has the last word. Returns their stamps then.
+/// read as they are and the removal guard has the last word. Files whose mtime is already
+/// a `settle` interval old have stayed the same that long: no wait (start-up on inputs
+/// written long ago). Returns their stamps then.
 fn settled(files: &[PathBuf], mut last: Vec<Stamp>, settle: Duration) -> Vec<Stamp> {
+    let now = SystemTime::now();
+    let quiet = |s: &Stamp| {
+        s.is_some_and(|(.., mtime)| now.duration_since(mtime).is_ok_and(|age| age >= settle))
+    };
+    if last.iter().all(quiet) {
+        return last;
+    }
     let limit = Instant::now() + (4 * settle).max(Duration::from_secs(5));
     while Instant::now() < limit && !STOP.load(Ordering::Relaxed) {
         std::thread::sleep(settle);
@@ -933,5 +942,43 @@ extern "C" fn on_signal(sig: libc::c_int) {
 fn install_signals() {
     for sig in [libc::SIGHUP, libc::SIGUSR1, libc::SIGINT, libc::SIGTERM] {
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inputs written long ago are read at once; one just written is looked at again one
+    /// settle interval later before it is read.
+    #[test]
+    fn only_recently_written_files_are_waited_for() {
+        let dir = std::env::temp_dir().join(format!("director-settle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let old = dir.join("old.csv");
+        std::fs::write(&old, "192.0.2.0/24,fra,40\n").expect("writing");
+        let long_ago = SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .and_then(|f| f.set_modified(long_ago))
+            .expect("setting the mtime");
+        let files = [old.clone()];
+        let t = Instant::now();
+        settled(&files, stamps(&files), Duration::from_secs(30));
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "waited for an old file"
+        );
+
+        let fresh = dir.join("fresh.csv");
+        std::fs::write(&fresh, "192.0.2.0/24,fra,40\n").expect("writing");
+        let files = [old, fresh];
+        let settle = Duration::from_millis(200);
+        let t = Instant::now();
+        settled(&files, stamps(&files), settle);
+        let waited = t.elapsed();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(waited >= settle, "read a file written just now at once");
     }
 }

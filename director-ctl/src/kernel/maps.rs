@@ -765,31 +765,36 @@ impl Maps {
         self.set_switch(c)
     }
 
-    /// Removes the decisions of table `t` whose service `which` selects.
+    /// Removes the decisions of table `t` whose service `which` selects. The two families'
+    /// tries are emptied side by side (each has a lock of its own in the kernel).
     fn remove_decisions(&mut self, t: usize, which: impl Fn(u32) -> bool) -> Result<()> {
-        let keys: Vec<_> = self.dec4[t]
+        let keys4: Vec<_> = self.dec4[t]
             .keys()
             .collect::<Result<Vec<_>, _>>()
             .context("listing IPv4 decisions")?
             .into_iter()
             .filter(|k| which(u32::from_be_bytes(k.data().service)))
             .collect();
-        if !delete_batched(&self.batch4[t], &keys)? {
-            for k in keys {
-                self.dec4[t]
-                    .remove(&k)
-                    .context("removing an IPv4 decision")?;
-            }
-        }
-        let keys: Vec<_> = self.dec6[t]
+        let keys6: Vec<_> = self.dec6[t]
             .keys()
             .collect::<Result<Vec<_>, _>>()
             .context("listing IPv6 decisions")?
             .into_iter()
             .filter(|k| which(u32::from_be_bytes(k.data().service)))
             .collect();
-        if !delete_batched(&self.batch6[t], &keys)? {
-            for k in keys {
+        let (batched4, batched6) = side_by_side(
+            || delete_batched(&self.batch4[t], &keys4),
+            || delete_batched(&self.batch6[t], &keys6),
+        );
+        if !batched4? {
+            for k in keys4 {
+                self.dec4[t]
+                    .remove(&k)
+                    .context("removing an IPv4 decision")?;
+            }
+        }
+        if !batched6? {
+            for k in keys6 {
                 self.dec6[t]
                     .remove(&k)
                     .context("removing an IPv6 decision")?;
@@ -798,60 +803,19 @@ impl Maps {
         Ok(())
     }
 
-    /// Writes entries to table `t` in the given order: batched (BPF_MAP_UPDATE_BATCH, one
-    /// system call per chunk; the kernel still inserts them one at a time, in order), and
-    /// one by one where the kernel takes no batch.
+    /// Writes entries to table `t`, each family in the given order. The IPv4 and IPv6
+    /// tries are separate maps, each behind its own lock in the kernel, and an address
+    /// only ever looks in its own family's, so they are written side by side (the order
+    /// within a family is what keeps answers old-or-new; see [`update_order`]).
     fn put_all(&mut self, t: usize, entries: &[(u32, &IpNet, DecisionRef)]) -> Result<()> {
-        const CHUNK: usize = 4096;
-        let mut i = 0;
-        while i < entries.len() {
-            // A chunk of one family, keeping the order.
-            let v6 = matches!(entries[i].1, IpNet::V6(_));
-            let end = entries[i..]
-                .iter()
-                .take(CHUNK)
-                .position(|e| matches!(e.1, IpNet::V6(_)) != v6)
-                .map_or((i + CHUNK).min(entries.len()), |k| i + k);
-            let chunk = &entries[i..end];
-            let (mut keys, mut values) = (Vec::new(), Vec::new());
-            for (service, net, r) in chunk {
-                match key(*service, net) {
-                    DecisionKey::V4(k) => keys.extend_from_slice(pod_bytes(&k)),
-                    DecisionKey::V6(k) => keys.extend_from_slice(pod_bytes(&k)),
-                }
-                values.extend_from_slice(pod_bytes(r));
-            }
-            let map = if v6 { &self.batch6[t] } else { &self.batch4[t] };
-            match batch(
-                BPF_MAP_UPDATE_BATCH,
-                map,
-                &keys,
-                Some(&values),
-                chunk.len() as u32,
-            ) {
-                Ok(()) => {}
-                Err(e) if batch_unsupported(&e) => {
-                    for (service, net, r) in chunk {
-                        self.put(t, *service, net, *r)?;
-                    }
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!("writing {} decisions from {}", chunk.len(), chunk[0].1)
-                    })
-                }
-            }
-            i = end;
-        }
-        Ok(())
-    }
-
-    fn put(&mut self, t: usize, service: u32, net: &IpNet, r: DecisionRef) -> Result<()> {
-        match key(service, net) {
-            DecisionKey::V4(k) => self.dec4[t].insert(&k, r, 0),
-            DecisionKey::V6(k) => self.dec6[t].insert(&k, r, 0),
-        }
-        .with_context(|| format!("writing the decision for {net}"))
+        let (v4, v6): (Vec<_>, Vec<_>) = entries
+            .iter()
+            .partition(|(_, net, _)| matches!(net, IpNet::V4(_)));
+        let (r4, r6) = side_by_side(
+            || put_family(&self.batch4[t], &v4),
+            || put_family(&self.batch6[t], &v6),
+        );
+        r4.and(r6)
     }
 
     fn delete(&mut self, t: usize, service: u32, net: &IpNet) -> Result<()> {
@@ -1105,6 +1069,94 @@ pub fn update_order<'a>(
     (put, delete)
 }
 
+/// Runs `a` here and `b` on a second thread; both results.
+fn side_by_side<A: Send, B: Send>(
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    std::thread::scope(|s| {
+        let other = s.spawn(b);
+        let first = a();
+        let second = other
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (first, second)
+    })
+}
+
+/// Writes one family's entries into its trie, in order: batched (BPF_MAP_UPDATE_BATCH, one
+/// system call per chunk; the kernel still inserts them one at a time, in order), and one
+/// by one where the kernel takes no batch.
+fn put_family(map: &MapData, entries: &[&(u32, &IpNet, DecisionRef)]) -> Result<()> {
+    const CHUNK: usize = 4096;
+    for chunk in entries.chunks(CHUNK) {
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        for (service, net, r) in chunk {
+            match key(*service, net) {
+                DecisionKey::V4(k) => keys.extend_from_slice(pod_bytes(&k)),
+                DecisionKey::V6(k) => keys.extend_from_slice(pod_bytes(&k)),
+            }
+            values.extend_from_slice(pod_bytes(r));
+        }
+        let failed = |e: std::io::Error, n: usize, first: &IpNet| {
+            anyhow::Error::from(e).context(format!("writing {n} decisions from {first}"))
+        };
+        match batch(
+            BPF_MAP_UPDATE_BATCH,
+            map,
+            &keys,
+            Some(&values),
+            chunk.len() as u32,
+        ) {
+            Ok(()) => {}
+            Err(e) if batch_unsupported(&e) => {
+                let (k, v) = (keys.len() / chunk.len(), values.len() / chunk.len());
+                for (i, (_, net, _)) in chunk.iter().enumerate() {
+                    update_one(map, &keys[i * k..][..k], &values[i * v..][..v])
+                        .map_err(|e| failed(e, 1, net))?;
+                }
+            }
+            Err(e) => return Err(failed(e, chunk.len(), chunk[0].1)),
+        }
+    }
+    Ok(())
+}
+
+/// One BPF_MAP_UPDATE_ELEM (any flags: insert or replace).
+fn update_one(map: &MapData, key: &[u8], value: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::{AsFd, AsRawFd};
+    /// The map-element member of `union bpf_attr`.
+    #[repr(C)]
+    struct ElemAttr {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        value: u64,
+        flags: u64,
+    }
+    let mut attr = ElemAttr {
+        map_fd: map.fd().as_fd().as_raw_fd() as u32,
+        _pad: 0,
+        key: key.as_ptr() as u64,
+        value: value.as_ptr() as u64,
+        flags: 0,
+    };
+    // SAFETY: attr is a valid bpf_attr prefix of the size given; key and value hold one
+    // element of the map's key and value sizes and outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_ELEM,
+            &mut attr as *mut ElemAttr,
+            size_of::<ElemAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The bytes of a plain-old-data value (map keys and values are `#[repr(C)]`).
 fn pod_bytes<T: Copy>(v: &T) -> &[u8] {
     // SAFETY: T is a repr(C) map key or value without padding bytes that could be
@@ -1112,6 +1164,7 @@ fn pod_bytes<T: Copy>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
 }
 
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 

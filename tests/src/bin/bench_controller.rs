@@ -413,6 +413,13 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
             "server set --down -> table re-sorted",
             format!("{converged:.2} s (every decision sorted again without it)"),
         ),
+        Row(
+            "run's first apply",
+            log.lines()
+                .find(|l| l.contains("entries written"))
+                .unwrap_or("")
+                .to_string(),
+        ),
         Row("run's log", log.lines().last().unwrap_or("").to_string()),
     ])
 }
