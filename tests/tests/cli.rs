@@ -246,3 +246,46 @@ fn a_closed_pipe_ends_output_quietly() {
         describe(&out)
     );
 }
+
+/// The MAC of `ifname` in `ns`, as `ip` prints it.
+fn mac_of(ns: &str, ifname: &str) -> String {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "link", "show", "dev", ifname])
+        .output()
+        .expect("running ip");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
+    v[0]["address"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no address for {ifname} in {ns}: {v}"))
+        .to_string()
+}
+
+/// `nexthop` reads one neighbour entry by its address: a neighbour never seen is resolved
+/// (the kernel is nudged) and named by its MAC, for both families; an address nobody holds
+/// on the segment is an error that names it.
+#[test]
+fn nexthop_names_the_neighbour_resolving_it_first() {
+    let lab = Lab::new();
+    let client_mac = mac_of(&lab.client_ns, &lab.client_if);
+    let edge_mac = mac_of(&lab.edge_ns, &lab.edge_if);
+    for addr in [
+        director_tests::netns::CLIENT_V4,
+        director_tests::netns::CLIENT_V6,
+    ] {
+        let out = lab.ctl(&["nexthop", addr, "--json"]);
+        assert!(out.status.success(), "nexthop {addr}: {}", describe(&out));
+        let hop: api::Nexthop = serde_json::from_slice(&out.stdout).expect("nexthop --json");
+        assert_eq!(hop.address.to_string(), addr);
+        assert_eq!(hop.iface, lab.edge_if);
+        assert_eq!(hop.dst_mac, client_mac, "{addr}");
+        assert_eq!(hop.src_mac, edge_mac, "{addr}");
+        assert_eq!(hop.gateway, None);
+    }
+    let out = lab.ctl(&["nexthop", "192.0.2.77"]);
+    assert!(!out.status.success(), "an absent neighbour resolved");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("192.0.2.77") && err.contains("did not resolve"),
+        "{err}"
+    );
+}

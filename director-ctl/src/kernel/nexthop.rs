@@ -164,14 +164,27 @@ impl Resolver {
     }
 
     /// The neighbour's MAC when its entry is usable; `None` while it is unknown, being
-    /// resolved or failed.
+    /// resolved or failed. One entry asked for by its address (RTM_GETNEIGH with NDA_DST),
+    /// not a dump of the table: `run` asks for every server's each second.
     fn neighbour(&mut self, ifindex: u32, addr: IpAddr) -> Result<Option<[u8; 6]>> {
         let mut m = NeighbourMessage::default();
         m.header.family = family(addr);
         m.header.ifindex = ifindex;
-        let replies = self
-            .ask(RouteNetlinkMessage::GetNeighbour(m), true)
-            .context("reading the neighbour table")?;
+        m.attributes
+            .push(NeighbourAttribute::Destination(NeighbourAddress::from(
+                addr,
+            )));
+        let replies = match self.ask(RouteNetlinkMessage::GetNeighbour(m), false) {
+            Ok(r) => r,
+            Err(e)
+                if e.downcast_ref::<std::io::Error>()
+                    .and_then(std::io::Error::raw_os_error)
+                    == Some(libc::ENOENT) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading the neighbour {addr}")),
+        };
         for r in replies {
             let RouteNetlinkMessage::NewNeighbour(n) = r else {
                 continue;
