@@ -546,6 +546,8 @@ pub enum Event {
         /// Entries written or deleted to get there (0 on a restart with the same inputs).
         written: usize,
         saved: usize,
+        /// Reading the inputs (BGP, GeoIP, RTT, locations).
+        load_s: f64,
         compute_s: f64,
         apply_s: f64,
     },

@@ -269,8 +269,9 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         .map(|t| t.2.entries.len())
         .sum::<usize>();
     let saved = computed.tables.iter().map(|t| t.2.saved).sum::<usize>();
-    let (prefixes, compute_s, apply_s) = (
+    let (prefixes, load_s, compute_s, apply_s) = (
         computed.prefixes,
+        data.load_time.as_secs_f64(),
         computed.seconds,
         t.elapsed().as_secs_f64(),
     );
@@ -280,12 +281,13 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
             entries,
             written,
             saved,
+            load_s,
             compute_s,
             apply_s,
         },
         format!(
             "{prefixes} prefixes, {entries} entries ({saved} saved), {written} entries written \
-             in {compute_s:.1} s compute + {apply_s:.1} s apply"
+             in {load_s:.1} s read + {compute_s:.1} s compute + {apply_s:.1} s apply"
         ),
     );
     let table = metrics::SharedTable::default();
