@@ -811,6 +811,11 @@ impl Maps {
         let (v4, v6): (Vec<_>, Vec<_>) = entries
             .iter()
             .partition(|(_, net, _)| matches!(net, IpNet::V4(_)));
+        // A small update is often of one family: no thread for the other.
+        if v4.is_empty() || v6.is_empty() {
+            put_family(&self.batch4[t], &v4)?;
+            return put_family(&self.batch6[t], &v6);
+        }
         let (r4, r6) = side_by_side(
             || put_family(&self.batch4[t], &v4),
             || put_family(&self.batch6[t], &v6),
