@@ -74,6 +74,28 @@ impl Compressor {
         self.stack.push((p, d));
     }
 
+    /// Takes `p`, decided `d`, as an ancestor already pushed before (by another run over
+    /// the prefixes before this one's): compared with, never written.
+    pub fn seed(&mut self, p: IpNet, mut d: Decision) {
+        while self.stack.last().is_some_and(|(a, _)| !a.contains(&p)) {
+            self.stack.pop();
+        }
+        d.prefix_len = p.prefix_len();
+        self.stack.push((p, d));
+    }
+
+    /// What was kept so far (before the minimal construction).
+    #[cfg(test)]
+    pub fn kept(&self) -> &Table {
+        &self.out
+    }
+
+    /// Appends what `next`, a run over the prefixes right after this one's, kept.
+    pub fn append(&mut self, next: Compressor) {
+        self.out.entries.extend(next.out.entries);
+        self.out.saved += next.out.saved;
+    }
+
     /// The minimal table for what was pushed (the entries kept so far already give every
     /// address its decision; the minimal construction merges what they leave apart).
     /// Checked against them before it is returned (see [`equivalent_by`]): a table that

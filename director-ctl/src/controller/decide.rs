@@ -251,32 +251,24 @@ fn all_prefixes(data: &Data) -> Vec<IpNet> {
 
 /// Decisions for every prefix and service, sorting only the servers not in `down`.
 pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &Unavailable) -> Result<Computed> {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    compute_in(cfg, data, ids, down, threads)
+}
+
+/// As [`compute`], the prefixes cut into `runs` consecutive runs decided side by side, one
+/// thread each (the decisions are most of the time at full scale). The result does not
+/// depend on `runs`.
+pub fn compute_in(
+    cfg: &Config,
+    data: &Data,
+    ids: &Ids,
+    down: &Unavailable,
+    runs: usize,
+) -> Result<Computed> {
     let start = Instant::now();
     let plans = plans(cfg, ids, down)?;
     let prefixes = all_prefixes(data);
-    let mut routes: Vec<Sweep<'_, Route>> =
-        data.sites.iter().map(|s| Sweep::new(&s.routes)).collect();
-    let mut rtts: Vec<Sweep<'_, Rtt>> = data.sites.iter().map(|s| Sweep::new(&s.rtt)).collect();
-    let mut locs = Sweep::new(&data.locations);
-    let mut out: Vec<Compressor> = plans.iter().map(|_| Compressor::default()).collect();
-    let mut views = vec![SiteView::default(); data.sites.len()];
-    let mut cands = Vec::with_capacity(8);
-    let mut ranking = Ranking::new();
-    for p in &prefixes {
-        let loc = locs.at(p);
-        for (i, site) in data.sites.iter().enumerate() {
-            views[i] = SiteView {
-                route: routes[i].at(p),
-                rtt: rtts[i].at(p).copied(),
-                geo: loc.and_then(|l| data.geo_km(site, l)),
-            };
-        }
-        for (plan, c) in plans.iter().zip(out.iter_mut()) {
-            candidates(plan, data, &views, &mut cands);
-            let d: Decision = engine::decide(&plan.policy, &cands, p.prefix_len(), &mut ranking);
-            c.push(*p, d);
-        }
-    }
+    let out = decide_all(&plans, data, &prefixes, runs);
     // The services' minimal tables are built and checked on as many threads as there are
     // CPUs (not more: each holds its trie while it works).
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -310,6 +302,92 @@ pub fn compute(cfg: &Config, data: &Data, ids: &Ids, down: &Unavailable) -> Resu
         all: prefixes,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Every service's compressor over all `prefixes`, decided in `runs` consecutive runs side
+/// by side and joined in order.
+fn decide_all(
+    plans: &[ServicePlan],
+    data: &Data,
+    prefixes: &[IpNet],
+    runs: usize,
+) -> Vec<Compressor> {
+    let runs = runs.clamp(1, 64);
+    let bounds: Vec<usize> = (0..=runs).map(|i| i * prefixes.len() / runs).collect();
+    let pieces: Vec<Vec<Compressor>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = bounds
+            .windows(2)
+            .map(|w| {
+                let (from, to) = (w[0], w[1]);
+                scope.spawn(move || decide_run(plans, data, prefixes, from, to))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut out: Vec<Compressor> = plans.iter().map(|_| Compressor::default()).collect();
+    for piece in pieces {
+        for (all, run) in out.iter_mut().zip(piece) {
+            all.append(run);
+        }
+    }
+    out
+}
+
+/// Each service's compressor over `prefixes[from..to]`, as one pass over all prefixes
+/// would leave it for them: it starts from the prefixes before `from` that cover
+/// `prefixes[from]` (decided again here, not written), which is all a pass keeps of what
+/// came before (everything else before `from` lies outside what follows).
+fn decide_run(
+    plans: &[ServicePlan],
+    data: &Data,
+    prefixes: &[IpNet],
+    from: usize,
+    to: usize,
+) -> Vec<Compressor> {
+    let mut routes: Vec<Sweep<'_, Route>> =
+        data.sites.iter().map(|s| Sweep::new(&s.routes)).collect();
+    let mut rtts: Vec<Sweep<'_, Rtt>> = data.sites.iter().map(|s| Sweep::new(&s.rtt)).collect();
+    let mut locs = Sweep::new(&data.locations);
+    let mut out: Vec<Compressor> = plans.iter().map(|_| Compressor::default()).collect();
+    let mut views = vec![SiteView::default(); data.sites.len()];
+    let mut cands = Vec::with_capacity(8);
+    let mut ranking = Ranking::new();
+    let covering = prefixes
+        .get(from)
+        .filter(|_| from < to)
+        .map_or_else(Vec::new, |p| covering_before(&prefixes[..from], p));
+    let seeds = covering.iter().map(|p| (p, true));
+    for (p, seed) in seeds.chain(prefixes[from..to].iter().map(|p| (p, false))) {
+        let loc = locs.at(p);
+        for (i, site) in data.sites.iter().enumerate() {
+            views[i] = SiteView {
+                route: routes[i].at(p),
+                rtt: rtts[i].at(p).copied(),
+                geo: loc.and_then(|l| data.geo_km(site, l)),
+            };
+        }
+        for (plan, c) in plans.iter().zip(out.iter_mut()) {
+            candidates(plan, data, &views, &mut cands);
+            let d: Decision = engine::decide(&plan.policy, &cands, p.prefix_len(), &mut ranking);
+            if seed {
+                c.seed(*p, d);
+            } else {
+                c.push(*p, d);
+            }
+        }
+    }
+    out
+}
+
+/// The prefixes of `before` (sorted) that cover `p`, in sweep order.
+fn covering_before(before: &[IpNet], p: &IpNet) -> Vec<IpNet> {
+    (0..p.prefix_len())
+        .filter_map(|len| IpNet::new(p.addr(), len).ok().map(|q| q.trunc()))
+        .filter(|q| before.binary_search_by_key(&sort_key(q), sort_key).is_ok())
+        .collect()
 }
 
 /// Decisions for the client networks under `root` (inclusive) only, after an input
@@ -354,4 +432,148 @@ pub fn subtree(
         }
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::model::{GeoPoint, Location};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const CONFIG: &str = r#"
+[[site]]
+name = "a"
+[[site]]
+name = "b"
+[[site]]
+name = "c"
+[[server]]
+name = "a-1"
+site = "a"
+ipv4 = "198.51.100.1"
+[[server]]
+name = "b-1"
+site = "b"
+ipv4 = "198.51.100.2"
+[[server]]
+name = "c-1"
+site = "c"
+ipv4 = "198.51.100.3"
+[[service]]
+name = "www.example.com"
+servers = ["a-1", "b-1", "c-1"]
+priority = { rtt = 1, geo = 2 }
+[[service]]
+name = "api.example.com"
+servers = ["a-1", "b-1", "c-1"]
+priority = { geo = 1 }
+"#;
+
+    /// Nested and neighbouring prefixes of both families, each once, in sweep order, with
+    /// a value each.
+    fn arb_prefixes<V: std::fmt::Debug + Clone>(
+        value: impl Strategy<Value = V> + Clone,
+    ) -> impl Strategy<Value = Vec<(IpNet, V)>> {
+        // Few distinct high bits, so that prefixes nest and neighbour.
+        let v4 = (0u32..16, 0u8..=32, value.clone()).prop_map(|(hi, len, v)| {
+            let net = IpNet::new(std::net::Ipv4Addr::from(hi << 28 | hi << 20).into(), len)
+                .map(|n| n.trunc());
+            (net, v)
+        });
+        let v6 = (0u128..8, 0u8..=64, value).prop_map(|(hi, len, v)| {
+            let net = IpNet::new(std::net::Ipv6Addr::from(hi << 122 | hi << 100).into(), len)
+                .map(|n| n.trunc());
+            (net, v)
+        });
+        proptest::collection::vec(prop_oneof![v4, v6], 0..60).prop_map(|v| {
+            let m: BTreeMap<(u8, u128, u8), (IpNet, V)> = v
+                .into_iter()
+                .filter_map(|(n, v)| n.ok().map(|n| (sort_key(&n), (n, v))))
+                .collect();
+            m.into_values().collect()
+        })
+    }
+
+    fn data(rtt: [Vec<(IpNet, u64)>; 3], locations: Vec<(IpNet, (i16, i16))>) -> Data {
+        let points = [(50.0, 8.6), (38.9, -77.0), (1.35, 103.9)];
+        Data {
+            sites: rtt
+                .into_iter()
+                .zip(points)
+                .map(|(r, (lat, lon))| SiteData {
+                    routes: Vec::new(),
+                    igp: HashMap::new(),
+                    asn: None,
+                    point: Some(GeoPoint { lat, lon }),
+                    graph: None,
+                    rtt: r.into_iter().map(|(p, ms)| (p, Rtt(ms))).collect(),
+                })
+                .collect(),
+            locations: locations
+                .into_iter()
+                .map(|(p, (lat, lon))| {
+                    let point = GeoPoint {
+                        lat: f64::from(lat % 90),
+                        lon: f64::from(lon % 180),
+                    };
+                    (p, Location::Point(point))
+                })
+                .collect(),
+            graph_points: Vec::new(),
+            summary: api::Inputs::default(),
+            load_time: std::time::Duration::ZERO,
+        }
+    }
+
+    proptest! {
+        /// Deciding the prefixes in several runs side by side gives exactly the tables one
+        /// pass gives, wherever the runs are cut (a cut inside a prefix's subtree included).
+        #[test]
+        fn runs_side_by_side_give_what_one_pass_gives(
+            rtt_a in arb_prefixes(1u64..400_000),
+            rtt_b in arb_prefixes(1u64..400_000),
+            rtt_c in arb_prefixes(1u64..400_000),
+            locations in arb_prefixes((any::<i16>(), any::<i16>())),
+            runs in 2usize..9,
+        ) {
+            let cfg = Config::parse(CONFIG).expect("the test config");
+            let ids = Ids::positional(&cfg);
+            let d = data([rtt_a, rtt_b, rtt_c], locations);
+            let one = compute_in(&cfg, &d, &ids, &Default::default(), 1).expect("one run");
+            let many = compute_in(&cfg, &d, &ids, &Default::default(), runs).expect("runs");
+            prop_assert_eq!(&one.all, &many.all);
+            prop_assert_eq!(one.tables, many.tables);
+            // What each run keeps before the minimal construction is what one pass keeps
+            // (the construction alone would hide a run that kept more than it needs).
+            let plans = plans(&cfg, &ids, &Default::default()).expect("plans");
+            let whole = decide_all(&plans, &d, &one.all, 1);
+            let parts = decide_all(&plans, &d, &one.all, runs);
+            for (a, b) in whole.iter().zip(&parts) {
+                prop_assert_eq!(a.kept(), b.kept());
+            }
+        }
+    }
+
+    #[test]
+    fn the_prefixes_covering_one_are_found_in_order() {
+        let mut all: Vec<IpNet> = [
+            "0.0.0.0/0",
+            "10.0.0.0/8",
+            "10.1.0.0/16",
+            "10.2.0.0/16",
+            "11.0.0.0/8",
+        ]
+        .iter()
+        .map(|s| s.parse().expect("a prefix"))
+        .collect();
+        all.sort_by_key(sort_key);
+        let p: IpNet = "10.1.2.0/24".parse().expect("a prefix");
+        let want: Vec<IpNet> = ["0.0.0.0/0", "10.0.0.0/8", "10.1.0.0/16"]
+            .iter()
+            .map(|s| s.parse().expect("a prefix"))
+            .collect();
+        assert_eq!(covering_before(&all, &p), want);
+        assert!(covering_before(&all[..1], &"::/1".parse().expect("a prefix")).is_empty());
+    }
 }
