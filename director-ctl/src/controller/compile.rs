@@ -101,6 +101,14 @@ impl Compressor {
     /// Checked against them before it is returned (see [`equivalent_by`]): a table that
     /// answered any address otherwise is an error, never written.
     pub fn finish(self) -> anyhow::Result<Table> {
+        let interned = self.intern();
+        let parts = [0, 1].map(|f| interned.minimize(f));
+        let [v4, v6] = parts;
+        Ok(interned.assemble([v4?, v6?]))
+    }
+
+    /// The kept entries as small ids, split by family, for [`Interned::minimize`].
+    pub fn intern(self) -> Interned {
         let inputs = self.out.entries.len() + self.out.saved;
         // Decisions become small ids first, and the full values are dropped: at full
         // scale that halves what each service's construction holds at once.
@@ -112,23 +120,59 @@ impl Compressor {
             .map(|(p, d)| (p, ids.id(&d)))
             .collect();
         let split = table.partition_point(|(p, _)| matches!(p, IpNet::V4(_)));
-        let mut entries = Vec::with_capacity(table.len() / 4);
-        for (part, root) in [(&table[..split], "0.0.0.0/0"), (&table[split..], "::/0")] {
-            if part.is_empty() {
-                continue;
-            }
-            let root: IpNet = root.parse().expect("a root prefix");
-            let mut e = minimal::minimize_under(root, part, u32::MAX);
-            minimal::set_scopes(&mut e);
-            let min: Vec<(IpNet, minimal::Id)> = e.iter().map(|(p, id, _)| (*p, *id)).collect();
-            equivalent_by(part, &min, |a, b| a == b)
-                .map_err(|e| anyhow::anyhow!("internal error in the minimal table: {e}"))?;
-            entries.extend(e.into_iter().map(|(p, id, scope)| (p, ids.get(id, scope))));
+        let mut v4 = table;
+        let v6 = v4.split_off(split);
+        Interned {
+            ids,
+            parts: [v4, v6],
+            inputs,
         }
-        Ok(Table {
-            saved: inputs.saturating_sub(entries.len()),
+    }
+}
+
+/// One service's kept entries as ids, IPv4 and IPv6 apart: the minimal construction works
+/// on each family alone, so the parts of several services can be built side by side.
+pub struct Interned {
+    ids: Interner,
+    parts: [Vec<(IpNet, minimal::Id)>; 2],
+    inputs: usize,
+}
+
+impl Interned {
+    /// How many kept entries family `f` (0: IPv4, 1: IPv6) has: its construction's size.
+    pub fn part_len(&self, f: usize) -> usize {
+        self.parts[f & 1].len()
+    }
+
+    /// The minimal entries of family `f` (0: IPv4, 1: IPv6) with their ECS scopes, checked
+    /// to answer every address as the kept entries do.
+    pub fn minimize(&self, f: usize) -> anyhow::Result<Vec<minimal::Entry>> {
+        let part = &self.parts[f & 1];
+        if part.is_empty() {
+            return Ok(Vec::new());
+        }
+        let root: IpNet = if f & 1 == 0 { "0.0.0.0/0" } else { "::/0" }
+            .parse()
+            .expect("a root prefix");
+        let mut e = minimal::minimize_under(root, part, u32::MAX);
+        minimal::set_scopes(&mut e);
+        let min: Vec<(IpNet, minimal::Id)> = e.iter().map(|(p, id, _)| (*p, *id)).collect();
+        equivalent_by(part, &min, |a, b| a == b)
+            .map_err(|e| anyhow::anyhow!("internal error in the minimal table: {e}"))?;
+        Ok(e)
+    }
+
+    /// The service's table from its families' minimal entries (IPv4, IPv6).
+    pub fn assemble(self, parts: [Vec<minimal::Entry>; 2]) -> Table {
+        let entries: Vec<(IpNet, Decision)> = parts
+            .into_iter()
+            .flatten()
+            .map(|(p, id, scope)| (p, self.ids.get(id, scope)))
+            .collect();
+        Table {
+            saved: self.inputs.saturating_sub(entries.len()),
             entries,
-        })
+        }
     }
 }
 

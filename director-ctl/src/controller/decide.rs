@@ -15,10 +15,11 @@ use director_common::maps::{Decision, MAX_DECISIONS};
 use director_common::select::Mode;
 use ipnet::IpNet;
 
-use super::compile::{Compressor, Table};
+use super::compile::{Compressor, Interned, Table};
 use super::config::{self, Config};
 use super::data::{Data, SiteData};
 use super::engine::{self, Candidate, MedRoute, Metrics, Policy, Ranking, Rtt};
+use super::minimal;
 use super::model::Route;
 use super::sweep::{self, sort_key, Sweep};
 use crate::api;
@@ -269,28 +270,7 @@ pub fn compute_in(
     let plans = plans(cfg, ids, down)?;
     let prefixes = all_prefixes(data);
     let out = decide_all(&plans, data, &prefixes, runs);
-    // The services' minimal tables are built and checked on as many threads as there are
-    // CPUs (not more: each holds its trie while it works).
-    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let mut finished: Vec<Result<Table>> = Vec::with_capacity(out.len());
-    let mut left = out.into_iter();
-    loop {
-        let wave: Vec<Compressor> = left.by_ref().take(threads).collect();
-        if wave.is_empty() {
-            break;
-        }
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = wave
-                .into_iter()
-                .map(|c| scope.spawn(move || c.finish()))
-                .collect();
-            finished.extend(
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
-            );
-        });
-    }
+    let finished = minimize_all(out);
     let tables = plans
         .iter()
         .zip(finished)
@@ -302,6 +282,46 @@ pub fn compute_in(
         all: prefixes,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Every service's minimal table. The construction works on one family of one service at
+/// a time, so those parts are shared among as many threads as there are CPUs (not more:
+/// each holds its construction while it works), largest first.
+fn minimize_all(out: Vec<Compressor>) -> Vec<Result<Table>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let interned: Vec<Interned> = out.into_iter().map(Compressor::intern).collect();
+    let mut parts: Vec<(usize, usize)> =
+        (0..interned.len()).flat_map(|s| [(s, 0), (s, 1)]).collect();
+    parts.sort_by_key(|&(s, f)| std::cmp::Reverse(interned[s].part_len(f)));
+    /// A family's part of a service's table, once a thread has built it.
+    type Built = Option<Result<Vec<minimal::Entry>>>;
+    let built: Mutex<Vec<[Built; 2]>> = Mutex::new(interned.iter().map(|_| [None, None]).collect());
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(parts.len()) {
+            scope.spawn(|| {
+                while let Some(&(s, f)) = parts.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let r = interned[s].minimize(f);
+                    if let Ok(mut b) = built.lock() {
+                        b[s][f] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    let built = built
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    interned
+        .into_iter()
+        .zip(built)
+        .map(|(i, [v4, v6])| {
+            let missing = || anyhow::anyhow!("internal error: a part of the table was not built");
+            Ok(i.assemble([v4.ok_or_else(missing)??, v6.ok_or_else(missing)??]))
+        })
+        .collect()
 }
 
 /// Every service's compressor over all `prefixes`, decided in `runs` consecutive runs side
@@ -543,7 +563,7 @@ priority = { geo = 1 }
             let one = compute_in(&cfg, &d, &ids, &Default::default(), 1).expect("one run");
             let many = compute_in(&cfg, &d, &ids, &Default::default(), runs).expect("runs");
             prop_assert_eq!(&one.all, &many.all);
-            prop_assert_eq!(one.tables, many.tables);
+            prop_assert_eq!(&one.tables, &many.tables);
             // What each run keeps before the minimal construction is what one pass keeps
             // (the construction alone would hide a run that kept more than it needs).
             let plans = plans(&cfg, &ids, &Default::default()).expect("plans");
@@ -551,6 +571,10 @@ priority = { geo = 1 }
             let parts = decide_all(&plans, &d, &one.all, runs);
             for (a, b) in whole.iter().zip(&parts) {
                 prop_assert_eq!(a.kept(), b.kept());
+            }
+            // The parts built side by side make the table each service builds alone.
+            for (c, (_, _, t)) in whole.into_iter().zip(&many.tables) {
+                prop_assert_eq!(&c.finish().expect("a minimal table"), t);
             }
         }
     }
