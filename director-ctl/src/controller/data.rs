@@ -47,6 +47,27 @@ pub struct Data {
 
 impl Data {
     pub fn load(cfg: &Config) -> Result<Data> {
+        // The GeoIP database is read on a thread of its own while the BGP tables are read
+        // here: the two are about even at full scale.
+        std::thread::scope(|scope| {
+            let geo = scope.spawn(|| {
+                cfg.geo
+                    .database
+                    .as_deref()
+                    .map(inputs::geo::load)
+                    .transpose()
+            });
+            Data::load_with(cfg, || {
+                geo.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+            })
+        })
+    }
+
+    /// [`Data::load`], with the GeoIP database (if the config names one) from `geo`.
+    fn load_with(
+        cfg: &Config,
+        geo: impl FnOnce() -> Result<Option<inputs::geo::GeoTable>>,
+    ) -> Result<Data> {
         let start = Instant::now();
         let mut summary = api::Inputs::default();
         let graph = match &cfg.geo.graph {
@@ -110,8 +131,7 @@ impl Data {
         }
 
         let mut locations = Vec::new();
-        if let Some(p) = &cfg.geo.database {
-            let t = inputs::geo::load(p)?;
+        if let Some(t) = geo()? {
             summary.geo_networks = t.networks.len();
             summary.geo_without_location = t.without_location;
             locations = t
