@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_MULTIPART, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_MULTIPART, NLM_F_REQUEST,
 };
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::neighbour::{
@@ -118,7 +118,7 @@ impl Resolver {
         m.attributes
             .push(RouteAttribute::Destination(RouteAddress::from(addr)));
         let replies = self
-            .ask(RouteNetlinkMessage::GetRoute(m), false)
+            .ask(RouteNetlinkMessage::GetRoute(m))
             .with_context(|| format!("looking up the route to {addr}"))?;
         let Some(RouteNetlinkMessage::NewRoute(r)) = replies.into_iter().next() else {
             bail!("the kernel returned no route to {addr}");
@@ -145,7 +145,7 @@ impl Resolver {
         let mut m = LinkMessage::default();
         m.header.index = ifindex;
         let replies = self
-            .ask(RouteNetlinkMessage::GetLink(m), false)
+            .ask(RouteNetlinkMessage::GetLink(m))
             .with_context(|| format!("reading interface {ifindex}"))?;
         let Some(RouteNetlinkMessage::NewLink(l)) = replies.into_iter().next() else {
             bail!("the kernel returned no interface {ifindex}");
@@ -174,7 +174,7 @@ impl Resolver {
             .push(NeighbourAttribute::Destination(NeighbourAddress::from(
                 addr,
             )));
-        let replies = match self.ask(RouteNetlinkMessage::GetNeighbour(m), false) {
+        let replies = match self.ask(RouteNetlinkMessage::GetNeighbour(m)) {
             Ok(r) => r,
             Err(e)
                 if e.downcast_ref::<std::io::Error>()
@@ -220,12 +220,13 @@ impl Resolver {
         Ok(None)
     }
 
-    /// One request; the replies up to its end (one message, or a dump up to DONE).
-    fn ask(&mut self, msg: RouteNetlinkMessage, dump: bool) -> Result<Vec<RouteNetlinkMessage>> {
+    /// One request (no dumps: every question names what it asks for); the replies up to
+    /// its end.
+    fn ask(&mut self, msg: RouteNetlinkMessage) -> Result<Vec<RouteNetlinkMessage>> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let mut header = NetlinkHeader::default();
-        header.flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { 0 };
+        header.flags = NLM_F_REQUEST;
         header.sequence_number = seq;
         let mut req = NetlinkMessage::new(header, NetlinkPayload::from(msg));
         req.finalize();
