@@ -1146,16 +1146,19 @@ fn update_one(map: &MapData, key: &[u8], value: &[u8]) -> std::io::Result<()> {
         value: value.as_ptr() as u64,
         flags: 0,
     };
-    // SAFETY: attr is a valid bpf_attr prefix of the size given; key and value hold one
-    // element of the map's key and value sizes and outlive the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_ELEM,
-            &mut attr as *mut ElemAttr,
-            size_of::<ElemAttr>(),
-        )
-    };
+    // SAFETY: key and value hold one element of the map's key and value sizes and
+    // outlive the call.
+    unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }
+}
+
+/// bpf(2) with `attr`, a prefix of `union bpf_attr` for `cmd`.
+///
+/// # Safety
+/// Every pointer in `attr` must be valid for what `cmd` reads and writes through it.
+unsafe fn sys_bpf<A>(cmd: libc::c_long, attr: &mut A) -> std::io::Result<()> {
+    // SAFETY: attr is `size_of::<A>()` bytes the kernel may read and write back; the
+    // pointers in it are the caller's to vouch for.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut A, size_of::<A>()) };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -1219,19 +1222,9 @@ fn batch(
         elem_flags: 0,
         flags: 0,
     };
-    // SAFETY: attr points at a valid bpf_attr prefix of the size given, keys and values
-    // hold `count` elements of the map's key and value sizes and outlive the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            &mut attr as *mut BatchAttr,
-            size_of::<BatchAttr>(),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    // SAFETY: keys and values hold `count` elements of the map's key and value sizes and
+    // outlive the call.
+    unsafe { sys_bpf(cmd, &mut attr) }?;
     if attr.count != count {
         return Err(std::io::Error::other(format!(
             "the kernel took {} of {count} decisions",
