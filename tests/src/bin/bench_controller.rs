@@ -47,36 +47,9 @@ fn peak_rss_mb() -> f64 {
 
 /// The benchmark's config: five PoPs, one server each, three services sorting differently.
 fn write_config(dir: &Path) -> Result<PathBuf> {
-    let pops = load_pops(&data("sites/cloudflare-colos.csv")?)?;
     let table = data("bgp/updates.et-header.2015.gz")?;
     let mut c = String::new();
-    writeln!(
-        c,
-        "[geo]\ndatabase = {:?}\n",
-        data("geo/GeoLite2-City.mmdb")?
-    )?;
-    let mut servers = Vec::new();
-    for (i, code) in SITES.iter().enumerate() {
-        let p = pops
-            .iter()
-            .find(|p| p.code == *code)
-            .with_context(|| format!("PoP {code} not in the list"))?;
-        let name = code.to_lowercase();
-        writeln!(
-            c,
-            "[[site]]\nname = {name:?}\nlat = {}\nlon = {}\nbgp = [{table:?}]\n",
-            p.point.lat, p.point.lon
-        )?;
-        writeln!(
-            c,
-            "[[server]]\nname = \"{name}-1\"\nsite = {name:?}\n\
-             ipv4 = \"198.51.100.{}\"\npreference = {}\n",
-            10 + i,
-            i
-        )?;
-        servers.push(format!("\"{name}-1\""));
-    }
-    let list = servers.join(", ");
+    let list = sites_and_servers(&mut c, &SITES, Some(&table))?;
     writeln!(
         c,
         "[[service]]\nname = \"www.example.com\"\nservers = [{list}]\n\
@@ -99,18 +72,18 @@ fn write_config(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The issue's first table case: GeoLite2 City alone, three sites, one service sorted by
-/// distance. Returns (GeoIP networks, entries, saved).
-fn geo_alone(dir: &Path) -> Result<(usize, usize, usize)> {
+/// The GeoLite2 database, then for each PoP code a site (with `bgp`'s table, if given) and
+/// one server `<code>-1` (preference by position) written to `c`; returns the servers as
+/// a TOML list's items.
+fn sites_and_servers(c: &mut String, codes: &[&str], bgp: Option<&Path>) -> Result<String> {
     let pops = load_pops(&data("sites/cloudflare-colos.csv")?)?;
-    let mut c = String::new();
     writeln!(
         c,
         "[geo]\ndatabase = {:?}\n",
         data("geo/GeoLite2-City.mmdb")?
     )?;
     let mut servers = Vec::new();
-    for (i, code) in SITES.iter().take(3).enumerate() {
+    for (i, code) in codes.iter().enumerate() {
         let p = pops
             .iter()
             .find(|p| p.code == *code)
@@ -118,18 +91,32 @@ fn geo_alone(dir: &Path) -> Result<(usize, usize, usize)> {
         let name = code.to_lowercase();
         writeln!(
             c,
-            "[[site]]\nname = {name:?}\nlat = {}\nlon = {}\n\n[[server]]\nname = \"{name}-1\"\n\
-             site = {name:?}\nipv4 = \"198.51.100.{}\"\n",
-            p.point.lat,
-            p.point.lon,
-            10 + i
+            "[[site]]\nname = {name:?}\nlat = {}\nlon = {}",
+            p.point.lat, p.point.lon
+        )?;
+        if let Some(table) = bgp {
+            writeln!(c, "bgp = [{table:?}]")?;
+        }
+        writeln!(
+            c,
+            "\n[[server]]\nname = \"{name}-1\"\nsite = {name:?}\n\
+             ipv4 = \"198.51.100.{}\"\npreference = {}\n",
+            10 + i,
+            i
         )?;
         servers.push(format!("\"{name}-1\""));
     }
+    Ok(servers.join(", "))
+}
+
+/// The issue's first table case: GeoLite2 City alone, three sites, one service sorted by
+/// distance. Returns (GeoIP networks, entries, saved).
+fn geo_alone(dir: &Path) -> Result<(usize, usize, usize)> {
+    let mut c = String::new();
+    let list = sites_and_servers(&mut c, &SITES[..3], None)?;
     writeln!(
         c,
-        "[[service]]\nname = \"www.example.com\"\nservers = [{}]\npriority = {{ geo = 1 }}",
-        servers.join(", ")
+        "[[service]]\nname = \"www.example.com\"\nservers = [{list}]\npriority = {{ geo = 1 }}"
     )?;
     let path = dir.join("geo-alone.toml");
     std::fs::write(&path, c)?;
