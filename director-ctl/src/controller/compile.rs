@@ -102,8 +102,7 @@ impl Compressor {
     /// answered any address otherwise is an error, never written.
     pub fn finish(self) -> anyhow::Result<Table> {
         let interned = self.intern();
-        let parts = [0, 1].map(|f| interned.minimize(f));
-        let [v4, v6] = parts;
+        let [v4, v6] = [0, 1].map(|f| interned.minimize(f));
         Ok(interned.assemble([v4?, v6?]))
     }
 
