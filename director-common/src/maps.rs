@@ -11,8 +11,8 @@ pub const PIN_DIR: &str = "/sys/fs/bpf/director";
 pub const MAP_NAMES: &str = "DIR_NAMES";
 pub const MAP_SERVICES: &str = "DIR_SERVICES";
 pub const MAP_SERVERS: &str = "DIR_SERVERS";
-pub const MAP_DEC4: [&str; 2] = ["DIR_DEC4_A", "DIR_DEC4_B"];
-pub const MAP_DEC6: [&str; 2] = ["DIR_DEC6_A", "DIR_DEC6_B"];
+pub const MAP_DEC4: &str = "DIR_DEC4";
+pub const MAP_DEC6: &str = "DIR_DEC6";
 pub const MAP_CHOICES: &str = "DIR_CHOICES";
 pub const MAP_CONFIG: &str = "DIR_CONFIG";
 pub const MAP_LOCAL: &str = "DIR_LOCAL";
@@ -32,16 +32,18 @@ pub const PROGRAM: &str = "director";
 pub const MAX_SERVICES: u32 = 8192;
 /// Server ids are 1..MAX_SERVERS (they are u16 in decisions).
 pub const MAX_SERVERS: u32 = 8192;
-/// Decision entries per family and table, all services together (the tries allocate per
+/// Decision entries per family, all services together (the tries allocate per
 /// entry, so the bound costs nothing until used). Three services over a full table and
 /// GeoLite2 City write about 3 M IPv4 entries.
 pub const MAX_DECISIONS: u32 = 1 << 23;
-/// Distinct decisions stored per table (ids 1..MAX_CHOICES; 0 is the empty decision). A
-/// full table holds hundreds of thousands of prefixes but a few thousand distinct ranked
-/// lists, so prefixes carry an id and each list is stored once. Both tables share one
-/// array, table B's ids from MAX_CHOICES on (one map, so the program's later stages see
-/// one kind of pointer and the verifier walks them once); it is allocated whole:
-/// 2 × 2^17 × 40 bytes = 10.5 MB.
+/// Distinct decisions stored per half of `DIR_CHOICES` (ids 1..MAX_CHOICES of half A,
+/// MAX_CHOICES + 1.. of half B; each half's first index is the empty decision). A full
+/// table holds hundreds of thousands of prefixes but a few thousand distinct ranked lists,
+/// so prefixes carry an id and each list is stored once. Ids are never rewritten while an
+/// entry may refer to them: updates take fresh ones from the half in use, and when it runs
+/// out every entry is rewritten in place onto the other half (see `TableSwitch`). One map,
+/// so the program's later stages see one kind of pointer and the verifier walks them once;
+/// it is allocated whole: 2 × 2^17 × 40 bytes = 10.5 MB.
 pub const MAX_CHOICES: u32 = 1 << 17;
 /// The edge's own addresses (`DIR_LOCAL`): the host's and configured ones.
 pub const MAX_LOCAL: u32 = 4096;
@@ -319,7 +321,7 @@ pub struct Iface {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DecisionRef {
-    /// The decision's id in its table (its index in `DIR_CHOICES` less the table's base).
+    /// The decision's index in `DIR_CHOICES` (either half).
     pub id: u32,
     pub scope: u8,
     pub _pad: [u8; 3],
@@ -344,16 +346,19 @@ pub struct DecisionKeyV6 {
 /// Bits of the LPM prefix taken by the service id.
 pub const SERVICE_BITS: u32 = 32;
 
-/// Value of `DIR_CONFIG[0]`.
+/// Value of `DIR_CONFIG[0]`: the controller's bookkeeping of `DIR_CHOICES` (the program
+/// never reads it; an entry's id names its decision's index directly).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableSwitch {
-    /// Which decision table (0 = A, 1 = B) queries read. A controller fills the other one
-    /// and flips this, so no query sees half of a replacement.
+    /// The half of `DIR_CHOICES` (0 = A, 1 = B) new decision ids come from. When it runs
+    /// out, every entry is rewritten onto the other half and this flips, so at rest all
+    /// entries refer to this half.
     pub active_table: u32,
     pub _pad: u32,
-    /// Per table, the lowest decision id never handed out: ids below it hold
-    /// decisions (some perhaps no longer referenced), ids from it on are free.
+    /// Per half, the lowest id never handed out since the half was last taken into use:
+    /// ids below it hold decisions (some perhaps no longer referenced), ids from it on are
+    /// referenced by no entry.
     pub next_choice: [u32; 2],
 }
 

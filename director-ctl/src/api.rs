@@ -20,7 +20,9 @@ pub use crate::controller::engine::{Metric, Outcome, Term};
 /// `random` and the kernel's `pick`; `check` and `run` are unchanged.
 /// 3: `run`'s `replaced` event (every entry rewritten through the spare table) is now
 /// `reconfigured` (`entries`, `written`: servers or services changes are written in place).
-pub const VERSION: u32 = 3;
+/// 4: `status`'s `active_table` names the half of the stored decisions new ids come from
+/// (there is one decision table, written in place; the half flips when ids run out).
+pub const VERSION: u32 = 4;
 
 /// `address list --json`: the addresses queries may be sent to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,10 +245,11 @@ pub struct Status {
     pub services: usize,
     pub routes_v4: usize,
     pub routes_v6: usize,
-    /// Decisions (ranked server lists) the active table stores: each is stored once, and
+    /// Decisions (ranked server lists) stored in the half in use: each is stored once, and
     /// every prefix with that decision refers to it by id.
     pub stored_decisions: u32,
-    /// Which decision table queries read (`null` when nothing is attached).
+    /// The half of the stored decisions new ids come from (`null` when nothing is
+    /// attached); it flips each time ids run out and every entry moves to the other half.
     pub active_table: Option<DecisionTable>,
     /// Servers drained (`server drain`) or set down (`server set --down`), by name.
     #[serde(default)]

@@ -23,14 +23,12 @@ pub static DIR_NAMES: HashMap<u64, NameEntry> = HashMap::pinned(MAX_NAMES, 0);
 pub static DIR_SERVICES: Array<ServiceRecord> = Array::pinned(MAX_SERVICES, 0);
 #[map]
 pub static DIR_SERVERS: Array<ServerRecord> = Array::pinned(MAX_SERVERS, 0);
+/// Per family, (service, client prefix) → the stored decision and the ECS scope. One trie
+/// each: updates rewrite entries in place, so no spare table is ever filled.
 #[map]
-pub static DIR_DEC4_A: LpmTrie<DecisionKeyV4, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
+pub static DIR_DEC4: LpmTrie<DecisionKeyV4, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
-pub static DIR_DEC4_B: LpmTrie<DecisionKeyV4, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
-#[map]
-pub static DIR_DEC6_A: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
-#[map]
-pub static DIR_DEC6_B: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
+pub static DIR_DEC6: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
 pub static DIR_CHOICES: Array<Decision> = Array::pinned(2 * MAX_CHOICES, 0);
 #[map]

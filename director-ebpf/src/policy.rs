@@ -8,8 +8,8 @@ use director_common::{
     handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
     maps::{
         DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch, FALLBACK_ALTERNATE as HAS_ALTERNATE,
-        FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS, MAX_CANDIDATES, MAX_CHOICES, NAME_BUF,
-        SERVICE_ACTIVE, SERVICE_BITS,
+        FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS, MAX_CANDIDATES, NAME_BUF, SERVICE_ACTIVE,
+        SERVICE_BITS,
     },
     select::{self, Mode},
 };
@@ -29,12 +29,9 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         return Err(Reason::UnknownName);
     }
 
-    let table = DIR_CONFIG.get(0).map_or(0, |c| c.active_table);
-    let found = lookup(q, s, service_id, table).ok_or(Reason::NoDecision)?;
+    let found = lookup(q, s, service_id).ok_or(Reason::NoDecision)?;
     let scope = found.scope;
-    let decision = DIR_CHOICES
-        .get((table & 1) * MAX_CHOICES + found.id)
-        .ok_or(Reason::NoDecision)?;
+    let decision = DIR_CHOICES.get(found.id).ok_or(Reason::NoDecision)?;
 
     let key = match Mode::from_u8(service.select) {
         Mode::Random => unsafe { bpf_get_prandom_u32() },
@@ -158,7 +155,7 @@ fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan
     Ok(plan)
 }
 
-fn lookup(q: &Query, s: *const Scratch, service: u32, table: u32) -> Option<&'static DecisionRef> {
+fn lookup(q: &Query, s: *const Scratch, service: u32) -> Option<&'static DecisionRef> {
     let svc = service.to_be_bytes();
     let bits = SERVICE_BITS + q.client_bits as u32;
     let client = unsafe { &(*s).client };
@@ -170,19 +167,11 @@ fn lookup(q: &Query, s: *const Scratch, service: u32, table: u32) -> Option<&'st
                 addr: *client,
             },
         );
-        if table == 0 {
-            DIR_DEC6_A.get(&key)
-        } else {
-            DIR_DEC6_B.get(&key)
-        }
+        DIR_DEC6.get(&key)
     } else {
         let addr = [client[0], client[1], client[2], client[3]];
         let key = Key::new(bits, DecisionKeyV4 { service: svc, addr });
-        if table == 0 {
-            DIR_DEC4_A.get(&key)
-        } else {
-            DIR_DEC4_B.get(&key)
-        }
+        DIR_DEC4.get(&key)
     }
 }
 

@@ -11,9 +11,7 @@ use aya_ebpf::{
 };
 use director_common::{
     handover::Slot,
-    maps::{
-        DecisionKeyV4, DecisionKeyV6, MAX_CANDIDATES, MAX_CHOICES, SERVICE_ACTIVE, SERVICE_BITS,
-    },
+    maps::{DecisionKeyV4, DecisionKeyV6, MAX_CANDIDATES, SERVICE_ACTIVE, SERVICE_BITS},
     rrl::Verdict,
     select,
     steer::{self, Count, Flow, Forward, VipKey, FLOW_FROM_MIDSTREAM, FLOW_MOVED},
@@ -180,18 +178,13 @@ fn alive(service: u32, server: u16, v6: bool) -> bool {
 fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u32 {
     let v6 = fam >> 32 != 0;
     let flow = fam as u32;
-    let table = DIR_CONFIG.get(0).map_or(0, |c| c.active_table) & 1;
     let svc = service.to_be_bytes();
     let found = if v6 {
         let mut addr = [0u8; 16];
         addr[..8].copy_from_slice(&lo.to_ne_bytes());
         addr[8..].copy_from_slice(&hi.to_ne_bytes());
         let key = Key::new(SERVICE_BITS + 128, DecisionKeyV6 { service: svc, addr });
-        if table == 0 {
-            DIR_DEC6_A.get(&key)
-        } else {
-            DIR_DEC6_B.get(&key)
-        }
+        DIR_DEC6.get(&key)
     } else {
         let b = (lo as u32).to_ne_bytes();
         let key = Key::new(
@@ -201,16 +194,12 @@ fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u32 {
                 addr: b,
             },
         );
-        if table == 0 {
-            DIR_DEC4_A.get(&key)
-        } else {
-            DIR_DEC4_B.get(&key)
-        }
+        DIR_DEC4.get(&key)
     };
     let Some(found) = found else {
         return 0;
     };
-    let Some(d) = DIR_CHOICES.get(table * MAX_CHOICES + found.id) else {
+    let Some(d) = DIR_CHOICES.get(found.id) else {
         return 0;
     };
     let Some(health) = DIR_HEALTH.get(service) else {

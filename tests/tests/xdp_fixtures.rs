@@ -2557,9 +2557,9 @@ fn the_turnaround_program_reverses_queries_and_passes_the_rest() {
     }
 }
 
-/// Decision ids are never reused while a table is in use; when they run out, an update
-/// rewrites the whole table into the spare one, each ranked list stored once again, and
-/// flips. Every answer stays right across it.
+/// Decision ids are never reused while a half of the stored decisions is in use; when they
+/// run out, an update rewrites every entry in place onto the other half, each ranked list
+/// stored once again, and flips. Every answer stays right across it.
 #[test]
 fn stored_decisions_are_compacted_when_ids_run_out() {
     let mut fx = setup(1, &[("0.0.0.0/0", FRA.name), ("::/0", FRA.name)]);

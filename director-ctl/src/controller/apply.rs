@@ -251,7 +251,7 @@ fn converge(
         let d = diff(old, &t.entries);
         n += d.put.len() + d.delete.len();
         if !d.is_empty() {
-            m.apply_decisions(DecisionChange::Update {
+            m.apply_decisions(DecisionChange {
                 service: *id,
                 put: &d.put,
                 delete: &d.delete,
@@ -264,31 +264,11 @@ fn converge(
     for (id, old) in current {
         let delete: Vec<_> = old.iter().map(|(p, _)| *p).collect();
         n += delete.len();
-        m.apply_decisions(DecisionChange::Update {
+        m.apply_decisions(DecisionChange {
             service: id,
             put: &[],
             delete: &delete,
         })?;
     }
-    Ok(n)
-}
-
-/// Applies a full computation through the spare table: new objects, then every decision
-/// into the table queries do not read and a flip (see `Maps::apply_decisions`), then the
-/// removal of what is gone. Both tables hold entries for a moment, so `run` uses it only
-/// where the answer must switch for all addresses at once; the bench measures it. Returns
-/// the number of entries written.
-pub fn apply_full(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize> {
-    c.fits()?;
-    write_objects(m, cfg, ids)?;
-    let tables: Vec<(u32, &[_])> = c
-        .tables
-        .iter()
-        .map(|(id, _, t)| (*id, t.entries.as_slice()))
-        .collect();
-    let n = m.apply_decisions(DecisionChange::Replace(&tables))?;
-    let services: HashSet<u32> = ids.services.iter().copied().collect();
-    let servers: HashSet<u16> = ids.servers.iter().copied().collect();
-    m.retain(&services, &servers)?;
     Ok(n)
 }

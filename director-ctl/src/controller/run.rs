@@ -95,7 +95,7 @@ fn write_diff(
     if d.is_empty() {
         return Ok(());
     }
-    m.apply_decisions(DecisionChange::Update {
+    m.apply_decisions(DecisionChange {
         service,
         put: &d.put,
         delete: &d.delete,

@@ -61,28 +61,23 @@ pub struct ServiceEntry {
 pub type Entries = [(IpNet, Decision)];
 
 /// A change to the decision tables, applied by [`Maps::apply_decisions`], the one way
-/// decisions reach the kernel.
-pub enum DecisionChange<'a> {
-    /// Every decision at once, atomically for queries: `(service id, its entries)`.
-    Replace(&'a [(u32, &'a Entries)]),
-    /// Some entries of one service, in the table queries read now.
-    Update {
-        service: u32,
-        put: &'a Entries,
-        delete: &'a [IpNet],
-    },
+/// decisions reach the kernel: some entries of one service, written in place.
+pub struct DecisionChange<'a> {
+    pub service: u32,
+    pub put: &'a Entries,
+    pub delete: &'a [IpNet],
 }
 
 pub struct Maps {
     names: HashMap<MapData, u64, NameEntry>,
     services: Array<MapData, ServiceRecord>,
     servers: Array<MapData, ServerRecord>,
-    dec4: [Dec4; 2],
-    dec6: [Dec6; 2],
+    dec4: Dec4,
+    dec6: Dec6,
     /// The same decision maps again, for batched writes (aya has no batch API).
-    batch4: [MapData; 2],
-    batch6: [MapData; 2],
-    /// Each table's stored decisions, by id, and the same maps for batched writes.
+    batch4: MapData,
+    batch6: MapData,
+    /// The stored decisions, by id (both halves), and the same map for batched writes.
     choices: Array<MapData, Decision>,
     batch_choices: MapData,
     config: Array<MapData, TableSwitch>,
@@ -156,10 +151,10 @@ impl Maps {
             names: open(dir, MAP_NAMES)?,
             services: open(dir, MAP_SERVICES)?,
             servers: open(dir, MAP_SERVERS)?,
-            dec4: [open(dir, MAP_DEC4[0])?, open(dir, MAP_DEC4[1])?],
-            dec6: [open(dir, MAP_DEC6[0])?, open(dir, MAP_DEC6[1])?],
-            batch4: [open_data(dir, MAP_DEC4[0])?, open_data(dir, MAP_DEC4[1])?],
-            batch6: [open_data(dir, MAP_DEC6[0])?, open_data(dir, MAP_DEC6[1])?],
+            dec4: open(dir, MAP_DEC4)?,
+            dec6: open(dir, MAP_DEC6)?,
+            batch4: open_data(dir, MAP_DEC4)?,
+            batch6: open_data(dir, MAP_DEC6)?,
             choices: open(dir, MAP_CHOICES)?,
             batch_choices: open_data(dir, MAP_CHOICES)?,
             config: open(dir, MAP_CONFIG)?,
@@ -492,9 +487,7 @@ impl Maps {
         self.names
             .remove(&name::hash(&wire))
             .context("writing the name table")?;
-        for t in 0..2 {
-            self.remove_decisions(t, |s| s == id)?;
-        }
+        self.remove_decisions(|s| s == id)?;
         self.services
             .set(id, ServiceRecord::default(), 0)
             .context("writing the service table")?;
@@ -539,7 +532,8 @@ impl Maps {
 
     // --- decisions -----------------------------------------------------------------------
 
-    /// Which decision table (0 = A, 1 = B) queries read.
+    /// The half of `DIR_CHOICES` (0 = A, 1 = B) new decision ids come from. At rest every
+    /// entry refers to it; a compaction moves them all to the other half and flips it.
     pub fn active_table(&self) -> Result<usize> {
         Ok((self.switch()?.active_table & 1) as usize)
     }
@@ -551,169 +545,213 @@ impl Maps {
     fn set_switch(&mut self, c: TableSwitch) -> Result<()> {
         self.config
             .set(0, c, 0)
-            .context("writing the config map (decision table switch)")
+            .context("writing the config map (decision ids)")
     }
 
-    /// Hands out at most `n - 1` decision ids per table before compacting (at most
+    /// Hands out at most `n - 1` decision ids per half before compacting (at most
     /// MAX_CHOICES): lets a test reach the compaction that 2^17 updates would.
     pub fn limit_stored_decisions(&mut self, n: u32) {
         self.choice_limit = n.clamp(2, MAX_CHOICES);
     }
 
-    /// How many decisions the active table stores (ids handed out since it was last
-    /// filled whole; an update never rewrites a stored one, it adds one).
+    /// How many decisions the half in use stores (ids handed out since it was last taken
+    /// into use; an update never rewrites a stored one, it adds one).
     pub fn stored_decisions(&self) -> Result<u32> {
         let c = self.switch()?;
         Ok(c.next_choice[(c.active_table & 1) as usize].clamp(1, MAX_CHOICES) - 1)
     }
 
-    /// Every decision of the table queries read: (service id, client prefix, value with
-    /// the entry's ECS scope in `prefix_len`).
-    pub fn decisions(&self) -> Result<Vec<(u32, IpNet, Decision)>> {
-        let t = self.active_table()?;
+    /// Every entry as the tries hold it: (service id, client prefix, reference).
+    fn references(&self) -> Result<Vec<(u32, IpNet, DecisionRef)>> {
         let mut refs = Vec::new();
-        for kv in self.dec4[t].iter() {
+        for kv in self.dec4.iter() {
             let (k, v) = kv.context("reading the IPv4 decision table")?;
             let len = (k.prefix_len() - SERVICE_BITS) as u8;
             let d = k.data();
             let net = IpNet::new(Ipv4Addr::from(d.addr).into(), len)?;
             refs.push((u32::from_be_bytes(d.service), net, v));
         }
-        for kv in self.dec6[t].iter() {
+        for kv in self.dec6.iter() {
             let (k, v) = kv.context("reading the IPv6 decision table")?;
             let len = (k.prefix_len() - SERVICE_BITS) as u8;
             let d = k.data();
             let net = IpNet::new(Ipv6Addr::from(d.addr).into(), len)?;
             refs.push((u32::from_be_bytes(d.service), net, v));
         }
-        // Each stored decision is read once, however many prefixes share it.
-        let mut stored: HashMap2<u32, Decision> = HashMap2::new();
-        let mut out = Vec::with_capacity(refs.len());
-        for (service, net, r) in refs {
-            let d = match stored.get(&r.id) {
-                Some(d) => *d,
-                None => {
-                    let d = self
-                        .choices
-                        .get(&choice_index(t, r.id), 0)
-                        .with_context(|| format!("reading stored decision {}", r.id))?;
-                    stored.insert(r.id, d);
-                    d
-                }
-            };
-            out.push((
-                service,
-                net,
-                Decision {
-                    prefix_len: r.scope,
-                    ..d
-                },
-            ));
-        }
-        Ok(out)
+        Ok(refs)
     }
 
-    /// Writes decisions. `Replace` fills the table queries do not read, then flips
-    /// `DIR_CONFIG` so that the next query reads the new one: a query sees the old table or
-    /// the new one, never a mix; the old one is emptied after the flip, so only one table
-    /// holds entries between changes. `Update` rewrites entries in place, each atomically,
-    /// in an order that gives every address its old answer or its new one at every moment
-    /// (so a controller killed half way leaves a table that answers correctly): decisions
-    /// not stored yet first, at ids no entry uses, then the entries from the most specific
-    /// prefix to the least, then deletions from the least specific to the most. Returns
-    /// the number of entries written.
-    pub fn apply_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
-        match change {
-            DecisionChange::Replace(tables) => {
-                let all: Vec<(u32, &IpNet, &Decision)> = tables
-                    .iter()
-                    .flat_map(|(service, entries)| entries.iter().map(|(p, d)| (*service, p, d)))
-                    .collect();
-                self.replace(&all)
-            }
-            DecisionChange::Update {
-                service,
-                put,
-                delete,
-            } => {
-                let t = self.active_table()?;
-                let mut store = self.store(t)?;
-                let fresh = store.missing(put.iter().map(|(_, d)| d));
-                if store.next as usize + fresh.len() > self.choice_limit as usize {
-                    return self.compact_with(service, put, delete);
-                }
-                self.store_choices(t, &mut store, &fresh)?;
-                let (put, delete) = update_order(put, delete);
-                let put: Vec<(u32, &IpNet, DecisionRef)> = put
-                    .iter()
-                    .map(|(p, d)| (service, p, store.reference(d)))
-                    .collect();
-                self.put_all(t, &put)?;
-                for net in delete {
-                    self.delete(t, service, net)?;
-                }
-                Ok(put.len())
-            }
-        }
-    }
-
-    /// Every entry into the spare table, its decisions stored from id 1, then the flip.
-    fn replace(&mut self, all: &[(u32, &IpNet, &Decision)]) -> Result<usize> {
-        let active = self.active_table()?;
-        let spare = 1 - active;
-        self.remove_decisions(spare, |_| true)?;
-        let mut store = Store {
-            ids: HashMap2::new(),
-            next: 1,
-        };
-        let fresh = store.missing(all.iter().map(|(_, _, d)| *d));
-        if fresh.len() >= self.choice_limit as usize {
-            bail!(
-                "{} distinct decisions, more than the kernel stores ({})",
-                fresh.len(),
-                self.choice_limit - 1
-            );
-        }
-        self.store_choices(spare, &mut store, &fresh)?;
-        let refs: Vec<(u32, &IpNet, DecisionRef)> = all
-            .iter()
-            .map(|(s, p, d)| (*s, *p, store.reference(d)))
-            .collect();
-        self.put_all(spare, &refs)?;
-        let mut c = self.switch()?;
-        c.active_table = spare as u32;
-        self.set_switch(c)
-            .context("switching to the new decision table")?;
-        // A query that read the switch just before the flip may still be looking up the
-        // old table; programs run for microseconds, so this pause outlasts any of them.
-        // (The trie frees nodes after an RCU grace period either way; the pause is so
-        // that such a query still finds its entry rather than passing.)
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        self.remove_decisions(active, |_| true)?;
-        Ok(all.len())
-    }
-
-    /// When an update would need more ids than are free: the whole active table with the
-    /// update applied, through `replace`, which stores each decision once again.
-    fn compact_with(&mut self, service: u32, put: &Entries, delete: &[IpNet]) -> Result<usize> {
-        let mut table: BTreeMap<(u32, IpNet), Decision> = self
-            .decisions()?
+    /// Every decision queries can get: (service id, client prefix, value with the entry's
+    /// ECS scope in `prefix_len`).
+    pub fn decisions(&self) -> Result<Vec<(u32, IpNet, Decision)>> {
+        let refs = self.references()?;
+        let contents = self.contents(refs.iter().map(|(_, _, r)| r.id))?;
+        Ok(refs
             .into_iter()
-            .map(|(s, p, d)| ((s, p), d))
+            .map(|(service, net, r)| {
+                let d = contents[&r.id];
+                (
+                    service,
+                    net,
+                    Decision {
+                        prefix_len: r.scope,
+                        ..d
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// The stored decision at each of `ids` (indexes into `DIR_CHOICES`), each read once
+    /// however many prefixes share it.
+    fn contents(&self, ids: impl Iterator<Item = u32>) -> Result<HashMap2<u32, Decision>> {
+        let mut stored = HashMap2::new();
+        for id in ids {
+            if let std::collections::hash_map::Entry::Vacant(e) = stored.entry(id) {
+                let d = self
+                    .choices
+                    .get(&id, 0)
+                    .with_context(|| format!("reading stored decision {id}"))?;
+                e.insert(d);
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Writes some entries of one service in place, each atomically, in an order that
+    /// gives every address its old answer or its new one at every moment (so a controller
+    /// killed half way leaves a table that answers correctly): decisions not stored yet
+    /// first, at ids no entry uses, then the entries from the most specific prefix to the
+    /// least, then deletions from the least specific to the most. Returns the number of
+    /// entries written.
+    pub fn apply_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
+        let DecisionChange {
+            service,
+            put,
+            delete,
+        } = change;
+        let t = self.active_table()?;
+        let mut store = self.store(t)?;
+        let fresh = store.missing(put.iter().map(|(_, d)| d));
+        if store.next as usize + fresh.len() > self.choice_limit as usize {
+            self.compact_with(service, put, delete)?;
+            return Ok(put.len());
+        }
+        self.store_choices(&mut store, &fresh)?;
+        let (put, delete) = update_order(put, delete);
+        let put: Vec<(u32, &IpNet, DecisionRef)> = put
+            .iter()
+            .map(|(p, d)| (service, p, store.reference(d)))
             .collect();
-        for p in delete {
-            table.remove(&(service, *p));
+        self.put_all(&put)?;
+        for net in delete {
+            self.delete(service, net)?;
         }
-        for (p, d) in put {
-            table.insert((service, *p), *d);
-        }
-        let all: Vec<(u32, &IpNet, &Decision)> =
-            table.iter().map(|((s, p), d)| (*s, p, d)).collect();
-        self.replace(&all)?;
         Ok(put.len())
     }
 
-    /// What table `t` stores: every id below its `next_choice` by content.
+    /// Moves every entry onto the other half of `DIR_CHOICES`, each decision stored there
+    /// once (what running out of ids does; the bench times it at full scale). Returns the
+    /// number of entries rewritten.
+    pub fn compact(&mut self) -> Result<usize> {
+        self.compact_with(0, &[], &[])
+    }
+
+    /// When an update needs more ids than the half in use has free: every entry, with the
+    /// update applied, rewritten in place onto the other half, where each decision is
+    /// stored once again; then the flip. Entries are rewritten, never added beside a copy,
+    /// so the tries never hold two tables (kernel memory stays that of one). Rewriting an
+    /// entry onto a copy of its decision changes no answer, so only the update's own
+    /// entries need `update_order`; the rest go in any order.
+    fn compact_with(&mut self, service: u32, put: &Entries, delete: &[IpNet]) -> Result<usize> {
+        let from = self.active_table()?;
+        let to = 1 - from;
+        let refs = self.references()?;
+        let contents = self.contents(refs.iter().map(|(_, _, r)| r.id))?;
+        // A compaction cut short (a killed controller) leaves entries on the target half:
+        // their ids are kept as they are, and new ones start above them.
+        let mut store = Store {
+            half: to,
+            ids: HashMap2::new(),
+            next: 1,
+        };
+        for (_, _, r) in &refs {
+            if let Some(id) =
+                r.id.checked_sub(choice_index(to, 0))
+                    .filter(|&i| i > 0 && i < MAX_CHOICES)
+            {
+                store.ids.insert(contents[&r.id], id);
+                store.next = store.next.max(id + 1);
+            }
+        }
+        let mut table: BTreeMap<(u32, IpNet), Decision> = refs
+            .iter()
+            .map(|(s, p, r)| ((*s, *p), contents[&r.id]))
+            .collect();
+        let gone: Vec<IpNet> = delete
+            .iter()
+            .filter(|p| table.remove(&(service, **p)).is_some())
+            .copied()
+            .collect();
+        for (p, d) in put {
+            table.insert((service, *p), stored(d));
+        }
+        let scopes: HashMap2<(u32, IpNet), u8> = refs
+            .iter()
+            .map(|(s, p, r)| ((*s, *p), r.scope))
+            .chain(put.iter().map(|(p, d)| ((service, *p), d.prefix_len)))
+            .collect();
+        let fresh = store.missing(table.values());
+        if store.next as usize + fresh.len() > self.choice_limit as usize {
+            bail!(
+                "{} distinct decisions, more than the kernel stores ({})",
+                store.ids.len() + fresh.len(),
+                self.choice_limit - 1
+            );
+        }
+        self.store_choices(&mut store, &fresh)?;
+        // Per service, its entries as one update: the updated service's in its safe
+        // order with its deletions, every other one a plain move.
+        let mut by_service: BTreeMap<u32, Vec<(IpNet, Decision)>> = BTreeMap::new();
+        for ((s, p), d) in &table {
+            by_service.entry(*s).or_default().push((
+                *p,
+                Decision {
+                    prefix_len: scopes[&(*s, *p)],
+                    ..*d
+                },
+            ));
+        }
+        let mut moves = Vec::with_capacity(table.len());
+        let mut deletions = Vec::new();
+        for (s, entries) in &by_service {
+            let none: &[IpNet] = &[];
+            let (ordered, del) = update_order(entries, if *s == service { &gone } else { none });
+            moves.extend(ordered.iter().map(|(p, d)| (*s, p, store.reference(d))));
+            deletions.extend(del.iter().map(|p| (*s, *p)));
+        }
+        if !by_service.contains_key(&service) {
+            deletions.extend(update_order(&[], &gone).1.iter().map(|p| (service, *p)));
+        }
+        self.put_all(&moves)?;
+        for (s, net) in &deletions {
+            self.delete(*s, net)?;
+        }
+        let mut c = self.switch()?;
+        c.active_table = to as u32;
+        // The half left behind is referenced by no entry now; it is written again only at
+        // the next compaction, from id 1.
+        c.next_choice[from] = 1;
+        self.set_switch(c)
+            .context("switching decision ids to the other half")?;
+        // A query that read an entry just before it moved may still be reading the old
+        // half; programs run for microseconds, so this pause outlasts any of them before
+        // a later compaction can write that half again.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Ok(moves.len())
+    }
+
+    /// What half `t` stores: every id below its `next_choice` by content.
     fn store(&self, t: usize) -> Result<Store> {
         let next = self.switch()?.next_choice[t].clamp(1, MAX_CHOICES);
         let mut ids = HashMap2::with_capacity(next as usize);
@@ -724,16 +762,17 @@ impl Maps {
                 .with_context(|| format!("reading stored decision {id}"))?;
             ids.entry(d).or_insert(id);
         }
-        Ok(Store { ids, next })
+        Ok(Store { half: t, ids, next })
     }
 
-    /// Writes decisions `fresh` (not stored yet) at the next free ids of table `t`, then
-    /// moves its `next_choice` past them. Ids at or above it are referenced by no entry,
-    /// so writing them changes no answer.
-    fn store_choices(&mut self, t: usize, store: &mut Store, fresh: &[Decision]) -> Result<()> {
+    /// Writes decisions `fresh` (not stored yet) at the next free ids of the store's half,
+    /// then moves its `next_choice` past them. Ids at or above it are referenced by no
+    /// entry, so writing them changes no answer.
+    fn store_choices(&mut self, store: &mut Store, fresh: &[Decision]) -> Result<()> {
         if fresh.is_empty() {
             return Ok(());
         }
+        let t = store.half;
         let first = store.next;
         let (mut keys, mut values) = (Vec::new(), Vec::new());
         for (i, d) in fresh.iter().enumerate() {
@@ -765,17 +804,19 @@ impl Maps {
         self.set_switch(c)
     }
 
-    /// Removes the decisions of table `t` whose service `which` selects. The two families'
-    /// tries are emptied side by side (each has a lock of its own in the kernel).
-    fn remove_decisions(&mut self, t: usize, which: impl Fn(u32) -> bool) -> Result<()> {
-        let keys4: Vec<_> = self.dec4[t]
+    /// Removes the decisions whose service `which` selects. The two families' tries are
+    /// emptied side by side (each has a lock of its own in the kernel).
+    fn remove_decisions(&mut self, which: impl Fn(u32) -> bool) -> Result<()> {
+        let keys4: Vec<_> = self
+            .dec4
             .keys()
             .collect::<Result<Vec<_>, _>>()
             .context("listing IPv4 decisions")?
             .into_iter()
             .filter(|k| which(u32::from_be_bytes(k.data().service)))
             .collect();
-        let keys6: Vec<_> = self.dec6[t]
+        let keys6: Vec<_> = self
+            .dec6
             .keys()
             .collect::<Result<Vec<_>, _>>()
             .context("listing IPv6 decisions")?
@@ -783,50 +824,46 @@ impl Maps {
             .filter(|k| which(u32::from_be_bytes(k.data().service)))
             .collect();
         let (batched4, batched6) = side_by_side(
-            || delete_batched(&self.batch4[t], &keys4),
-            || delete_batched(&self.batch6[t], &keys6),
+            || delete_batched(&self.batch4, &keys4),
+            || delete_batched(&self.batch6, &keys6),
         );
         if !batched4? {
             for k in keys4 {
-                self.dec4[t]
-                    .remove(&k)
-                    .context("removing an IPv4 decision")?;
+                self.dec4.remove(&k).context("removing an IPv4 decision")?;
             }
         }
         if !batched6? {
             for k in keys6 {
-                self.dec6[t]
-                    .remove(&k)
-                    .context("removing an IPv6 decision")?;
+                self.dec6.remove(&k).context("removing an IPv6 decision")?;
             }
         }
         Ok(())
     }
 
-    /// Writes entries to table `t`, each family in the given order. The IPv4 and IPv6
-    /// tries are separate maps, each behind its own lock in the kernel, and an address
-    /// only ever looks in its own family's, so they are written side by side (the order
-    /// within a family is what keeps answers old-or-new; see [`update_order`]).
-    fn put_all(&mut self, t: usize, entries: &[(u32, &IpNet, DecisionRef)]) -> Result<()> {
+    /// Writes entries, each family in the given order. The IPv4 and IPv6 tries are
+    /// separate maps, each behind its own lock in the kernel, and an address only ever
+    /// looks in its own family's, so they are written side by side (the order within a
+    /// family is what keeps answers old-or-new; see [`update_order`]).
+    fn put_all(&mut self, entries: &[(u32, &IpNet, DecisionRef)]) -> Result<()> {
         let (v4, v6): (Vec<_>, Vec<_>) = entries
             .iter()
             .partition(|(_, net, _)| matches!(net, IpNet::V4(_)));
         // A small update is often of one family: no thread for the other.
         if v4.is_empty() || v6.is_empty() {
-            put_family(&self.batch4[t], &v4)?;
-            return put_family(&self.batch6[t], &v6);
+            put_family(&self.batch4, &v4)?;
+            return put_family(&self.batch6, &v6);
         }
         let (r4, r6) = side_by_side(
-            || put_family(&self.batch4[t], &v4),
-            || put_family(&self.batch6[t], &v6),
+            || put_family(&self.batch4, &v4),
+            || put_family(&self.batch6, &v6),
         );
         r4.and(r6)
     }
 
-    fn delete(&mut self, t: usize, service: u32, net: &IpNet) -> Result<()> {
+    fn delete(&mut self, service: u32, net: &IpNet) -> Result<()> {
         let r = match key(service, net) {
-            DecisionKey::V4(k) => self.dec4[t].remove(&k),
-            DecisionKey::V6(k) => self.dec6[t].remove(&k),
+            DecisionKey::V4(k) => self.dec4.remove(&k),
+            DecisionKey::V6(k) => self.dec6.remove(&k),
         };
         match r {
             // A missing entry is already what a delete wants (LPM tries report it as a
@@ -959,8 +996,10 @@ enum DecisionKey {
     V6(Key<DecisionKeyV6>),
 }
 
-/// The decisions a table stores, by content (scope cleared), and its next free id.
+/// The decisions a half of `DIR_CHOICES` stores, by content (scope cleared), and its next
+/// free id.
 struct Store {
+    half: usize,
     ids: HashMap2<Decision, u32>,
     next: u32,
 }
@@ -979,7 +1018,7 @@ impl Store {
         DecisionRef {
             // Stored by `missing` + `store_choices` before any entry refers to it; the
             // empty decision (id 0, the reserved index) if it were not.
-            id: self.ids.get(&stored(d)).copied().unwrap_or(0),
+            id: choice_index(self.half, self.ids.get(&stored(d)).copied().unwrap_or(0)),
             scope: d.prefix_len,
             _pad: [0; 3],
         }
@@ -1002,7 +1041,7 @@ fn local_addr(k: [u8; 16]) -> IpAddr {
     }
 }
 
-/// Where table `t`'s decision `id` sits in `DIR_CHOICES`.
+/// Where half `t`'s decision `id` sits in `DIR_CHOICES`.
 fn choice_index(t: usize, id: u32) -> u32 {
     t as u32 * MAX_CHOICES + id
 }

@@ -12,10 +12,9 @@ use director_common::{
     maps::Decision,
     maps::{
         DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, NameEntry, ServerRecord,
-        ServiceRecord, TableSwitch, FALLBACK_ALTERNATE, FALLBACK_ORIGIN4, FALLBACK_ORIGIN6,
-        KIND_DNS, MAP_CHOICES, MAP_CONFIG, MAP_DEC4, MAP_DEC6, MAP_FALLBACK, MAP_HEALTH, MAP_NAMES,
-        MAP_SERVERS, MAP_SERVICES, MAX_CANDIDATES, MAX_CHOICES, NAME_BUF, SERVICE_ACTIVE,
-        SERVICE_BITS,
+        ServiceRecord, FALLBACK_ALTERNATE, FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS,
+        MAP_CHOICES, MAP_DEC4, MAP_DEC6, MAP_FALLBACK, MAP_HEALTH, MAP_NAMES, MAP_SERVERS,
+        MAP_SERVICES, MAX_CANDIDATES, NAME_BUF, SERVICE_ACTIVE, SERVICE_BITS,
     },
     name,
     select::{self, Mode},
@@ -101,10 +100,9 @@ pub struct Resolver {
     names: HashMap<MapData, u64, NameEntry>,
     services: Array<MapData, ServiceRecord>,
     servers: Array<MapData, ServerRecord>,
-    dec4: [LpmTrie<MapData, DecisionKeyV4, DecisionRef>; 2],
-    dec6: [LpmTrie<MapData, DecisionKeyV6, DecisionRef>; 2],
+    dec4: LpmTrie<MapData, DecisionKeyV4, DecisionRef>,
+    dec6: LpmTrie<MapData, DecisionKeyV6, DecisionRef>,
     choices: Array<MapData, Decision>,
-    config: Array<MapData, TableSwitch>,
     health: Array<MapData, HealthMask>,
     fallback: Array<MapData, Fallback>,
 }
@@ -127,10 +125,9 @@ impl Resolver {
             names: open(dir, MAP_NAMES)?,
             services: open(dir, MAP_SERVICES)?,
             servers: open(dir, MAP_SERVERS)?,
-            dec4: [open(dir, MAP_DEC4[0])?, open(dir, MAP_DEC4[1])?],
-            dec6: [open(dir, MAP_DEC6[0])?, open(dir, MAP_DEC6[1])?],
+            dec4: open(dir, MAP_DEC4)?,
+            dec6: open(dir, MAP_DEC6)?,
             choices: open(dir, MAP_CHOICES)?,
-            config: open(dir, MAP_CONFIG)?,
             health: open(dir, MAP_HEALTH)?,
             fallback: open(dir, MAP_FALLBACK)?,
         })
@@ -181,16 +178,10 @@ impl Resolver {
         aaaa: bool,
         client: Client,
     ) -> Result<Answer> {
-        let table = self
-            .config
-            .get(&0, 0)
-            .context("reading the config map")?
-            .active_table as usize
-            & 1;
-        let Some(found) = self.lookup(service, table, client)? else {
+        let Some(found) = self.lookup(service, client)? else {
             return Ok(Answer::NoDecision);
         };
-        let idx = (table as u32) * MAX_CHOICES + found.id;
+        let idx = found.id;
         let decision = self
             .choices
             .get(&idx, 0)
@@ -279,7 +270,7 @@ impl Resolver {
         })
     }
 
-    fn lookup(&self, service: u32, table: usize, client: Client) -> Result<Option<DecisionRef>> {
+    fn lookup(&self, service: u32, client: Client) -> Result<Option<DecisionRef>> {
         let svc = service.to_be_bytes();
         let bits = SERVICE_BITS + u32::from(client.bits);
         let bytes = client.key_bytes();
@@ -287,7 +278,7 @@ impl Resolver {
             IpAddr::V4(_) => {
                 let addr = [bytes[0], bytes[1], bytes[2], bytes[3]];
                 let key = Key::new(bits, DecisionKeyV4 { service: svc, addr });
-                self.dec4[table].get(&key, 0)
+                self.dec4.get(&key, 0)
             }
             IpAddr::V6(_) => {
                 let key = Key::new(
@@ -297,7 +288,7 @@ impl Resolver {
                         addr: bytes,
                     },
                 );
-                self.dec6[table].get(&key, 0)
+                self.dec6.get(&key, 0)
             }
         };
         match got {

@@ -370,7 +370,7 @@ fn write_routes(
         }
     }
     let delete: Vec<IpNet> = delete.into_iter().collect();
-    m.apply_decisions(DecisionChange::Update {
+    m.apply_decisions(DecisionChange {
         service,
         put: &changed,
         delete: &delete,
