@@ -388,6 +388,8 @@ pub struct Scratch {
     pub source: [u8; 16],
     /// The chosen servers' ids, in the order of `addrs`.
     pub ids: [u16; MAX_CANDIDATES],
+    /// This CPU's random generator state (`select::next_random`; 0: not seeded yet).
+    pub rng: u64,
 }
 
 #[cfg(feature = "user")]
@@ -447,7 +449,7 @@ mod tests {
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),
-            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 48 + 2 * MAX_CANDIDATES
+            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 48 + 2 * MAX_CANDIDATES + 8
         );
         assert_eq!(align_of::<Scratch>(), 8);
     }

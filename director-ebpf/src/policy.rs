@@ -34,7 +34,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     let decision = DIR_CHOICES.get(found.id).ok_or(Reason::NoDecision)?;
 
     let key = match Mode::from_u8(service.select) {
-        Mode::Random => unsafe { bpf_get_prandom_u32() },
+        Mode::Random => random(s),
         Mode::Client => select::client_key(unsafe { &(*s).client }),
         Mode::Name => select::name_key(hash),
     };
@@ -112,6 +112,23 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         fallback: FALLBACK_NONE,
         truncate: false,
     })
+}
+
+/// A random key from the CPU's own generator in scratch (`select::next_random`): the
+/// kernel's prandom helper is a function call per answer, and calls are what cost most on
+/// kernels with return-thunk mitigations. Seeded from the helper once per CPU.
+#[inline(always)]
+fn random(s: *mut Scratch) -> u32 {
+    // SAFETY: `s` is the scratch map's value.
+    let mut state = unsafe { core::ptr::read_volatile(&(*s).rng) };
+    if state == 0 {
+        // SAFETY: a helper without arguments.
+        state = u64::from(unsafe { bpf_get_prandom_u32() }) | 1 << 32;
+    }
+    let (next, key) = select::next_random(state);
+    // SAFETY: as above.
+    unsafe { core::ptr::write_volatile(&mut (*s).rng, next) };
+    key
 }
 
 /// None of the decision's servers can be answered: the service's alternate (a CNAME),

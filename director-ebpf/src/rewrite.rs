@@ -2,7 +2,7 @@
 //! silently; after it, any failed check drops the packet rather than pass a half-written one.
 
 use aya_ebpf::{
-    helpers::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail, bpf_xdp_get_buff_len},
+    helpers::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
     programs::XdpContext,
 };
 use director_common::{
@@ -49,7 +49,9 @@ pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Resu
     }
 
     let new_len = q.dns + dns_len;
-    let old_len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as usize;
+    // The program is not loaded for multi-buffer frames, so the frame is its linear part
+    // (and a helper call per answer is saved).
+    let old_len = ctx.data_end() - ctx.data();
     let delta = new_len as i32 - old_len as i32;
     if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
         // Some drivers leave little tailroom (veth hands over the sender's skb as is), but
