@@ -16,6 +16,10 @@ pub const MAP_DEC6: &str = "DIR_DEC6";
 pub const MAP_CHOICES: &str = "DIR_CHOICES";
 pub const MAP_CONFIG: &str = "DIR_CONFIG";
 pub const MAP_LOCAL: &str = "DIR_LOCAL";
+pub const MAP_LOCAL_SLOTS: &str = "DIR_LOCAL_SLOTS";
+pub const MAP_FRONT: &str = "DIR_FRONT";
+pub const MAP_NAME_SLOTS: &str = "DIR_NAME_SLOTS";
+pub const MAP_SERVICE_NAMES: &str = "DIR_SERVICE_NAMES";
 pub const MAP_IFACES: &str = "DIR_IFACES";
 pub const MAP_COUNTERS: &str = "DIR_COUNTERS";
 pub const MAP_SERVICE_STATS: &str = "DIR_SVC_STATS";
@@ -47,11 +51,17 @@ pub const MAX_DECISIONS: u32 = 1 << 23;
 pub const MAX_CHOICES: u32 = 1 << 17;
 /// The edge's own addresses (`DIR_LOCAL`): the host's and configured ones.
 pub const MAX_LOCAL: u32 = 4096;
+/// Slots per copy of `DIR_LOCAL_SLOTS` (`peers::local_slot` picks one from the address).
+pub const LOCAL_SLOT_BITS: u32 = 8;
+pub const LOCAL_SLOTS: u32 = 1 << LOCAL_SLOT_BITS;
 /// Interfaces director is attached to (`DIR_IFACES`), indexed by ifindex: an array, whose
 /// lookup the verifier inlines (a hash lookup per query cost tens of ns), 512 KB in all.
 pub const MAX_IFACES: u32 = 1 << 16;
 /// DNS names owned (one per DNS service).
 pub const MAX_NAMES: u32 = 8192;
+/// Slots per copy of `DIR_NAME_SLOTS` (`name::slot` picks one from the name's hash).
+pub const NAME_SLOT_BITS: u32 = 10;
+pub const NAME_SLOTS: u32 = 1 << NAME_SLOT_BITS;
 /// Rate-limit buckets (`DIR_RRL_BUCKETS`, an LRU hash of `rrl::Key` -> `rrl::Bucket`):
 /// one per (service, client prefix) that got answers lately. 40 bytes each with the key;
 /// the least recently used go first, which only forgets a quiet prefix's state.
@@ -65,10 +75,11 @@ pub const SERVER_NAME_LEN: usize = 32;
 /// A wire-format name (at most 255 bytes) in a buffer padded for 8-byte word compares.
 pub const NAME_BUF: usize = 256;
 
-/// Value of `DIR_NAMES`, keyed by `name::hash` of the lower-cased wire name. The kernel
-/// compares `name` in full, so a hash collision can never answer for the wrong name.
+/// Value of `DIR_NAMES`, keyed by `name::hash` of the lower-cased wire name, and of
+/// `DIR_SERVICE_NAMES`, indexed by service id. The kernel compares `name` in full, so a
+/// hash collision can never answer for the wrong name.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct NameEntry {
     pub service: u32,
     /// Wire length including the root label.
@@ -305,6 +316,53 @@ pub struct Decision {
 pub const LOCAL_HOST: u32 = 1;
 pub const LOCAL_CONFIGURED: u32 = 2;
 
+/// `LocalSlot::flags`, `NameSlot::flags`: the slot holds an address (a name).
+pub const SLOT_USED: u32 = 1;
+/// `LocalSlot::flags`, `NameSlot::flags`: more addresses (names) than the one held fall in
+/// this slot; they are only in `DIR_LOCAL` (`DIR_NAMES`), which the program then asks.
+pub const SLOT_OVERFLOW: u32 = 2;
+
+/// Value of `DIR_NAME_SLOTS`: which service owns the name with this hash, by `name::slot`,
+/// the front of `DIR_NAMES` as `LocalSlot` is of `DIR_LOCAL` (two copies, `DIR_FRONT`
+/// naming the one read). The program then compares the question with the service's name
+/// in `DIR_SERVICE_NAMES`, whichever way it found the service.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NameSlot {
+    pub hash: u64,
+    pub service: u32,
+    /// `SLOT_*` bits.
+    pub flags: u32,
+}
+
+/// Value of `DIR_LOCAL_SLOTS`: the edge's addresses again, each in the slot its
+/// `peers::local_slot` names, so the program checks a destination with two array reads
+/// it inlines instead of a hash lookup (a chain of kernel calls, which cost most where
+/// returns go through a mitigation thunk). `DIR_LOCAL` stays the whole truth. Two copies
+/// (copy c's slot i at `c * LOCAL_SLOTS + i`), `DIR_FRONT` naming the one read: the
+/// controller rewrites the other and flips, so no query reads a half-written slot.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalSlot {
+    /// The `DIR_LOCAL` key as two native-endian words.
+    pub key: [u64; 2],
+    /// `SLOT_*` bits.
+    pub flags: u32,
+    pub _pad: u32,
+}
+
+/// Value of `DIR_FRONT[0]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrontSwitch {
+    /// The copy of `DIR_LOCAL_SLOTS` and `DIR_NAME_SLOTS` the program reads (bit 0).
+    pub active: u32,
+    pub _pad: u32,
+    /// CLOCK_MONOTONIC of the last flip: the other copy is rewritten only once no query can
+    /// still be reading it (programs run for microseconds; the controller waits 20 ms).
+    pub published_ns: u64,
+}
+
 /// Value of `DIR_IFACES`, indexed by ifindex: the interface's MAC address, which a query's
 /// destination MAC must equal, when `attached` is 1.
 #[repr(C)]
@@ -388,7 +446,7 @@ pub struct Scratch {
     pub source: [u8; 16],
     /// The chosen servers' ids, in the order of `addrs`.
     pub ids: [u16; MAX_CANDIDATES],
-    /// This CPU's random generator state (`select::next_random`; 0: not seeded yet).
+    /// This CPU's random generator state (`select::next_random`), from 0.
     pub rng: u64,
 }
 
@@ -401,6 +459,9 @@ mod pod {
     unsafe impl aya::Pod for Decision {}
     unsafe impl aya::Pod for DecisionRef {}
     unsafe impl aya::Pod for Iface {}
+    unsafe impl aya::Pod for LocalSlot {}
+    unsafe impl aya::Pod for NameSlot {}
+    unsafe impl aya::Pod for FrontSwitch {}
     unsafe impl aya::Pod for DecisionKeyV4 {}
     unsafe impl aya::Pod for DecisionKeyV6 {}
     unsafe impl aya::Pod for TableSwitch {}
@@ -443,6 +504,9 @@ mod tests {
         assert_eq!(size_of::<DecisionKeyV6>(), 20);
         assert_eq!(size_of::<DecisionRef>(), 8);
         assert_eq!(size_of::<Iface>(), 8);
+        assert_eq!(size_of::<LocalSlot>(), 24);
+        assert_eq!(size_of::<NameSlot>(), 16);
+        assert_eq!(size_of::<FrontSwitch>(), 16);
         assert_eq!(size_of::<TableSwitch>(), 16);
         assert_eq!(size_of::<HealthMask>(), 8 + 3 * MAX_SERVERS as usize / 8);
         assert_eq!(size_of::<Fallback>(), 40 + CNAME_RECORD_BUF);

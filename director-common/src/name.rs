@@ -29,6 +29,12 @@ pub fn hash_finish(h: u64, len: usize) -> u64 {
     hash_word(h, len as u64)
 }
 
+/// The `DIR_NAME_SLOTS` slot of a name, from its `hash`: the top bits of a multiply.
+#[inline(always)]
+pub fn slot(hash: u64) -> u32 {
+    (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - crate::maps::NAME_SLOT_BITS)) as u32
+}
+
 /// ASCII lower-casing of 8 bytes at once. Length bytes (at most 63) are never letters, so a
 /// whole wire name can be lowered word by word with the same result as label by label.
 #[inline(always)]

@@ -68,6 +68,25 @@ pub fn local_key_v4(addr: [u8; 4]) -> [u8; 16] {
     ]
 }
 
+/// The `DIR_LOCAL` key of an address as the two native-endian words the kernel loads.
+#[inline(always)]
+pub fn local_words(key: &[u8; 16]) -> [u64; 2] {
+    let mut lo = [0u8; 8];
+    let mut hi = [0u8; 8];
+    lo.copy_from_slice(&key[..8]);
+    hi.copy_from_slice(&key[8..]);
+    [u64::from_ne_bytes(lo), u64::from_ne_bytes(hi)]
+}
+
+/// The `DIR_LOCAL_SLOTS` slot of an address (its `local_words`): a multiply-shift of the
+/// two words, whose top bits depend on every bit of both (IPv4-mapped keys differ only in
+/// their last four bytes).
+#[inline(always)]
+pub fn local_slot(words: [u64; 2]) -> u32 {
+    let x = words[0] ^ words[1].rotate_left(29);
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - crate::maps::LOCAL_SLOT_BITS)) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +176,24 @@ mod tests {
         let k = local_key_v4([192, 0, 2, 1]);
         let want: Ipv6Addr = "::ffff:192.0.2.1".parse().unwrap();
         assert_eq!(k, want.octets());
+    }
+
+    #[test]
+    fn neighbouring_addresses_spread_over_the_slots() {
+        use crate::maps::LOCAL_SLOTS;
+        let mut used = std::collections::HashSet::new();
+        for last in 1..=64u8 {
+            let w = local_words(&local_key_v4([192, 0, 2, last]));
+            assert!(local_slot(w) < LOCAL_SLOTS);
+            used.insert(local_slot(w));
+        }
+        // 64 addresses into 256 slots: a random function leaves about 57 distinct.
+        assert!(used.len() >= 50, "{} slots for 64 addresses", used.len());
+        let mut used6 = std::collections::HashSet::new();
+        for last in 1..=64u16 {
+            let a = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, last).octets();
+            used6.insert(local_slot(local_words(&a)));
+        }
+        assert!(used6.len() >= 50, "{} slots for 64 addresses", used6.len());
     }
 }

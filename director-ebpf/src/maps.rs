@@ -8,17 +8,25 @@ use aya_ebpf::{
 use director_common::{
     counters::COUNTER_SLOTS,
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, Iface,
-        NameEntry, Scratch, ServerRecord, ServiceRecord, TableSwitch, MAX_CHOICES, MAX_DECISIONS,
-        MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS, MAX_RRL_EXEMPT, MAX_SERVERS,
-        MAX_SERVICES,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch, HealthMask,
+        Iface, LocalSlot, NameEntry, NameSlot, Scratch, ServerRecord, ServiceRecord, TableSwitch,
+        LOCAL_SLOTS, MAX_CHOICES, MAX_DECISIONS, MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS,
+        MAX_RRL_EXEMPT, MAX_SERVERS, MAX_SERVICES, NAME_SLOTS,
     },
     rrl,
     steer::{Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS},
 };
 
+/// Name hash → the owning service and its name: the whole truth, asked only for a slot of
+/// `DIR_NAME_SLOTS` more than one name fell in.
 #[map]
 pub static DIR_NAMES: HashMap<u64, NameEntry> = HashMap::pinned(MAX_NAMES, 0);
+/// The names by slot, two copies (see `NameSlot`); `DIR_FRONT` names the one read.
+#[map]
+pub static DIR_NAME_SLOTS: Array<NameSlot> = Array::pinned(2 * NAME_SLOTS, 0);
+/// Per service id, its name, which the question is compared with.
+#[map]
+pub static DIR_SERVICE_NAMES: Array<NameEntry> = Array::pinned(MAX_SERVICES, 0);
 #[map]
 pub static DIR_SERVICES: Array<ServiceRecord> = Array::pinned(MAX_SERVICES, 0);
 #[map]
@@ -31,8 +39,14 @@ pub static DIR_DEC4: LpmTrie<DecisionKeyV4, DecisionRef> = LpmTrie::pinned(MAX_D
 pub static DIR_DEC6: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
 pub static DIR_CHOICES: Array<Decision> = Array::pinned(2 * MAX_CHOICES, 0);
+/// The edge's addresses (keys: `peers::local_key_v4` for IPv4, as two native words).
 #[map]
-pub static DIR_LOCAL: HashMap<[u8; 16], u32> = HashMap::pinned(MAX_LOCAL, 0);
+pub static DIR_LOCAL: HashMap<[u64; 2], u32> = HashMap::pinned(MAX_LOCAL, 0);
+/// The same addresses by slot, two copies (see `LocalSlot`); `DIR_FRONT` names the one read.
+#[map]
+pub static DIR_LOCAL_SLOTS: Array<LocalSlot> = Array::pinned(2 * LOCAL_SLOTS, 0);
+#[map]
+pub static DIR_FRONT: Array<FrontSwitch> = Array::pinned(1, 0);
 #[map]
 pub static DIR_IFACES: Array<Iface> = Array::pinned(MAX_IFACES, 0);
 #[map]

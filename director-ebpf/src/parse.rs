@@ -8,12 +8,12 @@ use director_common::{
     dns,
     handover::{Layout, Query, Slot},
     headers::{eth, ipv4, ipv6, udp, vlan},
-    maps::{Scratch, NAME_BUF},
+    maps::{Scratch, LOCAL_SLOTS, NAME_BUF, SLOT_OVERFLOW, SLOT_USED},
     name::{self, HASH_INIT, MAX_LABELS, MAX_WIRE_LEN},
     peers,
 };
 
-use crate::maps::{DIR_IFACES, DIR_LOCAL};
+use crate::maps::{DIR_FRONT, DIR_IFACES, DIR_LOCAL, DIR_LOCAL_SLOTS};
 use crate::opaque;
 use crate::packet::{at, at_fenced, be16, header_sum, ld};
 
@@ -184,7 +184,7 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
     let udp_off = l3 + if ip6 { ipv6::LEN } else { ipv4::LEN };
     let uh = at_fenced::<{ udp::LEN }>(ctx, udp_off, Reason::Malformed)?;
     let (src_port, udp_sum) = (be16(uh, udp::SRC_PORT), be16(uh, udp::CHECKSUM));
-    let key = if ip6 {
+    let (key, v6_group) = if ip6 {
         let ip = at_fenced::<{ ipv6::LEN }>(ctx, l3, Reason::Malformed)?;
         if udp_sum == 0 {
             return Err(Reason::BadChecksum);
@@ -193,10 +193,15 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
         if !peers::v6_source_ok(hi, lo) {
             return Err(Reason::BadSource);
         }
-        let mut key = [0u8; 16];
         // SAFETY: `at` checked the header is in the packet.
-        unsafe { key.copy_from_slice(&(&*ip)[ipv6::DST..ipv6::DST + ipv6::ADDR_LEN]) };
-        key
+        let group = peers::v6_dest_is_group(unsafe { (*ip)[ipv6::DST] });
+        (
+            [
+                ld::<u64, { ipv6::LEN }>(ip, ipv6::DST),
+                ld(ip, ipv6::DST + 8),
+            ],
+            group,
+        )
     } else {
         let ip = at_fenced::<{ ipv4::LEN }>(ctx, l3, Reason::Malformed)?;
         if checksum::fold(header_sum(ip)) != 0xffff {
@@ -220,7 +225,7 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
         if peers::v4_dest_is_group(dst[0]) {
             return Err(Reason::GroupDestination);
         }
-        peers::local_key_v4(dst)
+        (peers::local_words(&peers::local_key_v4(dst)), false)
     };
     let frame = at_fenced::<{ eth::LEN }>(ctx, 0, Reason::Malformed)?;
     // SAFETY: `at` checked the header is in the packet.
@@ -231,7 +236,7 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
     if peers::source_port_reflects(src_port) {
         return Err(Reason::ReflectingPort);
     }
-    if peers::mac_is_group(dst0) || peers::v6_dest_is_group(key[0]) {
+    if peers::mac_is_group(dst0) || v6_group {
         return Err(Reason::GroupDestination);
     }
     // SAFETY: the context pointer is the kernel's for this packet.
@@ -248,10 +253,27 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
             return Err(Reason::NotForUs);
         }
     }
-    match unsafe { DIR_LOCAL.get(key) } {
-        Some(_) => Ok(()),
-        None => Err(Reason::NotForUs),
+    if is_local(&key) {
+        Ok(())
+    } else {
+        Err(Reason::NotForUs)
     }
+}
+
+/// Whether `key` (`peers::local_words`) is one of the edge's addresses: its slot in the
+/// copy of `DIR_LOCAL_SLOTS` in use, two array reads the verifier inlines; the hash map, a
+/// chain of kernel calls, only for a slot more than one address fell in.
+#[inline(always)]
+fn is_local(key: &[u64; 2]) -> bool {
+    let copy = DIR_FRONT.get(0).map_or(0, |f| f.active & 1);
+    let Some(slot) = DIR_LOCAL_SLOTS.get(copy * LOCAL_SLOTS + peers::local_slot(*key)) else {
+        return false;
+    };
+    if slot.flags & SLOT_USED != 0 && slot.key[0] == key[0] && slot.key[1] == key[1] {
+        return true;
+    }
+    // SAFETY: the map is only read.
+    slot.flags & SLOT_OVERFLOW != 0 && unsafe { DIR_LOCAL.get(key) }.is_some()
 }
 
 /// A big-endian 8-byte word of a header.

@@ -1,16 +1,16 @@
 //! Policy: map lookups only. Which service owns the name, which decision covers the client,
 //! and which of its servers answer.
 
-use aya_ebpf::helpers::bpf_get_prandom_u32;
 use aya_ebpf::maps::lpm_trie::Key;
 use director_common::{
     counters::Reason,
     handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
     maps::{
         DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch, FALLBACK_ALTERNATE as HAS_ALTERNATE,
-        FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS, MAX_CANDIDATES, NAME_BUF, SERVICE_ACTIVE,
-        SERVICE_BITS,
+        FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS, MAX_CANDIDATES, NAME_BUF, NAME_SLOTS,
+        SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
     },
+    name,
     select::{self, Mode},
 };
 
@@ -19,11 +19,13 @@ use crate::opaque::{self, hide};
 
 pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     let hash = unsafe { core::ptr::read_volatile(&(*s).name_hash) };
-    let entry = unsafe { DIR_NAMES.get(hash) }.ok_or(Reason::UnknownName)?;
+    let service_id = owner(hash).ok_or(Reason::UnknownName)?;
+    let entry = DIR_SERVICE_NAMES
+        .get(service_id)
+        .ok_or(Reason::UnknownName)?;
     if entry.len as usize != q.name_len || !same_name(&entry.name, s, q.name_len) {
         return Err(Reason::UnknownName);
     }
-    let service_id = entry.service;
     let service = DIR_SERVICES.get(service_id).ok_or(Reason::UnknownName)?;
     if service.flags & SERVICE_ACTIVE == 0 || service.kind != KIND_DNS {
         return Err(Reason::UnknownName);
@@ -114,17 +116,34 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     })
 }
 
+/// The service whose name has `hash`, if any: the name's slot in the copy of
+/// `DIR_NAME_SLOTS` in use (array reads the verifier inlines), and the hash map (a chain of
+/// kernel calls) only for a slot more than one name fell in. Only the service id comes out,
+/// so what follows is verified once whichever way it was found; the caller compares the
+/// name itself.
+#[inline(always)]
+fn owner(hash: u64) -> Option<u32> {
+    let copy = DIR_FRONT.get(0).map_or(0, |f| f.active & 1);
+    let slot = DIR_NAME_SLOTS.get(copy * NAME_SLOTS + name::slot(hash))?;
+    if slot.flags & SLOT_USED != 0 && slot.hash == hash {
+        return Some(slot.service);
+    }
+    if slot.flags & SLOT_OVERFLOW == 0 {
+        return None;
+    }
+    // SAFETY: the map is only read.
+    unsafe { DIR_NAMES.get(hash) }.map(|e| e.service)
+}
+
 /// A random key from the CPU's own generator in scratch (`select::next_random`): the
 /// kernel's prandom helper is a function call per answer, and calls are what cost most on
-/// kernels with return-thunk mitigations. Seeded from the helper once per CPU.
+/// kernels with return-thunk mitigations. Not seeded: every CPU's generator starts at 0
+/// and walks the same sequence, which changes nothing in how answers share by weight (each
+/// CPU's keys are as even as any), and saves the verifier a branch on every path here.
 #[inline(always)]
 fn random(s: *mut Scratch) -> u32 {
     // SAFETY: `s` is the scratch map's value.
-    let mut state = unsafe { core::ptr::read_volatile(&(*s).rng) };
-    if state == 0 {
-        // SAFETY: a helper without arguments.
-        state = u64::from(unsafe { bpf_get_prandom_u32() }) | 1 << 32;
-    }
+    let state = unsafe { core::ptr::read_volatile(&(*s).rng) };
     let (next, key) = select::next_random(state);
     // SAFETY: as above.
     unsafe { core::ptr::write_volatile(&mut (*s).rng, next) };

@@ -1795,6 +1795,63 @@ fn the_edges_addresses_and_mac_decide() {
     expect_answer(&fx, &foreign);
 }
 
+/// The program checks a destination in its slot of `DIR_LOCAL_SLOTS` and asks the hash
+/// map only for a slot more than one address fell in: every address sharing a slot is
+/// answered, an address that is not the edge's is refused whether its slot is free, held
+/// by another address, or shared; and removing the first of a shared slot's addresses
+/// leaves the others answered.
+#[test]
+fn addresses_sharing_a_slot_are_all_answered() {
+    use director_common::peers::{local_key_v4, local_slot, local_words};
+    let mut fx = setup_fra();
+    let slot = |a: Ipv4Addr| local_slot(local_words(&local_key_v4(a.octets())));
+    // Three documentation addresses in one slot, none of them the edge's yet: two become
+    // the edge's, the third stays a stranger.
+    let have: Vec<IpAddr> = fx
+        .maps()
+        .local_addresses()
+        .unwrap()
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
+    let mut by_slot: std::collections::HashMap<u32, Vec<Ipv4Addr>> = Default::default();
+    let mut shared = None;
+    'search: for net in [[198, 51, 100], [203, 0, 113]] {
+        for n in 1..=254u8 {
+            let a = Ipv4Addr::new(net[0], net[1], net[2], n);
+            if have.contains(&IpAddr::V4(a)) {
+                continue;
+            }
+            let v = by_slot.entry(slot(a)).or_default();
+            v.push(a);
+            if v.len() == 3 {
+                shared = Some(v.clone());
+                break 'search;
+            }
+        }
+    }
+    let shared = shared.expect("three of 508 addresses in one of 256 slots");
+    let (mine, stranger) = (&shared[..2], shared[2]);
+    let query_to = |a: Ipv4Addr| frame_of(&to(&a.to_string()), &a_query());
+    for a in mine {
+        fx.maps()
+            .set_configured_address(IpAddr::V4(*a), true)
+            .unwrap();
+    }
+    for a in mine {
+        expect_answer(&fx, &query_to(*a));
+    }
+    expect_pass(&fx, &query_to(stranger), Reason::NotForUs);
+    fx.maps()
+        .set_configured_address(IpAddr::V4(mine[0]), false)
+        .unwrap();
+    expect_pass(&fx, &query_to(mine[0]), Reason::NotForUs);
+    for a in &mine[1..] {
+        expect_answer(&fx, &query_to(*a));
+    }
+    expect_pass(&fx, &query_to(stranger), Reason::NotForUs);
+}
+
 /// DNS messages that are not one plain query: responses, other opcodes, header bits a
 /// query does not set, more than one question, records in a query, bytes after the end.
 fn not_a_plain_query_table() -> Vec<PassCase> {

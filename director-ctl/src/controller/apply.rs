@@ -107,6 +107,7 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
         m.put_server(e)?;
     }
     let now: HashMap<u32, ServiceEntry> = m.services()?.into_iter().map(|s| (s.id, s)).collect();
+    let mut changed = Vec::new();
     for (s, &id) in cfg.services.iter().zip(&ids.services) {
         let select = s.select_mode(&s.policy(cfg)?)?;
         let e = ServiceEntry {
@@ -118,8 +119,12 @@ fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
             dns: s.answers_dns(),
         };
         if now.get(&id) != Some(&e) {
-            m.put_service(&e)?;
+            changed.push(e);
         }
+    }
+    // Together: the program's name slots are published once for all of them.
+    m.put_services(&changed)?;
+    for (s, &id) in cfg.services.iter().zip(&ids.services) {
         let fb = fallback(s)?;
         if m.fallback(id)? != fb {
             m.set_fallback(id, &fb)?;

@@ -12,13 +12,15 @@ use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, Map, MapData, MapError, 
 use director_common::{
     counters::{self, Reason},
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, Iface,
-        NameEntry, ServerRecord, ServiceRecord, TableSwitch, KIND_DNS, KIND_VIP, LOCAL_CONFIGURED,
-        LOCAL_HOST, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_FALLBACK,
-        MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_NAMES, MAP_RRL, MAP_RRL_EXEMPT, MAP_SERVERS,
-        MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL,
-        MAX_SERVERS, MAX_SERVICES, NAME_BUF, SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN,
-        SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS,
+        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch, HealthMask,
+        Iface, LocalSlot, NameEntry, NameSlot, ServerRecord, ServiceRecord, TableSwitch, KIND_DNS,
+        KIND_VIP, LOCAL_CONFIGURED, LOCAL_HOST, LOCAL_SLOTS, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS,
+        MAP_DEC4, MAP_DEC6, MAP_FALLBACK, MAP_FRONT, MAP_HEALTH, MAP_IFACES, MAP_LOCAL,
+        MAP_LOCAL_SLOTS, MAP_NAMES, MAP_NAME_SLOTS, MAP_RRL, MAP_RRL_EXEMPT, MAP_SERVERS,
+        MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_NAMES, MAP_SERVICE_STATS, MAX_CHOICES,
+        MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF, NAME_SLOTS, SERVER_DRAINED,
+        SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE,
+        SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
     },
     name,
     rrl::{Limit, EXEMPT_V4_MAPPED_BITS},
@@ -82,6 +84,12 @@ pub struct Maps {
     batch_choices: MapData,
     config: Array<MapData, TableSwitch>,
     local: HashMap<MapData, [u8; 16], u32>,
+    local_slots: Array<MapData, LocalSlot>,
+    batch_local_slots: MapData,
+    name_slots: Array<MapData, NameSlot>,
+    batch_name_slots: MapData,
+    service_names: Array<MapData, NameEntry>,
+    front: Array<MapData, FrontSwitch>,
     /// Ids per table handed out before an update compacts (MAX_CHOICES; lower in tests).
     choice_limit: u32,
     ifaces: Array<MapData, Iface>,
@@ -159,6 +167,12 @@ impl Maps {
             batch_choices: open_data(dir, MAP_CHOICES)?,
             config: open(dir, MAP_CONFIG)?,
             local: open(dir, MAP_LOCAL)?,
+            local_slots: open(dir, MAP_LOCAL_SLOTS)?,
+            batch_local_slots: open_data(dir, MAP_LOCAL_SLOTS)?,
+            name_slots: open(dir, MAP_NAME_SLOTS)?,
+            batch_name_slots: open_data(dir, MAP_NAME_SLOTS)?,
+            service_names: open(dir, MAP_SERVICE_NAMES)?,
+            front: open(dir, MAP_FRONT)?,
             choice_limit: MAX_CHOICES,
             ifaces: open(dir, MAP_IFACES)?,
             counters: open(dir, MAP_COUNTERS)?,
@@ -458,26 +472,38 @@ impl Maps {
     /// Writes a service and its name. The service first: the kernel must never find a name
     /// whose service is not there.
     pub fn put_service(&mut self, e: &ServiceEntry) -> Result<()> {
-        let wire = wire_name(&e.name)?;
-        let svc = ServiceRecord {
-            ttl: e.ttl,
-            flags: SERVICE_ACTIVE,
-            kind: if e.dns { KIND_DNS } else { KIND_VIP },
-            answers: e.answers,
-            select: e.select as u8,
-        };
-        self.services
-            .set(e.id, svc, 0)
-            .context("writing the service table")?;
-        let mut entry = NameEntry {
-            service: e.id,
-            len: wire.len() as u32,
-            name: [0; NAME_BUF],
-        };
-        entry.name[..wire.len()].copy_from_slice(&wire);
-        self.names
-            .insert(name::hash(&wire), entry, 0)
-            .context("writing the name table")
+        self.put_services(std::slice::from_ref(e))
+    }
+
+    /// Writes services and their names (each service before its name), then publishes the
+    /// names to the program's slots once.
+    pub fn put_services(&mut self, all: &[ServiceEntry]) -> Result<()> {
+        for e in all {
+            let wire = wire_name(&e.name)?;
+            let svc = ServiceRecord {
+                ttl: e.ttl,
+                flags: SERVICE_ACTIVE,
+                kind: if e.dns { KIND_DNS } else { KIND_VIP },
+                answers: e.answers,
+                select: e.select as u8,
+            };
+            self.services
+                .set(e.id, svc, 0)
+                .context("writing the service table")?;
+            let mut entry = NameEntry {
+                service: e.id,
+                len: wire.len() as u32,
+                name: [0; NAME_BUF],
+            };
+            entry.name[..wire.len()].copy_from_slice(&wire);
+            self.service_names
+                .set(e.id, entry, 0)
+                .context("writing the service names")?;
+            self.names
+                .insert(name::hash(&wire), entry, 0)
+                .context("writing the name table")?;
+        }
+        self.sync_front()
     }
 
     /// Removes a service: its name first (queries for it then pass), then its decisions,
@@ -487,10 +513,12 @@ impl Maps {
         self.names
             .remove(&name::hash(&wire))
             .context("writing the name table")?;
+        self.sync_front()?;
         self.remove_decisions(|s| s == id)?;
         self.services
             .set(id, ServiceRecord::default(), 0)
             .context("writing the service table")?;
+        self.clear_service_name(id)?;
         // A later service with this id starts unlimited.
         self.set_rrl(id, &Limit::unlimited())
     }
@@ -509,11 +537,13 @@ impl Maps {
         for k in stale {
             self.names.remove(&k).context("writing the name table")?;
         }
+        self.sync_front()?;
         for id in 1..MAX_SERVICES {
             if !services.contains(&id) && self.services.get(&id, 0)?.flags != 0 {
                 self.services
                     .set(id, ServiceRecord::default(), 0)
                     .context("writing the service table")?;
+                self.clear_service_name(id)?;
                 // A later service with this id starts with no verdicts and no fallback.
                 self.set_health(id, &HealthMask::all_in())?;
                 self.set_fallback(id, &Fallback::none())?;
@@ -906,6 +936,8 @@ impl Maps {
                 changed = true;
             }
         }
+        // Always compared: a program loaded over older maps starts with empty slots.
+        self.sync_front()?;
         Ok(changed)
     }
 
@@ -921,7 +953,98 @@ impl Maps {
         } else {
             flags & !LOCAL_CONFIGURED
         };
-        self.put_local(a, flags)
+        self.put_local(a, flags)?;
+        self.sync_front()
+    }
+
+    /// Brings the program's front slots (`DIR_LOCAL_SLOTS`, `DIR_NAME_SLOTS`) in line with
+    /// the tables they front (`DIR_LOCAL`, `DIR_NAMES`) when they differ: the copies not in
+    /// use are rewritten whole, then `DIR_FRONT` flips to them. An address or name added
+    /// is answered once the flip is done; one removed is refused from then on. Queries
+    /// read one copy or the other, never a slot being written: the copy rewritten was last
+    /// read before the previous flip, at least `FRONT_GRACE` ago. Also makes sure every
+    /// name's service has it in `DIR_SERVICE_NAMES` (maps pinned by an older build lack it).
+    fn sync_front(&mut self) -> Result<()> {
+        let mut keys: Vec<[u8; 16]> = self
+            .local
+            .keys()
+            .collect::<Result<_, _>>()
+            .context("reading the local address table")?;
+        keys.sort_unstable();
+        let mut names: Vec<(u64, NameEntry)> = self
+            .names
+            .iter()
+            .collect::<Result<_, _>>()
+            .context("reading the name table")?;
+        names.sort_unstable_by_key(|(h, _)| *h);
+        for (_, e) in &names {
+            let have = self
+                .service_names
+                .get(&e.service, 0)
+                .context("reading the service names")?;
+            if have != *e {
+                self.service_names
+                    .set(e.service, *e, 0)
+                    .context("writing the service names")?;
+            }
+        }
+        let want_local = local_slots(&keys);
+        let want_names = name_slots(&names);
+        let sw = self.front.get(&0, 0).context("reading the front switch")?;
+        let active = sw.active & 1;
+        if self.front_is(active, &want_local, &want_names)? {
+            return Ok(());
+        }
+        let since = monotonic_ns().saturating_sub(sw.published_ns);
+        if since < FRONT_GRACE.as_nanos() as u64 {
+            std::thread::sleep(FRONT_GRACE - std::time::Duration::from_nanos(since));
+        }
+        let spare = 1 - active;
+        write_copy(
+            &self.batch_local_slots,
+            &mut self.local_slots,
+            spare * LOCAL_SLOTS,
+            &want_local,
+        )
+        .context("writing the local address slots")?;
+        write_copy(
+            &self.batch_name_slots,
+            &mut self.name_slots,
+            spare * NAME_SLOTS,
+            &want_names,
+        )
+        .context("writing the name slots")?;
+        let flipped = FrontSwitch {
+            active: spare,
+            _pad: 0,
+            published_ns: monotonic_ns(),
+        };
+        self.front
+            .set(0, flipped, 0)
+            .context("writing the front switch")
+    }
+
+    /// Whether copy `c` of the front slots holds exactly these.
+    fn front_is(&self, c: u32, local: &[LocalSlot], names: &[NameSlot]) -> Result<bool> {
+        for (i, w) in local.iter().enumerate() {
+            let have = self
+                .local_slots
+                .get(&(c * LOCAL_SLOTS + i as u32), 0)
+                .context("reading the local address slots")?;
+            if have != *w {
+                return Ok(false);
+            }
+        }
+        for (i, w) in names.iter().enumerate() {
+            let have = self
+                .name_slots
+                .get(&(c * NAME_SLOTS + i as u32), 0)
+                .context("reading the name slots")?;
+            if have != *w {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn put_local(&mut self, a: IpAddr, flags: u32) -> Result<()> {
@@ -935,6 +1058,19 @@ impl Maps {
         self.local
             .insert(key, flags, 0)
             .with_context(|| format!("writing local address {a} (at most {MAX_LOCAL})"))
+    }
+
+    /// Empties a removed service's entry in `DIR_SERVICE_NAMES` (its name is out of
+    /// `DIR_NAMES` and the slots already).
+    fn clear_service_name(&mut self, id: u32) -> Result<()> {
+        let empty = NameEntry {
+            service: 0,
+            len: 0,
+            name: [0; NAME_BUF],
+        };
+        self.service_names
+            .set(id, empty, 0)
+            .context("writing the service names")
     }
 
     /// Records the MAC of an interface director is attached to: queries arriving there
@@ -1022,6 +1158,86 @@ impl Store {
             scope: d.prefix_len,
             _pad: [0; 3],
         }
+    }
+}
+
+/// How long a copy of the front slots stays untouched after queries stop being sent to it:
+/// programs run for microseconds, so none still reads it by then.
+const FRONT_GRACE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// CLOCK_MONOTONIC in ns: one clock for every process that flips `DIR_FRONT`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The `DIR_LOCAL_SLOTS` copy for `keys` (sorted, so the same addresses always give the
+/// same slots): each address in its slot, the first come keeping it; a slot claimed
+/// again is marked so the program asks `DIR_LOCAL` for the others.
+fn local_slots(keys: &[[u8; 16]]) -> Vec<LocalSlot> {
+    let mut slots = vec![LocalSlot::default(); LOCAL_SLOTS as usize];
+    for k in keys {
+        let words = director_common::peers::local_words(k);
+        let slot = &mut slots[director_common::peers::local_slot(words) as usize];
+        if slot.flags & SLOT_USED == 0 {
+            slot.key = words;
+            slot.flags |= SLOT_USED;
+        } else {
+            slot.flags |= SLOT_OVERFLOW;
+        }
+    }
+    slots
+}
+
+/// The `DIR_NAME_SLOTS` copy for `names` (sorted by hash): as `local_slots`.
+fn name_slots(names: &[(u64, NameEntry)]) -> Vec<NameSlot> {
+    let mut slots = vec![NameSlot::default(); NAME_SLOTS as usize];
+    for (hash, e) in names {
+        let slot = &mut slots[name::slot(*hash) as usize];
+        if slot.flags & SLOT_USED == 0 {
+            slot.hash = *hash;
+            slot.service = e.service;
+            slot.flags |= SLOT_USED;
+        } else {
+            slot.flags |= SLOT_OVERFLOW;
+        }
+    }
+    slots
+}
+
+/// Writes `values` at consecutive indexes of an array from `first`: one batch, or one by
+/// one where the kernel takes no batch.
+fn write_copy<T: Copy + aya::Pod>(
+    batch_map: &MapData,
+    map: &mut Array<MapData, T>,
+    first: u32,
+    values: &[T],
+) -> Result<()> {
+    let (mut k, mut v) = (Vec::new(), Vec::new());
+    for (i, w) in values.iter().enumerate() {
+        k.extend_from_slice(&(first + i as u32).to_ne_bytes());
+        v.extend_from_slice(pod_bytes(w));
+    }
+    match batch(
+        BPF_MAP_UPDATE_BATCH,
+        batch_map,
+        &k,
+        Some(&v),
+        values.len() as u32,
+    ) {
+        Ok(()) => Ok(()),
+        Err(e) if batch_unsupported(&e) => {
+            for (i, w) in values.iter().enumerate() {
+                map.set(first + i as u32, *w, 0)?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
