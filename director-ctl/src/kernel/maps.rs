@@ -664,7 +664,7 @@ impl Maps {
         let mut store = self.store(t)?;
         let fresh = store.missing(put.iter().map(|(_, d)| d));
         if store.next as usize + fresh.len() > self.choice_limit as usize {
-            self.compact_with(service, put, delete)?;
+            self.compact_with(service, put, delete, usize::MAX)?;
             return Ok(put.len());
         }
         self.store_choices(&mut store, &fresh)?;
@@ -684,7 +684,14 @@ impl Maps {
     /// once (what running out of ids does; the bench times it at full scale). Returns the
     /// number of entries rewritten.
     pub fn compact(&mut self) -> Result<usize> {
-        self.compact_with(0, &[], &[])
+        self.compact_with(0, &[], &[], usize::MAX)
+    }
+
+    /// A compaction killed after rewriting `entries` entries (tests: what a controller
+    /// killed half way leaves): the decisions stored in the other half, that many entries
+    /// moved onto it, no flip.
+    pub fn compact_cut_short(&mut self, entries: usize) -> Result<usize> {
+        self.compact_with(0, &[], &[], entries)
     }
 
     /// When an update needs more ids than the half in use has free: every entry, with the
@@ -693,7 +700,13 @@ impl Maps {
     /// so the tries never hold two tables (kernel memory stays that of one). Rewriting an
     /// entry onto a copy of its decision changes no answer, so only the update's own
     /// entries need `update_order`; the rest go in any order.
-    fn compact_with(&mut self, service: u32, put: &Entries, delete: &[IpNet]) -> Result<usize> {
+    fn compact_with(
+        &mut self,
+        service: u32,
+        put: &Entries,
+        delete: &[IpNet],
+        stop_after: usize,
+    ) -> Result<usize> {
         let from = self.active_table()?;
         let to = 1 - from;
         let refs = self.references()?;
@@ -762,6 +775,10 @@ impl Maps {
         }
         if !by_service.contains_key(&service) {
             deletions.extend(update_order(&[], &gone).1.iter().map(|p| (service, *p)));
+        }
+        if stop_after < moves.len() {
+            self.put_all(&moves[..stop_after])?;
+            return Ok(stop_after);
         }
         self.put_all(&moves)?;
         for (s, net) in &deletions {
