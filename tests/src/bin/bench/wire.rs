@@ -60,10 +60,12 @@ pub struct Wire<'a> {
     knotd: u32,
     /// Whether the pass-through program is on the client end now (Lab::attach puts it there).
     client_pass: std::cell::Cell<bool>,
+    /// Whether director is attached with the bench's service (the ceiling detaches it).
+    director_up: std::cell::Cell<bool>,
 }
 
 /// One load run.
-struct Sample {
+pub struct Sample {
     sent: u64,
     replies: u64,
     seconds: f64,
@@ -160,12 +162,9 @@ pub struct Point {
     director_answered: Spread,
 }
 
-pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
-    let (edge_ns, edge_if) = (lab.edge_ns.clone(), lab.edge_if.clone());
-    let (client_ns, client_if) = (lab.client_ns.clone(), lab.client_if.clone());
-    // GRO gives the client veth a NAPI instance of its own, so its (threaded, pinned) NAPI
-    // thread survives kxdpgun attaching and removing its XDP program on every run.
-    sys::run_ok(sys::nsenter(&client_ns, "ethtool").args(["-K", &client_if, "gro", "on"]))?;
+/// director attached to the edge with the bench's one server, service and routes (again
+/// after the ceiling's runs detached it and dropped its maps).
+fn director_setup(lab: &Lab) {
     lab.attach();
     for args in [
         vec!["server", "add", "fra-1", "--ipv4", FRA_V4, "--ipv6", FRA_V6],
@@ -175,6 +174,15 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
     ] {
         lab.ctl_ok(&args);
     }
+}
+
+pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
+    let (edge_ns, edge_if) = (lab.edge_ns.clone(), lab.edge_if.clone());
+    let (client_ns, client_if) = (lab.client_ns.clone(), lab.client_if.clone());
+    // GRO gives the client veth a NAPI instance of its own, so its (threaded, pinned) NAPI
+    // thread survives kxdpgun attaching and removing its XDP program on every run.
+    sys::run_ok(sys::nsenter(&client_ns, "ethtool").args(["-K", &client_if, "gro", "on"]))?;
+    director_setup(lab);
     let edge_napi = sys::threaded_napi(&edge_ns, &edge_if)?;
     let client_napi = sys::threaded_napi(&client_ns, &client_if)?;
     sys::pin_to_cpu(edge_napi, SERVER_CPU)?;
@@ -227,6 +235,7 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
         edge_napi: std::cell::Cell::new(edge_napi),
         knotd,
         client_pass: true.into(),
+        director_up: true.into(),
     })
 }
 
@@ -455,7 +464,8 @@ impl Wire<'_> {
 
     /// `runs` samples of one server; the generator is tried and, in auto mode, kxdpgun's
     /// failure switches to dnsperf (returned so both servers use the same generator).
-    pub fn point(
+    /// director is set up again first if the ceiling's runs detached it.
+    pub fn samples(
         &self,
         server: Server,
         gen: &mut Generator,
@@ -463,30 +473,40 @@ impl Wire<'_> {
         seconds: u32,
         runs: usize,
         log: &mut String,
-    ) -> Result<Point> {
+    ) -> Result<Vec<Sample>> {
+        let edge_if = self.lab.edge_if.clone();
+        if server != Server::Ceiling && !self.director_up.get() {
+            director_setup(self.lab);
+            self.client_pass.set(true);
+            let napi = sys::current_napi(&edge_if)?;
+            sys::pin_to_cpu(napi, SERVER_CPU)?;
+            self.edge_napi.set(napi);
+            self.director_up.set(true);
+        }
         if server == Server::Knot {
             // director stays attached (it now passes the query to the stack), as in a
-            // real deployment where knot answers whatever director does not own.
+            // real deployment where knot answers whatever director does not own. Last:
+            // the service is not added back.
             self.lab.ctl_ok(&["service", "del", NAME]);
         }
-        let edge_if = self.lab.edge_if.clone();
         if server == Server::Ceiling {
-            // Last: detaching director drops its maps.
+            // Detaching director drops its maps; `samples` sets it up again after.
             self.lab.ctl_ok(&["detach", "--iface", &edge_if]);
+            self.director_up.set(false);
             self.lab.ctl_ok(&["ceiling", "--iface", &edge_if]);
             let napi = sys::current_napi(&edge_if)?;
             sys::pin_to_cpu(napi, SERVER_CPU)?;
             self.edge_napi.set(napi);
         }
-        let point = self.point_on(server, gen, auto, seconds, runs, log);
+        let samples = self.samples_on(server, gen, auto, seconds, runs, log);
         if server == Server::Ceiling {
             self.lab
                 .ctl_ok(&["ceiling", "--iface", &edge_if, "--detach"]);
         }
-        point
+        samples
     }
 
-    fn point_on(
+    fn samples_on(
         &self,
         server: Server,
         gen: &mut Generator,
@@ -494,7 +514,7 @@ impl Wire<'_> {
         seconds: u32,
         runs: usize,
         log: &mut String,
-    ) -> Result<Point> {
+    ) -> Result<Vec<Sample>> {
         self.sanity(server)?;
         let mut samples = Vec::new();
         while samples.len() < runs {
@@ -525,8 +545,15 @@ impl Wire<'_> {
             }
             std::thread::sleep(Duration::from_millis(300));
         }
+        Ok(samples)
+    }
+}
+
+impl Point {
+    /// A server's figures over its samples.
+    pub fn of(server: Server, samples: &[Sample]) -> Point {
         let s = |f: fn(&Sample) -> f64| Spread::of(&samples.iter().map(f).collect::<Vec<_>>());
-        Ok(Point {
+        Point {
             server,
             answers: s(Sample::answers_per_s),
             sent: s(Sample::sent_per_s),
@@ -536,7 +563,7 @@ impl Wire<'_> {
             busy: s(|x| x.window.server()),
             other: s(|x| x.window.others()),
             director_answered: s(|x| x.director_answered as f64),
-        })
+        }
     }
 }
 
@@ -603,6 +630,11 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
             d.cpu_us.median / k.cpu_us.median
         ));
     }
+    t.note(
+        "Order: director and the ceiling take turns, one run each (director set up again after \
+         each ceiling run), then knot's runs: load from the rest of the machine falls on \
+         director and its ceiling alike.",
+    );
     t.note(
         "Under overload a server's CPU per answer includes receiving the queries it then drops \
          (the NAPI thread's share).",
