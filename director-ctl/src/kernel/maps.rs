@@ -1043,25 +1043,10 @@ impl Maps {
 
     /// Whether copy `c` of the front slots holds exactly these.
     fn front_is(&self, c: u32, local: &[LocalSlot], names: &[NameSlot]) -> Result<bool> {
-        for (i, w) in local.iter().enumerate() {
-            let have = self
-                .local_slots
-                .get(&(c * LOCAL_SLOTS + i as u32), 0)
-                .context("reading the local address slots")?;
-            if have != *w {
-                return Ok(false);
-            }
-        }
-        for (i, w) in names.iter().enumerate() {
-            let have = self
-                .name_slots
-                .get(&(c * NAME_SLOTS + i as u32), 0)
-                .context("reading the name slots")?;
-            if have != *w {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        Ok(copy_is(&self.local_slots, c * LOCAL_SLOTS, local)
+            .context("reading the local address slots")?
+            && copy_is(&self.name_slots, c * NAME_SLOTS, names)
+                .context("reading the name slots")?)
     }
 
     fn put_local(&mut self, a: IpAddr, flags: u32) -> Result<()> {
@@ -1182,8 +1167,9 @@ impl Store {
 /// programs run for microseconds, so none still reads it by then.
 const FRONT_GRACE: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// CLOCK_MONOTONIC in ns: one clock for every process that flips `DIR_FRONT`.
-fn monotonic_ns() -> u64 {
+/// CLOCK_MONOTONIC in ns: one clock for every process that flips `DIR_FRONT`, and the one
+/// the kernel stamps flows with.
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -1225,6 +1211,20 @@ fn name_slots(names: &[(u64, NameEntry)]) -> Vec<NameSlot> {
         }
     }
     slots
+}
+
+/// Whether an array holds `values` at consecutive indexes from `first`.
+fn copy_is<T: Copy + PartialEq + aya::Pod>(
+    map: &Array<MapData, T>,
+    first: u32,
+    values: &[T],
+) -> Result<bool> {
+    for (i, w) in values.iter().enumerate() {
+        if map.get(&(first + i as u32), 0)? != *w {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Writes `values` at consecutive indexes of an array from `first`: one batch, or one by

@@ -144,17 +144,6 @@ fn max_len(a: IpAddr) -> u8 {
     }
 }
 
-/// CLOCK_MONOTONIC, the clock the kernel stamps flows with.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The pinned flows, of one service or all, oldest first.
 pub fn flows(m: &Maps, service: Option<&str>) -> Result<api::FlowList> {
     let want = match service {
@@ -166,7 +155,7 @@ pub fn flows(m: &Maps, service: Option<&str>) -> Result<api::FlowList> {
     let services: HashMap<u32, String> =
         m.services()?.into_iter().map(|s| (s.id, s.name)).collect();
     let servers: HashMap<u16, String> = m.servers()?.into_iter().map(|s| (s.id, s.name)).collect();
-    let now = monotonic_ns();
+    let now = crate::kernel::maps::monotonic_ns();
     let mut list: Vec<_> = m
         .steer()
         .flows()?
