@@ -269,8 +269,8 @@ fn health_checks_steer_answers_end_to_end() {
     for drain in ["drain", "undrain"] {
         let resorts = ctl.count("re-sorted");
         lab.ctl_ok(&["server", drain, "fra-1"]);
-        // Longer than run's poll (50 ms here), shorter than its coalescing window (200 ms):
-        // without coalescing these would be two re-sorts.
+        // Longer than run's poll (50 ms here), shorter than the quiet time run waits for
+        // (200 ms): without coalescing these would be two re-sorts.
         sleep(Duration::from_millis(100));
         lab.ctl_ok(&["server", drain, "nyc-1"]);
         ctl.wait_for("re-sorted", resorts + 1, Duration::from_secs(5));

@@ -623,9 +623,14 @@ fn down_servers(m: &Maps, cfg: &Config, ids: &Ids, shared: &Shared) -> Result<Un
     })
 }
 
-/// How long `run` waits after seeing a server's state change before re-sorting, so that
-/// a burst of changes (a fleet flapping, a site going dark) costs one re-sort.
+/// How long the states must stay unchanged after a change before `run` re-sorts, so that
+/// a burst of changes (a fleet flapping, a site going dark, an operator draining servers
+/// one command after another) costs one re-sort.
 const COALESCE: Duration = Duration::from_millis(200);
+
+/// The longest a burst may postpone its re-sort: states that never settle are sorted
+/// anyway, at this pace.
+const COALESCE_MAX: Duration = Duration::from_secs(1);
 
 /// Subtrees larger than this are recomputed in full instead (a sweep is faster then).
 const SUBTREE_LIMIT: usize = 20_000;
@@ -653,8 +658,19 @@ impl State {
         if down_servers(m, &self.cfg, &self.ids, &self.shared)? == self.down {
             return Ok(());
         }
-        std::thread::sleep(COALESCE);
-        let down = down_servers(m, &self.cfg, &self.ids, &self.shared)?;
+        // Wait for a quiet window, not a fixed one: a change that lands just after the
+        // first look restarts the wait instead of costing a re-sort of its own.
+        let first = Instant::now();
+        let mut down = down_servers(m, &self.cfg, &self.ids, &self.shared)?;
+        loop {
+            std::thread::sleep(COALESCE);
+            let now = down_servers(m, &self.cfg, &self.ids, &self.shared)?;
+            let settled = now == down;
+            down = now;
+            if settled || first.elapsed() >= COALESCE_MAX {
+                break;
+            }
+        }
         if down == self.down {
             return Ok(());
         }
