@@ -30,6 +30,10 @@ enum Cmd {
         /// Seconds per load run.
         #[arg(long, default_value_t = 5)]
         seconds: u32,
+        /// The commit whose program the per-answer cost is set beside (built once, into
+        /// target/baseline/); "none" skips it.
+        #[arg(long, default_value = bench::ISSUE8_START)]
+        baseline: String,
     },
 }
 
@@ -43,7 +47,10 @@ fn main() {
             .and_then(|_| setup::lint())
             .and_then(|_| setup::run_tests()),
         Cmd::Demo => setup::all().and_then(|_| demo::run_demo()),
-        Cmd::Bench { seconds } => setup::all().and_then(|_| bench::run_bench(seconds)),
+        Cmd::Bench { seconds, baseline } => setup::all().and_then(|_| {
+            let rev = (baseline != "none").then_some(baseline.as_str());
+            bench::run_bench(seconds, rev)
+        }),
     };
     if let Err(e) = r {
         eprintln!("xtask: {e:#}");

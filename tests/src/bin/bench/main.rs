@@ -10,8 +10,11 @@
 //! removes it, also on a panic. Options: `--seconds N` (per load run, default 5),
 //! `--runs N` (default 3), `--packets N` (per test-run measurement, default 1000000),
 //! `--generator auto|kxdpgun|dnsperf` (default auto: kxdpgun, dnsperf if it cannot run),
-//! `--only testrun` (section 1 alone: minutes shorter when only the program changed).
+//! `--only testrun` (section 1 alone: minutes shorter when only the program changed),
+//! `--baseline DIR` (section 1b: issue 8's starting program, built in DIR by
+//! `cargo xtask bench`, measured in turns with today's).
 
+mod baseline;
 mod sys;
 mod table;
 mod testrun;
@@ -36,6 +39,7 @@ struct Args {
     generator: Option<Generator>,
     /// Section 1 only: no load runs against knotd.
     testrun_only: bool,
+    baseline: Option<baseline::Baseline>,
 }
 
 fn args() -> Result<Args> {
@@ -45,6 +49,7 @@ fn args() -> Result<Args> {
         packets: 1_000_000,
         generator: None,
         testrun_only: false,
+        baseline: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -65,10 +70,15 @@ fn args() -> Result<Args> {
                 "testrun" => a.testrun_only = true,
                 other => bail!("--only {other}: only testrun"),
             },
+            "--baseline" => {
+                a.baseline = Some(baseline::Baseline {
+                    dir: value()?.into(),
+                });
+            }
             "-h" | "--help" => {
                 println!(
                     "bench [--seconds N] [--runs N] [--packets N] \
-                     [--generator auto|kxdpgun|dnsperf] [--only testrun]"
+                     [--generator auto|kxdpgun|dnsperf] [--only testrun] [--baseline DIR]"
                 );
                 std::process::exit(0);
             }
@@ -103,18 +113,25 @@ fn main() -> Result<()> {
         edge_ns,
         edge_if,
     };
+    let beside = |opts: &testrun::Options| -> Result<()> {
+        if let Some(b) = &a.baseline {
+            baseline::compare(b, opts)?.print();
+        }
+        Ok(())
+    };
     if a.testrun_only {
         // As wire::prepare does: live frames sent out of the edge veth need its peer's XDP.
         lab.attach();
-        testrun::run(opts)?.print();
+        testrun::run(&opts)?.print();
+        beside(&opts)?;
         drop(lab);
         println!("\n(bench took {:.0} s)", start.elapsed().as_secs_f64());
         return Ok(());
     }
     let w = wire::prepare(&mut lab)?;
 
-    let t1 = testrun::run(opts)?;
-    t1.print();
+    testrun::run(&opts)?.print();
+    beside(&opts)?;
 
     let mut gen = a.generator.unwrap_or(Generator::Kxdpgun);
     let mut log = String::new();
