@@ -69,7 +69,10 @@ pub fn run_bench(seconds: u32, baseline: Option<&str>) -> Result<()> {
     let mut args = vec!["--seconds".to_string(), seconds.to_string()];
     if let Some(rev) = baseline {
         args.push("--baseline".into());
-        args.push(build_baseline(rev)?.display().to_string());
+        let dir = build_baseline(rev).with_context(|| {
+            format!("building the starting program of commit {rev} (--baseline none skips it)")
+        })?;
+        args.push(dir.display().to_string());
     }
     bench(
         "bench",
