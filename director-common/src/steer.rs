@@ -7,6 +7,8 @@
 //! of a flow the table forgot, lands on the same server, and a change in the candidate set
 //! moves only the flows of the servers that changed. The flow table then pins the flow.
 
+use core::num::NonZeroU64;
+
 use crate::maps::{Decision, MAX_CANDIDATES};
 
 pub const MAP_VIPS: &str = "DIR_VIPS";
@@ -356,23 +358,31 @@ pub fn rendezvous(d: &Decision, ok: u32, flow: u32) -> Option<usize> {
     let even = 1 - nonzero(weighted as u16);
     let pool = if weighted != 0 { weighted } else { primaries };
     // Each candidate's key: its score -log2(u) / w in fixed point, the low 3 bits its rank
-    // (ties, a chance of 2^-32, go to the lower rank); u64::MAX for one not in the pool.
-    // The lowest key wins.
-    let mut best = u64::MAX;
+    // (ties, a chance of 2^-32, go to the lower rank); `OUT` for one not in the pool.
+    // The lowest key wins. The minimum is taken without a branch too: a branch per
+    // candidate would leave the verifier up to 2^8 paths through the loop.
+    let mut best = OUT;
     let mut i = 0;
     while i < MAX_CANDIDATES {
         let w = d.weights[i] as u64 * (1 - even as u64) + even as u64;
-        // A weight of 0 outside the pool divides by 1 (its key is thrown away); the
-        // compiler then knows the divisor is not 0 and adds no panic path.
-        let w = w.max(1);
+        // A weight of 0 outside the pool divides by 1 (its key is thrown away).
+        let w = w + 1 - nonzero(w as u16) as u64;
+        // SAFETY: w >= 1: a weight of 0 was made 1 just above.
+        let w = unsafe { NonZeroU64::new_unchecked(w) };
         let score = (neg_log2(candidate_hash(flow, d.servers[i])) << 40) / w;
-        let out = 0u64.wrapping_sub(((pool >> i) & 1 ^ 1) as u64);
-        let key = ((score & !7) | i as u64) | out;
-        best = best.min(key);
+        let in_pool = 0u64.wrapping_sub(((pool >> i) & 1) as u64);
+        let key = (((score & !7) | i as u64) & in_pool) | (OUT & !in_pool);
+        // Both below 2^63, so the sign of the difference says which is lower.
+        let lower = ((best.wrapping_sub(key) as i64) >> 63) as u64;
+        best = key ^ ((best ^ key) & lower);
         i += 1;
     }
-    (best != u64::MAX).then_some((best & 7) as usize)
+    (best != OUT).then_some((best & 7) as usize)
 }
+
+/// The key of a candidate not in the pool: above every score (scores stay below 2^58,
+/// 17 integer and fraction bits of -log2 shifted by 40) and below 2^63.
+const OUT: u64 = 1 << 62;
 
 /// 1 if `v` is not 0, else 0, without a branch.
 #[inline(always)]
