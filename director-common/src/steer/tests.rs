@@ -162,6 +162,31 @@ proptest! {
         }
     }
 
+    // The branch-free loop chooses as the rule reads, written the plain way: usable
+    // primaries by weighted score (all weights 0: evenly), else the first usable of the
+    // rest; for any candidates, weights (extremes included), counts and usable sets.
+    #[test]
+    fn the_choice_follows_the_rule_for_any_decision(
+        servers in prop::collection::vec((1u16..2000, prop_oneof![Just(0u16), Just(u16::MAX), any::<u16>()]), 0..=MAX_CANDIDATES),
+        primary in 0u8..10,
+        ok in 0u32..256,
+        flow in any::<u32>(),
+    ) {
+        let d = decision(&servers, primary);
+        let count = servers.len();
+        let usable = |i: &usize| ok >> i & 1 == 1;
+        let primaries: Vec<usize> = (0..count.min(primary as usize)).filter(usable).collect();
+        let want = if primaries.is_empty() {
+            (0..count).find(usable)
+        } else {
+            let weighted: Vec<usize> =
+                primaries.iter().copied().filter(|&i| d.weights[i] > 0).collect();
+            let pool = if weighted.is_empty() { primaries } else { weighted };
+            by_logarithm(&d, pool.iter().fold(0, |m, i| m | 1 << i), flow)
+        };
+        prop_assert_eq!(rendezvous(&d, ok, flow), want);
+    }
+
     #[test]
     fn flow_hash_depends_on_every_field(c in any::<[u32; 4]>(), v in any::<[u32; 4]>(), p in any::<u32>(), i in 0usize..9) {
         let h = flow_hash(&c, &v, p);
