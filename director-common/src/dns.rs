@@ -1,7 +1,7 @@
 //! The DNS message rules director answers by: what a query must look like to be answered,
 //! and the exact layout (and checksum contribution) of what the answer appends.
 
-use crate::checksum::{shift_odd, sum16};
+use crate::checksum::{halves, le_to_network, shift_odd, sum16};
 use crate::counters::Reason;
 
 pub const PORT: u16 = 53;
@@ -135,12 +135,15 @@ pub fn check_opt(owner: u8, rtype: u16, class: u16, ttl: u32) -> Result<u16, Rea
 pub const ECS_FAMILY_V4: u16 = 1;
 pub const ECS_FAMILY_V6: u16 = 2;
 
-/// An EDNS Client Subnet option from a query (RFC 7871 §6), address zero-padded.
+/// An EDNS Client Subnet option from a query (RFC 7871 §6), address zero-padded. Aligned,
+/// address first: the kernel reads and sums the address as two words, where a byte array
+/// of unknown alignment is read a byte at a time.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Ecs {
+    pub addr: [u8; 16],
     pub family: u16,
     pub source: u8,
-    pub addr: [u8; 16],
 }
 
 impl Ecs {
@@ -152,6 +155,19 @@ impl Ecs {
     #[inline(always)]
     pub fn addr_len(&self) -> usize {
         (self.source as usize).div_ceil(8)
+    }
+    /// The address as the two host-order words that hold its bytes.
+    #[inline(always)]
+    pub fn addr_words(&self) -> (u64, u64) {
+        let w = self.addr.as_ptr() as *const u64;
+        // SAFETY: `addr` is 16 bytes at the start of an 8-aligned struct.
+        unsafe { (*w, *w.add(1)) }
+    }
+    /// The checksum sum of the address bytes (as `sum16`), from its words.
+    #[inline(always)]
+    pub fn addr_sum(&self) -> u64 {
+        let (lo, hi) = self.addr_words();
+        le_to_network(halves(lo) + halves(hi))
     }
 }
 
@@ -254,7 +270,7 @@ pub fn opt_sum(ecs: Option<&Ecs>, scope: u8, dnssec_ok: bool) -> u64 {
         after_owner += 4 + len; // RDLEN
         after_owner += OPTION_ECS as u64 + len + e.family as u64;
         after_owner += ((e.source as u64) << 8) | scope as u64;
-        after_owner += sum16(&e.addr);
+        after_owner += e.addr_sum();
     }
     shift_odd(after_owner, true)
 }

@@ -5,6 +5,7 @@
 //! source have it now?) → rewrite. What is not DNS may be TCP to a VIP: l4 (parse) →
 //! steer (flow table and decision) → forward (rewrite and send to the server).
 #![no_std]
+#![feature(asm_experimental_arch)]
 #![no_main]
 
 mod decap;

@@ -191,24 +191,39 @@ fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan
     Ok(plan)
 }
 
+/// The decision entry covering the client. Two call sites, one per trie: where the
+/// compiler merges the two lookups into one call, the verifier cannot tell which map it
+/// reads and leaves the generic helper (an indirect call per answer) in place of a direct
+/// call to the trie's lookup.
 fn lookup(q: &Query, s: *const Scratch, service: u32) -> Option<&'static DecisionRef> {
     let svc = service.to_be_bytes();
     let bits = SERVICE_BITS + q.client_bits as u32;
-    let client = unsafe { &(*s).client };
+    // SAFETY: `s` is the scratch map's value; `client` is 16 bytes at an 8-aligned offset
+    // (read as words: as bytes, each would be a load and a store).
+    let (lo, hi) = unsafe {
+        let w = (*s).client.as_ptr() as *const u64;
+        (*w, *w.add(1))
+    };
     if q.client_v6 {
-        let key = Key::new(
-            bits,
-            DecisionKeyV6 {
-                service: svc,
-                addr: *client,
-            },
-        );
-        DIR_DEC6.get(&key)
+        let mut addr = [0u8; 16];
+        addr[..8].copy_from_slice(&lo.to_ne_bytes());
+        addr[8..].copy_from_slice(&hi.to_ne_bytes());
+        let key = Key::new(bits, DecisionKeyV6 { service: svc, addr });
+        let found = DIR_DEC6.get(&key);
+        fence();
+        found
     } else {
-        let addr = [client[0], client[1], client[2], client[3]];
-        let key = Key::new(bits, DecisionKeyV4 { service: svc, addr });
-        DIR_DEC4.get(&key)
+        let addr = (lo as u32).to_ne_bytes();
+        DIR_DEC4.get(Key::new(bits, DecisionKeyV4 { service: svc, addr }))
     }
+}
+
+/// An empty barrier the compiler cannot move code across: the call before it stays in its
+/// own branch.
+#[inline(always)]
+fn fence() {
+    // SAFETY: no instructions; it only orders what the compiler emits.
+    unsafe { core::arch::asm!("", options(nostack, preserves_flags)) }
 }
 
 /// Compares the stored name with the walked one in 8-byte words; bytes past `len` in the

@@ -271,7 +271,9 @@ fn write_records(
     let ttl = plan.ttl.to_be_bytes();
     let head = u64::from_le_bytes([p0, p1, t0, t1, c0, c1, ttl[0], ttl[1]]);
     let head_end = u32::from_le_bytes([ttl[2], ttl[3], 0, rdlen as u8]);
-    let mut sum = 0u64;
+    // The addresses are summed as the host-order words just loaded (turned to the network's
+    // order once, below); the fixed part is the same for every record.
+    let mut lanes = 0u64;
     let mut i = 0;
     while i < MAX_CANDIDATES {
         if i < n {
@@ -294,11 +296,12 @@ fn write_records(
                 st(r, record::TTL + 2, head_end);
                 st(r, record::RDATA, a0 as u32);
             }
-            sum += dns::record_sum(q.aaaa, plan.ttl, addr);
+            lanes += halves(a0) + halves(a1);
         }
         i += 1;
     }
-    Ok(sum)
+    let fixed = dns::record_sum(q.aaaa, plan.ttl, &[0; 16]);
+    Ok(n as u64 * fixed + le_to_network(lanes))
 }
 
 #[inline(always)]
@@ -317,9 +320,7 @@ fn write_opt(
         // the address is the option's header, written over just after.
         let alen = e.addr_len() & 0x1f;
         let addr = off + dns::OPT_FIXED_LEN + ECS_FIXED_LEN;
-        let a = e.addr.as_ptr() as *const u64;
-        // SAFETY: `Ecs::addr` is 16 bytes; read unaligned (it is a copy on the stack).
-        let (lo, hi) = unsafe { (a.read_unaligned(), a.add(1).read_unaligned()) };
+        let (lo, hi) = e.addr_words();
         if alen > 8 {
             let w = at::<8>(ctx, addr + alen - 8, Reason::Dropped)?;
             st(w, 0, hi << (8 * (16 - alen)));
