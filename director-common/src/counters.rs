@@ -4,7 +4,8 @@
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
-    /// Answered with XDP_TX.
+    /// Answered with XDP_TX. The program leaves this key at 0: each answer is counted once,
+    /// in `DIR_SVC_STATS`, and `director-ctl` reads their sum here.
     Answered = 0,
     /// Not IPv4/IPv6 over Ethernet (or more than one VLAN tag).
     NotIp = 1,

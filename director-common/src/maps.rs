@@ -427,7 +427,9 @@ pub struct Scratch {
     /// The question name, lower-cased.
     pub name: [u8; NAME_BUF],
     pub name_len: u32,
-    pub _pad: u32,
+    /// The copy of the front slots (`FrontSwitch::active`) this packet reads: `DIR_FRONT`
+    /// is read once per packet, and the address and the name come from the same copy.
+    pub front: u32,
     pub name_hash: u64,
     /// Checksum sum of the question name as it came (original case), from DNS offset 12.
     pub name_sum: u64,

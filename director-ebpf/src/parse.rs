@@ -8,7 +8,7 @@ use director_common::{
     dns,
     handover::{Layout, Query, Slot},
     headers::{eth, ipv4, ipv6, udp, vlan},
-    maps::{Scratch, LOCAL_SLOTS, NAME_BUF, SLOT_OVERFLOW, SLOT_USED},
+    maps::{Iface, Scratch, LOCAL_SLOTS, NAME_BUF, SLOT_OVERFLOW, SLOT_USED},
     name::{self, HASH_INIT, MAX_LABELS, MAX_WIRE_LEN},
     peers,
 };
@@ -100,7 +100,7 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
     opaque::put_words(s, Slot::Layout, layout.pack());
     let Layout { ip6, l3, .. } = Layout::unpack(opaque::get_words(s, Slot::Layout));
 
-    check_peers(ctx, ip6, l3)?;
+    check_peers(ctx, ip6, l3, s)?;
     // Read the layout again: inside the checks each family's branch pinned `ip6` (and
     // what follows from it) to a constant, and the verifier would walk the rest of the
     // program once per family.
@@ -180,7 +180,7 @@ pub fn query(ctx: &XdpContext, s: *mut Scratch) -> Result<Query, Reason> {
 /// one lookup of the destination address. Fenced pointers: the compiler would derive them
 /// from pointers checked earlier, at offsets the verifier cannot bound.
 #[inline(always)]
-fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
+fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize, s: *mut Scratch) -> Result<(), Reason> {
     let udp_off = l3 + if ip6 { ipv6::LEN } else { ipv4::LEN };
     let uh = at_fenced::<{ udp::LEN }>(ctx, udp_off, Reason::Malformed)?;
     let (src_port, udp_sum) = (be16(uh, udp::SRC_PORT), be16(uh, udp::CHECKSUM));
@@ -243,17 +243,18 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
     let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
     // An interface director was not attached to by `attach` (BPF_PROG_TEST_RUN's loopback)
     // has no entry: only the address is checked there.
-    if let Some(iface) = DIR_IFACES.get(ifindex).filter(|i| i.attached != 0) {
-        // Word compares: a slice compare would become a byte-looping memcmp call.
-        let m = &iface.mac;
-        let same = be16(frame, eth::DST) == u16::from_be_bytes([m[0], m[1]])
-            && be16(frame, eth::DST + 2) == u16::from_be_bytes([m[2], m[3]])
-            && be16(frame, eth::DST + 4) == u16::from_be_bytes([m[4], m[5]]);
-        if !same {
+    if let Some(iface) = DIR_IFACES.get(ifindex) {
+        // The entry as one word (MAC in its first six bytes, `attached` in the seventh),
+        // compared with the destination MAC as loaded: no byte swaps, one compare.
+        // SAFETY: `Iface` is 8 bytes and array values are 8-aligned.
+        let word = unsafe { *(iface as *const Iface as *const u64) };
+        let mac = ld::<u32, { eth::LEN }>(frame, eth::DST) as u64
+            | (ld::<u16, { eth::LEN }>(frame, eth::DST + 4) as u64) << 32;
+        if (word >> 48) & 0xff != 0 && mac != word & 0xffff_ffff_ffff {
             return Err(Reason::NotForUs);
         }
     }
-    if is_local(&key) {
+    if is_local(&key, s) {
         Ok(())
     } else {
         Err(Reason::NotForUs)
@@ -264,8 +265,10 @@ fn check_peers(ctx: &XdpContext, ip6: bool, l3: usize) -> Result<(), Reason> {
 /// copy of `DIR_LOCAL_SLOTS` in use, two array reads the verifier inlines; the hash map, a
 /// chain of kernel calls, only for a slot more than one address fell in.
 #[inline(always)]
-fn is_local(key: &[u64; 2]) -> bool {
+fn is_local(key: &[u64; 2], s: *mut Scratch) -> bool {
     let copy = DIR_FRONT.get(0).map_or(0, |f| f.active & 1);
+    // SAFETY: `s` is the scratch map's value.
+    unsafe { core::ptr::write_volatile(&mut (*s).front, copy) };
     let Some(slot) = DIR_LOCAL_SLOTS.get(copy * LOCAL_SLOTS + peers::local_slot(*key)) else {
         return false;
     };

@@ -19,7 +19,9 @@ use crate::opaque::{self, hide};
 
 pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     let hash = unsafe { core::ptr::read_volatile(&(*s).name_hash) };
-    let service_id = owner(hash).ok_or(Reason::UnknownName)?;
+    // SAFETY: `s` is the scratch map's value.
+    let copy = unsafe { core::ptr::read_volatile(&(*s).front) } & 1;
+    let service_id = owner(hash, copy).ok_or(Reason::UnknownName)?;
     let entry = DIR_SERVICE_NAMES
         .get(service_id)
         .ok_or(Reason::UnknownName)?;
@@ -116,14 +118,13 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     })
 }
 
-/// The service whose name has `hash`, if any: the name's slot in the copy of
-/// `DIR_NAME_SLOTS` in use (array reads the verifier inlines), and the hash map (a chain of
+/// The service whose name has `hash`, if any: the name's slot in `copy` of
+/// `DIR_NAME_SLOTS` (the one `parse` found in use; array reads the verifier inlines), and the hash map (a chain of
 /// kernel calls) only for a slot more than one name fell in. Only the service id comes out,
 /// so what follows is verified once whichever way it was found; the caller compares the
 /// name itself.
 #[inline(always)]
-fn owner(hash: u64) -> Option<u32> {
-    let copy = DIR_FRONT.get(0).map_or(0, |f| f.active & 1);
+fn owner(hash: u64, copy: u32) -> Option<u32> {
     let slot = DIR_NAME_SLOTS.get(copy * NAME_SLOTS + name::slot(hash))?;
     if slot.flags & SLOT_USED != 0 && slot.hash == hash {
         return Some(slot.service);

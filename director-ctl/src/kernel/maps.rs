@@ -97,6 +97,8 @@ pub struct Maps {
     service_stats: PerCpuArray<MapData, u64>,
     health: Array<MapData, HealthMask>,
     server_stats: PerCpuArray<MapData, u64>,
+    /// `service_stats` for batched reads.
+    batch_service_stats: MapData,
     fallback: Array<MapData, Fallback>,
     rrl: Array<MapData, Limit>,
     rrl_exempt: LpmTrie<MapData, [u8; 16], u32>,
@@ -179,6 +181,7 @@ impl Maps {
             service_stats: open(dir, MAP_SERVICE_STATS)?,
             health: open(dir, MAP_HEALTH)?,
             server_stats: open(dir, MAP_SERVER_STATS)?,
+            batch_service_stats: open_data(dir, MAP_SERVICE_STATS)?,
             fallback: open(dir, MAP_FALLBACK)?,
             rrl: open(dir, MAP_RRL)?,
             rrl_exempt: open(dir, MAP_RRL_EXEMPT)?,
@@ -1102,12 +1105,34 @@ impl Maps {
 
     // --- counters ------------------------------------------------------------------------
 
-    /// Every verdict counter, summed over CPUs, in `counters::ALL` order.
+    /// Every verdict counter, summed over CPUs, in `counters::ALL` order. `Answered` is the
+    /// sum of every service id's answers: the program counts an answer once, for its
+    /// service, which saves each answer a counter update (ids are never reset, so the sum
+    /// only grows).
     pub fn counters(&self) -> Result<Vec<(Reason, u64)>> {
         counters::ALL
             .iter()
-            .map(|&r| Ok((r, per_cpu_sum(&self.counters, r as u32)?)))
+            .map(|&r| {
+                let n = if r == Reason::Answered {
+                    self.all_service_answers()?
+                } else {
+                    per_cpu_sum(&self.counters, r as u32)?
+                };
+                Ok((r, n))
+            })
             .collect()
+    }
+
+    /// Answers of all service ids, summed over CPUs: one batched read of the whole array
+    /// (key by key where the kernel takes no batches).
+    fn all_service_answers(&self) -> Result<u64> {
+        match per_cpu_total(&self.batch_service_stats, MAX_SERVICES) {
+            Ok(n) => Ok(n),
+            Err(e) if batch_unsupported(&e) => (0..MAX_SERVICES)
+                .map(|id| per_cpu_sum(&self.service_stats, id))
+                .sum(),
+            Err(e) => Err(e).context("reading the services' answer counters"),
+        }
     }
 
     /// Answers sent for a service, summed over CPUs.
@@ -1445,6 +1470,7 @@ fn pod_bytes<T: Copy>(v: &T) -> &[u8] {
 }
 
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 
@@ -1504,6 +1530,66 @@ fn batch(
         )));
     }
     Ok(())
+}
+
+/// The sum of every entry of a per-CPU array of `u64` with `len` entries over all CPUs,
+/// read with BPF_MAP_LOOKUP_BATCH.
+fn per_cpu_total(map: &MapData, len: u32) -> std::io::Result<u64> {
+    use std::os::fd::{AsFd, AsRawFd};
+    /// The `batch` member of `union bpf_attr`.
+    #[repr(C)]
+    struct BatchAttr {
+        in_batch: u64,
+        out_batch: u64,
+        keys: u64,
+        values: u64,
+        count: u32,
+        map_fd: u32,
+        elem_flags: u64,
+        flags: u64,
+    }
+    const CHUNK: u32 = 1024;
+    let cpus = aya::util::nr_cpus().map_err(|(what, e)| std::io::Error::new(e.kind(), what))?;
+    let mut keys = vec![0u32; CHUNK as usize];
+    let mut values = vec![0u64; CHUNK as usize * cpus];
+    let (mut cursor, mut next) = (0u32, 0u32);
+    let (mut total, mut seen) = (0u64, 0u32);
+    while seen < len {
+        let mut attr = BatchAttr {
+            // The first call starts at the beginning (no batch position yet).
+            in_batch: if seen == 0 {
+                0
+            } else {
+                &mut cursor as *mut u32 as u64
+            },
+            out_batch: &mut next as *mut u32 as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: CHUNK,
+            map_fd: map.fd().as_fd().as_raw_fd() as u32,
+            elem_flags: 0,
+            flags: 0,
+        };
+        // SAFETY: keys and values have room for CHUNK keys and CHUNK values of `cpus`
+        // 8-byte slots each (a per-CPU value of u64 per possible CPU), and the batch
+        // positions are u32 for an array; all outlive the call.
+        let r = unsafe { sys_bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) };
+        let got = attr.count.min(CHUNK) as usize;
+        total = values[..got * cpus]
+            .iter()
+            .fold(total, |t, v| t.wrapping_add(*v));
+        seen += got as u32;
+        match r {
+            Ok(()) => cursor = next,
+            // The end of the array: the last entries came with it.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+            Err(e) => return Err(e),
+        }
+        if got == 0 {
+            break;
+        }
+    }
+    Ok(total)
 }
 
 /// Whether a batch call failed because the kernel or map takes no batches.

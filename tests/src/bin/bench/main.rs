@@ -3,7 +3,8 @@
 //!
 //! 1. the XDP program's cost per packet from BPF_PROG_TEST_RUN (passed packets, answers);
 //! 2. answers per second on a veth pair between two namespaces, director against knotd
-//!    answering the same query, with server CPU time per answer;
+//!    answering the same query, with server CPU time per answer; 2b. director and the
+//!    ceiling paced at half and four fifths of the ceiling's rate: what each loses there;
 //! 3. which of those figures the load generator limits.
 //!
 //! Needs root. Everything lives in a lab of namespaces made for this run; the lab's drop
@@ -25,7 +26,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use director_tests::netns::Lab;
 
-use wire::{Generator, Server};
+use wire::{Generator, Load, Pace, Server};
 
 /// The service both servers answer for, and the address both answer with.
 pub const NAME: &str = "www.example.com";
@@ -139,19 +140,37 @@ fn main() -> Result<()> {
     // shared machine falls on both alike (in blocks, their ratio swung from 1.0 to 1.3
     // between bench runs); Knot's runs come last, as they remove director's service.
     let (mut director, mut ceiling) = (Vec::new(), Vec::new());
+    let max = Load {
+        seconds: a.seconds,
+        pace: Pace::Max,
+    };
     for _ in 0..a.runs {
         let auto = a.generator.is_none();
-        director.extend(w.samples(Server::Director, &mut gen, auto, a.seconds, 1, &mut log)?);
-        ceiling.extend(w.samples(Server::Ceiling, &mut gen, auto, a.seconds, 1, &mut log)?);
+        director.extend(w.samples(Server::Director, &mut gen, auto, max, 1, &mut log)?);
+        ceiling.extend(w.samples(Server::Ceiling, &mut gen, auto, max, 1, &mut log)?);
     }
-    let knot = w.samples(
-        Server::Knot,
-        &mut gen,
-        a.generator.is_none(),
-        a.seconds,
-        a.runs,
-        &mut log,
-    )?;
+    // The same two paced below what the ceiling answered: how much director loses where
+    // the setup itself loses nothing (before knot's runs: they remove the service).
+    let ceiling_rate = wire::Point::of(Server::Ceiling, &ceiling).answers_median();
+    let mut paced = Vec::new();
+    for share in wire::PACED_SHARES {
+        let load = Load {
+            seconds: a.seconds,
+            pace: Pace::Qps((share * ceiling_rate) as u64),
+        };
+        let (mut d, mut c) = (Vec::new(), Vec::new());
+        for _ in 0..a.runs {
+            d.extend(w.samples(Server::Director, &mut gen, false, load, 1, &mut log)?);
+            c.extend(w.samples(Server::Ceiling, &mut gen, false, load, 1, &mut log)?);
+        }
+        paced.push(wire::Paced {
+            share,
+            director: wire::Point::of(Server::Director, &d),
+            ceiling: wire::Point::of(Server::Ceiling, &c),
+        });
+    }
+    let auto = a.generator.is_none();
+    let knot = w.samples(Server::Knot, &mut gen, auto, max, a.runs, &mut log)?;
     let points = [
         wire::Point::of(Server::Director, &director),
         wire::Point::of(Server::Knot, &knot),
@@ -159,6 +178,7 @@ fn main() -> Result<()> {
     ];
     wire::table(&points, gen, a.seconds, a.runs, &log).print();
     wire::limits(&points, gen).print();
+    wire::paced_table(&paced, gen).print();
     drop(w);
     drop(lab);
     println!("\n(bench took {:.0} s)", start.elapsed().as_secs_f64());

@@ -48,6 +48,20 @@ impl Server {
     }
 }
 
+/// How fast the generator sends: as fast as it can, or at a set rate (queries/s).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Pace {
+    Max,
+    Qps(u64),
+}
+
+/// One load run's length and pace.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    pub seconds: u32,
+    pub pace: Pace,
+}
+
 /// The lab made ready for load, and what the runs need to know about it.
 pub struct Wire<'a> {
     lab: &'a mut Lab,
@@ -311,14 +325,14 @@ impl Wire<'_> {
         Ok(tids)
     }
 
-    fn sample(&self, server: Server, gen: Generator, seconds: u32) -> Result<Sample> {
+    fn sample(&self, server: Server, gen: Generator, seconds: u32, pace: Pace) -> Result<Sample> {
         let tids = self.server_threads(server)?;
         let answered0 = self.answered();
         let (cpu0, napi0) = (sys::cpu_ns(&tids), sys::cpu_ns(&[self.edge_napi.get()]));
         let watch = watch_load(self.edge_napi.get(), tids.clone(), seconds);
         let (sent, replies, secs) = match gen {
-            Generator::Kxdpgun => self.kxdpgun(seconds)?,
-            Generator::Dnsperf => self.dnsperf(seconds)?,
+            Generator::Kxdpgun => self.kxdpgun(seconds, pace)?,
+            Generator::Dnsperf => self.dnsperf(seconds, pace)?,
         };
         let cpu_ns = sys::cpu_ns(&tids) - cpu0;
         let napi_ns = sys::cpu_ns(&[self.edge_napi.get()]) - napi0;
@@ -339,9 +353,14 @@ impl Wire<'_> {
         })
     }
 
-    /// kxdpgun at its maximum rate from CPU 0: (queries sent, replies received, seconds).
-    fn kxdpgun(&self, seconds: u32) -> Result<(u64, u64, f64)> {
+    /// kxdpgun from CPU 0, at its maximum rate or paced: (queries sent, replies received,
+    /// seconds).
+    fn kxdpgun(&self, seconds: u32, pace: Pace) -> Result<(u64, u64, f64)> {
         let lab = &self.lab;
+        let qps = match pace {
+            Pace::Max => KXDPGUN_QPS.to_string(),
+            Pace::Qps(q) => q.to_string(),
+        };
         let mut cmd = sys::netns_exec(&lab.client_ns, "taskset");
         cmd.args([
             "-c",
@@ -350,7 +369,7 @@ impl Wire<'_> {
             "-t",
             &seconds.to_string(),
             "-Q",
-            KXDPGUN_QPS,
+            &qps,
             "-b",
             "32",
         ])
@@ -413,7 +432,7 @@ impl Wire<'_> {
     }
 
     /// dnsperf (the fallback): (queries sent, queries completed, run time).
-    fn dnsperf(&self, seconds: u32) -> Result<(u64, u64, f64)> {
+    fn dnsperf(&self, seconds: u32, pace: Pace) -> Result<(u64, u64, f64)> {
         let mut cmd = sys::netns_exec(&self.lab.client_ns, "taskset");
         cmd.args(["-c", &GEN_CPU.to_string(), "dnsperf", "-s", EDGE_V4, "-d"])
             .arg(&self.query_file)
@@ -427,6 +446,9 @@ impl Wire<'_> {
                 "-q",
                 "100",
             ]);
+        if let Pace::Qps(q) = pace {
+            cmd.args(["-Q", &q.to_string()]);
+        }
         let done = sys::run_bounded(
             cmd,
             &self.dir.0,
@@ -470,7 +492,7 @@ impl Wire<'_> {
         server: Server,
         gen: &mut Generator,
         auto: bool,
-        seconds: u32,
+        load: Load,
         runs: usize,
         log: &mut String,
     ) -> Result<Vec<Sample>> {
@@ -498,7 +520,7 @@ impl Wire<'_> {
             sys::pin_to_cpu(napi, SERVER_CPU)?;
             self.edge_napi.set(napi);
         }
-        let samples = self.samples_on(server, gen, auto, seconds, runs, log);
+        let samples = self.samples_on(server, gen, auto, load, runs, log);
         if server == Server::Ceiling {
             self.lab
                 .ctl_ok(&["ceiling", "--iface", &edge_if, "--detach"]);
@@ -511,10 +533,11 @@ impl Wire<'_> {
         server: Server,
         gen: &mut Generator,
         auto: bool,
-        seconds: u32,
+        load: Load,
         runs: usize,
         log: &mut String,
     ) -> Result<Vec<Sample>> {
+        let Load { seconds, pace } = load;
         self.sanity(server)?;
         let mut samples = Vec::new();
         while samples.len() < runs {
@@ -525,7 +548,7 @@ impl Wire<'_> {
                 server.name(),
                 samples.len() + 1
             );
-            match self.sample(server, *gen, seconds) {
+            match self.sample(server, *gen, seconds, pace) {
                 Ok(s) if s.replies > 0 => samples.push(s),
                 r => {
                     let why = r.map_or_else(|e| format!("{e:#}"), |_| "no replies".into());
@@ -653,6 +676,69 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
     for l in log.lines() {
         t.note(l);
     }
+    t
+}
+
+/// The shares of the ceiling's answers/s at which both are also run paced.
+pub const PACED_SHARES: [f64; 2] = [0.5, 0.8];
+
+/// director and the ceiling at one paced rate.
+pub struct Paced {
+    pub share: f64,
+    pub director: Point,
+    pub ceiling: Point,
+}
+
+impl Point {
+    pub fn answers_median(&self) -> f64 {
+        self.answers.median
+    }
+}
+
+/// Section 2b: loss below the ceiling's rate (the issue's "no loss below the ceiling's
+/// rate"): at a pace the setup itself carries, what share director answers.
+pub fn paced_table(paced: &[Paced], gen: Generator) -> Table {
+    let mut t = Table::new(
+        format!(
+            "2b. Loss below the ceiling's rate: director and the ceiling paced ({gen:?} at a set \
+             rate) at shares of the ceiling's median answers/s above. Aim: director answers \
+             every query the ceiling turns around (replied within 0.1 % of the ceiling's)."
+        ),
+        &[
+            "pace",
+            "server",
+            "sent q/s median",
+            "replied median",
+            "min",
+            "CPU us/answer median",
+            "CPU 1 server",
+            "aim met",
+        ],
+    );
+    for p in paced {
+        for (pt, is_director) in [(&p.ceiling, false), (&p.director, true)] {
+            let met = if is_director {
+                let gap = p.ceiling.replied.median - pt.replied.median;
+                if gap <= 0.1 { "yes" } else { "no" }.to_string()
+            } else {
+                "-".into()
+            };
+            t.row(vec![
+                format!("{:.0}% of ceiling", 100.0 * p.share),
+                pt.server.name().into(),
+                thousands(pt.sent.median as u64),
+                format!("{:.2}%", pt.replied.median),
+                format!("{:.2}%", pt.replied.min),
+                format!("{:.2}", pt.cpu_us.median),
+                format!("{:.0}%", 100.0 * pt.busy.median),
+                met,
+            ]);
+        }
+    }
+    t.note(
+        "replied = replies the generator received / queries it sent, per run; the ceiling's \
+         shows what the setup itself loses at that pace.",
+    );
     t
 }
 
