@@ -13,6 +13,7 @@ pub const MAP_SERVICES: &str = "DIR_SERVICES";
 pub const MAP_SERVERS: &str = "DIR_SERVERS";
 pub const MAP_DEC4: &str = "DIR_DEC4";
 pub const MAP_DEC6: &str = "DIR_DEC6";
+pub const MAP_DEC_GEN: &str = "DIR_DEC_GEN";
 pub const MAP_CHOICES: &str = "DIR_CHOICES";
 pub const MAP_CONFIG: &str = "DIR_CONFIG";
 pub const MAP_LOCAL: &str = "DIR_LOCAL";
@@ -385,6 +386,36 @@ pub struct DecisionRef {
     pub _pad: [u8; 3],
 }
 
+/// The per-CPU decision cache (`DIR_DEC_CACHE`, not pinned): blocks of slots, each the
+/// result of one trie read, keyed by exactly what the read was given (service, family,
+/// client prefix and its length) and the tries' generation. The same input to the same
+/// table gives the same entry, so a hit is the trie's answer without its walk, which at
+/// full scale is most of an answer's cost.
+pub const DEC_CACHE_SLOTS: usize = 256;
+pub const DEC_CACHE_BLOCKS: u32 = 16;
+
+/// One cached trie read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecCacheSlot {
+    /// service id << 32 | client prefix length << 8 | 1 for IPv6; 0 is never a key
+    /// (service ids start at 1).
+    pub k0: u64,
+    /// The client prefix as the trie read it (zero past its length; IPv4 in the first four
+    /// bytes), in two native words.
+    pub lo: u64,
+    pub hi: u64,
+    /// `DIR_DEC_GEN` as read before the trie: every later write to the tries bumps it.
+    pub gen: u64,
+    pub found: DecisionRef,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DecCacheBlock {
+    pub slots: [DecCacheSlot; DEC_CACHE_SLOTS],
+}
+
 /// Data of an IPv4 decision key: the service id (big endian, always fully matched) then
 /// the client address. The LPM prefix length is 32 + the client prefix length.
 #[repr(C)]
@@ -506,6 +537,7 @@ mod tests {
         assert_eq!(size_of::<DecisionKeyV6>(), 20);
         assert_eq!(size_of::<DecisionRef>(), 8);
         assert_eq!(size_of::<Iface>(), 8);
+        assert_eq!(size_of::<DecCacheSlot>(), 40);
         assert_eq!(size_of::<LocalSlot>(), 24);
         assert_eq!(size_of::<NameSlot>(), 16);
         assert_eq!(size_of::<FrontSwitch>(), 16);

@@ -8,10 +8,11 @@ use aya_ebpf::{
 use director_common::{
     counters::COUNTER_SLOTS,
     maps::{
-        Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch, HealthMask,
-        Iface, LocalSlot, NameEntry, NameSlot, Scratch, ServerRecord, ServiceRecord, TableSwitch,
-        LOCAL_SLOTS, MAX_CHOICES, MAX_DECISIONS, MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS,
-        MAX_RRL_EXEMPT, MAX_SERVERS, MAX_SERVICES, NAME_SLOTS,
+        DecCacheBlock, Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch,
+        HealthMask, Iface, LocalSlot, NameEntry, NameSlot, Scratch, ServerRecord, ServiceRecord,
+        TableSwitch, DEC_CACHE_BLOCKS, LOCAL_SLOTS, MAX_CHOICES, MAX_DECISIONS, MAX_IFACES,
+        MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS, MAX_RRL_EXEMPT, MAX_SERVERS, MAX_SERVICES,
+        NAME_SLOTS,
     },
     rrl,
     steer::{Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS},
@@ -37,6 +38,14 @@ pub static DIR_SERVERS: Array<ServerRecord> = Array::pinned(MAX_SERVERS, 0);
 pub static DIR_DEC4: LpmTrie<DecisionKeyV4, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
 pub static DIR_DEC6: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
+/// `DIR_DEC_GEN[0]`: bumped by the controller after every write to the tries, so that
+/// `DIR_DEC_CACHE` entries read before it are no longer used.
+#[map]
+pub static DIR_DEC_GEN: Array<u64> = Array::pinned(1, 0);
+/// Not pinned: per-CPU cache of trie results (`DecCacheBlock`), only this program uses it.
+#[map]
+pub static DIR_DEC_CACHE: PerCpuArray<DecCacheBlock> =
+    PerCpuArray::with_max_entries(DEC_CACHE_BLOCKS, 0);
 #[map]
 pub static DIR_CHOICES: Array<Decision> = Array::pinned(2 * MAX_CHOICES, 0);
 /// The edge's addresses (keys: `peers::local_key_v4` for IPv4, as two native words).

@@ -6,9 +6,10 @@ use director_common::{
     counters::Reason,
     handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
     maps::{
-        DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch, FALLBACK_ALTERNATE as HAS_ALTERNATE,
-        FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS, MAX_CANDIDATES, NAME_BUF, NAME_SLOTS,
-        SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
+        DecCacheSlot, DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch, DEC_CACHE_BLOCKS,
+        DEC_CACHE_SLOTS, FALLBACK_ALTERNATE as HAS_ALTERNATE, FALLBACK_ORIGIN4, FALLBACK_ORIGIN6,
+        KIND_DNS, MAX_CANDIDATES, NAME_BUF, NAME_SLOTS, SERVICE_ACTIVE, SERVICE_BITS,
+        SLOT_OVERFLOW, SLOT_USED,
     },
     name,
     select::{self, Mode},
@@ -192,19 +193,59 @@ fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan
     Ok(plan)
 }
 
-/// The decision entry covering the client. Two call sites, one per trie: where the
-/// compiler merges the two lookups into one call, the verifier cannot tell which map it
-/// reads and leaves the generic helper (an indirect call per answer) in place of a direct
-/// call to the trie's lookup.
-fn lookup(q: &Query, s: *const Scratch, service: u32) -> Option<&'static DecisionRef> {
-    let svc = service.to_be_bytes();
-    let bits = SERVICE_BITS + q.client_bits as u32;
+/// The decision entry covering the client: from this CPU's cache when the trie was read
+/// with the same input at the same generation, else from the trie (and cached).
+fn lookup(q: &Query, s: *const Scratch, service: u32) -> Option<DecisionRef> {
     // SAFETY: `s` is the scratch map's value; `client` is 16 bytes at an 8-aligned offset
     // (read as words: as bytes, each would be a load and a store).
     let (lo, hi) = unsafe {
         let w = (*s).client.as_ptr() as *const u64;
         (*w, *w.add(1))
     };
+    // Read before the trie: a write that overtakes this read bumps it, so what is cached
+    // from the read is never used after the write.
+    let gen = DIR_DEC_GEN.get(0).map_or(0, |g| *g);
+    let k0 = ((service as u64) << 32) | ((q.client_bits as u64) << 8) | q.client_v6 as u64;
+    let slot = cache_slot(k0, lo, hi);
+    if let Some(c) = slot {
+        // SAFETY: a slot of this CPU's cache block; nothing else runs on this CPU meanwhile.
+        let c = unsafe { &*c };
+        if c.k0 == k0 && c.lo == lo && c.hi == hi && c.gen == gen {
+            return Some(c.found);
+        }
+    }
+    let found = *trie(q, lo, hi, service)?;
+    if let Some(c) = slot {
+        // SAFETY: as above.
+        unsafe {
+            (*c).k0 = k0;
+            (*c).lo = lo;
+            (*c).hi = hi;
+            (*c).gen = gen;
+            (*c).found = found;
+        }
+    }
+    Some(found)
+}
+
+/// This CPU's cache slot for a key.
+#[inline(always)]
+fn cache_slot(k0: u64, lo: u64, hi: u64) -> Option<*mut DecCacheSlot> {
+    let h = (k0 ^ lo.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ hi).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let block = DIR_DEC_CACHE.get_ptr_mut((h >> 60) as u32 & (DEC_CACHE_BLOCKS - 1))?;
+    let i = (h >> 52) as usize & (DEC_CACHE_SLOTS - 1);
+    // SAFETY: the block is this CPU's value; the mask keeps `i` inside it.
+    Some(unsafe { (*block).slots.as_mut_ptr().add(i) })
+}
+
+/// The trie entry covering the client. Two call sites, one per trie: where the compiler
+/// merges the two lookups into one call, the verifier cannot tell which map it reads and
+/// leaves the generic helper (an indirect call per answer) in place of a direct call to
+/// the trie's lookup.
+#[inline(always)]
+fn trie(q: &Query, lo: u64, hi: u64, service: u32) -> Option<&'static DecisionRef> {
+    let svc = service.to_be_bytes();
+    let bits = SERVICE_BITS + q.client_bits as u32;
     if q.client_v6 {
         let mut addr = [0u8; 16];
         addr[..8].copy_from_slice(&lo.to_ne_bytes());

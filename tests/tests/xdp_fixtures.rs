@@ -2990,3 +2990,73 @@ rrl = { rate = 0 }
     let api = query(ID, "api.example.com.", RecordType::A);
     assert_eq!(outcomes(&fx, &v4(), &api, 4), [An; 4]);
 }
+
+/// Keeps the calling thread on one CPU: the program caches trie reads per CPU, so a test
+/// of that cache must run its queries where the earlier ones ran.
+fn stay_on_one_cpu() {
+    // SAFETY: a zeroed cpu_set_t with one bit set, for this thread (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pinning the test to CPU 0"
+        );
+    }
+}
+
+#[test]
+fn route_changes_reach_queries_the_cache_has_seen() {
+    stay_on_one_cpu();
+    // Routes elsewhere keep both decisions stored: a stale cached id then still names the
+    // old decision, not one stored again in its place.
+    let mut fx = setup(
+        1,
+        &[
+            ("0.0.0.0/0", FRA.name),
+            ("::/0", FRA.name),
+            ("100.64.0.0/10", FRA.name),
+            ("100.128.0.0/10", NYC.name),
+        ],
+    );
+    // The same questions (plain and with ECS, both families) before and after each write:
+    // answered from the cache the second time unless the write invalidated it.
+    let questions = || {
+        let mut q = Vec::new();
+        for (flow, rtype) in with_both_types([v4(), v6()]) {
+            q.push((flow, rtype, frame_of(&flow, &query(ID, QNAME, rtype))));
+            let ecs = with_ecs(query(ID, QNAME, rtype), ip("203.0.113.0"), 24, 0);
+            q.push((flow, rtype, frame_of(&flow, &ecs)));
+        }
+        q
+    };
+    let expect = |fx: &Fixture, want: &Server, when: &str| {
+        for (flow, rtype, frame) in questions() {
+            for round in 0..3 {
+                let a = expect_answer(fx, &frame);
+                assert_eq!(
+                    a.addrs,
+                    vec![want.addr(rtype)],
+                    "{rtype} from {} ({} bytes), {when}, round {round}",
+                    flow.client,
+                    frame.len()
+                );
+            }
+        }
+    };
+    expect(&fx, &FRA, "with every route to fra-1");
+    for prefix in ["0.0.0.0/0", "::/0"] {
+        route_set(fx.maps(), NAME, prefix, NYC.name).unwrap();
+    }
+    expect(&fx, &NYC, "after the defaults moved to nyc-1");
+    // More specific routes, added and removed, over the clients and the ECS subnet.
+    for prefix in ["192.0.2.0/24", "203.0.113.0/24", "2001:db8:2::/48"] {
+        route_set(fx.maps(), NAME, prefix, FRA.name).unwrap();
+    }
+    expect(&fx, &FRA, "after more specific routes to fra-1");
+    for prefix in ["192.0.2.0/24", "203.0.113.0/24", "2001:db8:2::/48"] {
+        ops::route_del(fx.maps(), NAME, prefix.parse().unwrap()).unwrap();
+    }
+    expect(&fx, &NYC, "after the more specific routes were deleted");
+}

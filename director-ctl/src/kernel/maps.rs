@@ -15,12 +15,12 @@ use director_common::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch, HealthMask,
         Iface, LocalSlot, NameEntry, NameSlot, ServerRecord, ServiceRecord, TableSwitch, KIND_DNS,
         KIND_VIP, LOCAL_CONFIGURED, LOCAL_HOST, LOCAL_SLOTS, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS,
-        MAP_DEC4, MAP_DEC6, MAP_FALLBACK, MAP_FRONT, MAP_HEALTH, MAP_IFACES, MAP_LOCAL,
-        MAP_LOCAL_SLOTS, MAP_NAMES, MAP_NAME_SLOTS, MAP_RRL, MAP_RRL_EXEMPT, MAP_SERVERS,
-        MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_NAMES, MAP_SERVICE_STATS, MAX_CHOICES,
-        MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF, NAME_SLOTS, SERVER_DRAINED,
-        SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE,
-        SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
+        MAP_DEC4, MAP_DEC6, MAP_DEC_GEN, MAP_FALLBACK, MAP_FRONT, MAP_HEALTH, MAP_IFACES,
+        MAP_LOCAL, MAP_LOCAL_SLOTS, MAP_NAMES, MAP_NAME_SLOTS, MAP_RRL, MAP_RRL_EXEMPT,
+        MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_NAMES, MAP_SERVICE_STATS,
+        MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF, NAME_SLOTS,
+        SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6,
+        SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
     },
     name,
     rrl::{Limit, EXEMPT_V4_MAPPED_BITS},
@@ -82,6 +82,9 @@ pub struct Maps {
     /// The stored decisions, by id (both halves), and the same map for batched writes.
     choices: Array<MapData, Decision>,
     batch_choices: MapData,
+    /// `DIR_DEC_GEN`: bumped after every write to the tries (the program's cache of trie
+    /// results keeps only what was read at the current number).
+    dec_gen: Array<MapData, u64>,
     config: Array<MapData, TableSwitch>,
     local: HashMap<MapData, [u8; 16], u32>,
     local_slots: Array<MapData, LocalSlot>,
@@ -167,6 +170,7 @@ impl Maps {
             batch6: open_data(dir, MAP_DEC6)?,
             choices: open(dir, MAP_CHOICES)?,
             batch_choices: open_data(dir, MAP_CHOICES)?,
+            dec_gen: open(dir, MAP_DEC_GEN)?,
             config: open(dir, MAP_CONFIG)?,
             local: open(dir, MAP_LOCAL)?,
             local_slots: open(dir, MAP_LOCAL_SLOTS)?,
@@ -517,7 +521,9 @@ impl Maps {
             .remove(&name::hash(&wire))
             .context("writing the name table")?;
         self.sync_front()?;
-        self.remove_decisions(|s| s == id)?;
+        let removed = self.remove_decisions(|s| s == id);
+        self.tries_written()?;
+        removed?;
         self.services
             .set(id, ServiceRecord::default(), 0)
             .context("writing the service table")?;
@@ -658,6 +664,25 @@ impl Maps {
     /// least, then deletions from the least specific to the most. Returns the number of
     /// entries written.
     pub fn apply_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
+        let written = self.write_decisions(change);
+        // Also after a failed write: some entries may have changed.
+        self.tries_written()?;
+        written
+    }
+
+    /// After any write to the tries (done or failed half way): the program stops using
+    /// what it cached from earlier reads of them.
+    fn tries_written(&mut self) -> Result<()> {
+        let gen = self
+            .dec_gen
+            .get(&0, 0)
+            .context("reading the decision generation")?;
+        self.dec_gen
+            .set(0, gen.wrapping_add(1), 0)
+            .context("bumping the decision generation")
+    }
+
+    fn write_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
         let DecisionChange {
             service,
             put,
@@ -687,14 +712,18 @@ impl Maps {
     /// once (what running out of ids does; the bench times it at full scale). Returns the
     /// number of entries rewritten.
     pub fn compact(&mut self) -> Result<usize> {
-        self.compact_with(0, &[], &[], usize::MAX)
+        let moved = self.compact_with(0, &[], &[], usize::MAX);
+        self.tries_written()?;
+        moved
     }
 
     /// A compaction killed after rewriting `entries` entries (tests: what a controller
     /// killed half way leaves): the decisions stored in the other half, that many entries
     /// moved onto it, no flip.
     pub fn compact_cut_short(&mut self, entries: usize) -> Result<usize> {
-        self.compact_with(0, &[], &[], entries)
+        let moved = self.compact_with(0, &[], &[], entries);
+        self.tries_written()?;
+        moved
     }
 
     /// When an update needs more ids than the half in use has free: every entry, with the
