@@ -1518,6 +1518,19 @@ fn delete_batched<K: Copy>(map: &MapData, keys: &[K]) -> Result<bool> {
     Ok(true)
 }
 
+/// The `batch` member of `union bpf_attr`, for the BPF_MAP_*_BATCH commands.
+#[repr(C)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
 /// A batch command (`cmd`) over `count` keys (and values) laid out back to back.
 fn batch(
     cmd: libc::c_long,
@@ -1527,18 +1540,6 @@ fn batch(
     count: u32,
 ) -> std::io::Result<()> {
     use std::os::fd::{AsFd, AsRawFd};
-    /// The `batch` member of `union bpf_attr`.
-    #[repr(C)]
-    struct BatchAttr {
-        in_batch: u64,
-        out_batch: u64,
-        keys: u64,
-        values: u64,
-        count: u32,
-        map_fd: u32,
-        elem_flags: u64,
-        flags: u64,
-    }
     let mut attr = BatchAttr {
         in_batch: 0,
         out_batch: 0,
@@ -1565,18 +1566,6 @@ fn batch(
 /// read with BPF_MAP_LOOKUP_BATCH.
 fn per_cpu_total(map: &MapData, len: u32) -> std::io::Result<u64> {
     use std::os::fd::{AsFd, AsRawFd};
-    /// The `batch` member of `union bpf_attr`.
-    #[repr(C)]
-    struct BatchAttr {
-        in_batch: u64,
-        out_batch: u64,
-        keys: u64,
-        values: u64,
-        count: u32,
-        map_fd: u32,
-        elem_flags: u64,
-        flags: u64,
-    }
     const CHUNK: u32 = 1024;
     let cpus = aya::util::nr_cpus().map_err(|(what, e)| std::io::Error::new(e.kind(), what))?;
     let mut keys = vec![0u32; CHUNK as usize];
