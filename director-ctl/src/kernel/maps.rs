@@ -111,6 +111,15 @@ pub struct Maps {
 pub(super) fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
     let path = dir.join(name);
     if !path.exists() {
+        // Other pins without this one: a build of director that did not have the map
+        // (an upgrade over a running one), not a missing attach.
+        if other_pins(dir) {
+            bail!(
+                "the maps pinned in {} are from another version of director (it has no map \
+                 {name}): detach director from every interface and attach it again",
+                dir.display()
+            );
+        }
         bail!(
             "nothing is attached: no map {name} pinned in {} (run `director-ctl attach --iface \
              IF` first)",
@@ -120,6 +129,11 @@ pub(super) fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) ->
     let data = MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
     let map = Map::from_map_data(data).with_context(|| format!("reading {}", path.display()))?;
     T::try_from(map).with_context(|| format!("{} has an unexpected type", path.display()))
+}
+
+/// Whether `dir` holds director's maps at all (every version has had `DIR_NAMES`).
+fn other_pins(dir: &Path) -> bool {
+    dir.join(MAP_NAMES).exists()
 }
 
 fn open_data(dir: &Path, name: &str) -> Result<MapData> {
@@ -1624,6 +1638,28 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_pin_set_of_another_version_is_named_as_such() {
+        let dir = std::env::temp_dir().join(format!("director-pins-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = |dir: &Path| {
+            open::<Array<MapData, u64>>(dir, MAP_DEC_GEN)
+                .err()
+                .map(|e| format!("{e:#}"))
+                .unwrap_or_default()
+        };
+        let empty = missing(&dir);
+        std::fs::write(dir.join(MAP_NAMES), b"").unwrap();
+        let partial = missing(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            empty.starts_with("nothing is attached: no map DIR_DEC_GEN"),
+            "{empty}"
+        );
+        assert!(partial.contains("another version of director"), "{partial}");
+        assert!(partial.contains("DIR_DEC_GEN"), "{partial}");
+    }
 
     fn lookup(t: &BTreeMap<IpNet, u16>, a: u32) -> Option<u16> {
         let host = IpNet::from(IpAddr::V4(a.into()));
