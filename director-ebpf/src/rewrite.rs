@@ -17,7 +17,7 @@ use director_common::{
 use crate::maps::DIR_FALLBACK;
 
 use crate::opaque::hide;
-use crate::packet::{at_fenced as at, be16, header_sum, ld, put16, put32, st};
+use crate::packet::{at_fenced as at, be16, ld, put16, put32, st};
 
 const HOP_LIMIT: u8 = 64;
 /// Bound (a mask) of what moves when the packet grows at the front: the headers and the
@@ -174,15 +174,25 @@ fn write(
     } else {
         const L: usize = ipv4::LEN;
         let ip = at::<L>(ctx, q.l3, Reason::Dropped)?;
+        // The header as host-order words, all read before anything is written: summing it
+        // again after narrower writes would load words the store buffer cannot forward.
+        let (w0, w1, w2) = (
+            ld::<u32, L>(ip, 0),
+            ld::<u32, L>(ip, 4),
+            ld::<u32, L>(ip, 8),
+        );
         let (src, dst) = (ld::<u32, L>(ip, ipv4::SRC), ld::<u32, L>(ip, ipv4::DST));
+        // Word 0: version, IHL and DSCP kept, the new total length; word 2: the new TTL,
+        // the protocol kept, the checksum (0 while summing).
+        let total = (ipv4::LEN as u16 + udp_len).to_be();
+        let w0 = (w0 & 0xffff) | (total as u32) << 16;
+        let w2 = (w2 & 0xff00) | HOP_LIMIT as u32;
+        let sum = w0 as u64 + w1 as u64 + w2 as u64 + src as u64 + dst as u64;
+        // The sum is of host-order words, so the result goes in in host order too.
+        st(ip, 0, w0);
+        st(ip, 8, w2 | (finish_ip(sum) as u32) << 16);
         st(ip, ipv4::SRC, dst);
         st(ip, ipv4::DST, src);
-        // SAFETY: `at` checked the header is in the packet.
-        unsafe { (*ip)[ipv4::TTL] = HOP_LIMIT };
-        put16(ip, ipv4::TOTAL_LEN, ipv4::LEN as u16 + udp_len);
-        put16(ip, ipv4::CHECKSUM, 0);
-        // The sum is of host-order words, so the result is stored in host order too.
-        st(ip, ipv4::CHECKSUM, finish_ip(header_sum(ip)));
         (q.l3 + ipv4::LEN, le_to_network(src as u64 + dst as u64))
     };
 
