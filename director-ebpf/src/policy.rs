@@ -67,7 +67,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     // The count of addresses taken stays in map memory: in a register it would be a
     // different constant on every path through the candidates.
     opaque::put(s, Slot::Taken, 0);
-    select::emit_ranked(decision, ok, start, |id| {
+    let offer = |id: u16| {
         let n = opaque::get(s, Slot::Taken);
         if n >= want {
             return true;
@@ -97,7 +97,13 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         unsafe { core::ptr::write_volatile(&mut (*s).ids[n as usize & (MAX_CANDIDATES - 1)], id) };
         opaque::put(s, Slot::Taken, n + 1);
         n + 1 >= want
-    });
+    };
+    // One answer (most services): the usable primary the weights picked is it, which the
+    // ranked walk would only reach after a remainder and its bookkeeping.
+    let primary = (decision.primary.min(decision.count) as usize).min(MAX_CANDIDATES);
+    if !(want == 1 && start < primary && ok & (1 << start) != 0 && offer(decision.servers[start])) {
+        select::emit_ranked(decision, ok, start, offer);
+    }
     let n = opaque::get(s, Slot::Taken) as usize & Plan::MAX_N;
     // Fail-open answers carry the service's degraded TTL.
     let ttl = if health.ttl != 0 {
