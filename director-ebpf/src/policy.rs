@@ -274,8 +274,10 @@ fn fence() {
     unsafe { core::arch::asm!("", options(nostack, preserves_flags)) }
 }
 
-/// Compares the stored name with the walked one in 8-byte words; bytes past `len` in the
-/// scratch buffer are left over from earlier packets and are masked off.
+/// Compares the stored name with the walked one in 8-byte words, whole: both are zero past
+/// `len` in their last word (`NameEntry` is stored so, and `parse` shifts the last word
+/// read down), and words after it are not compared (the scratch buffer's are left over
+/// from earlier packets).
 #[inline(always)]
 fn same_name(stored: &[u8; NAME_BUF], s: *const Scratch, len: usize) -> bool {
     let mut w = 0;
@@ -290,13 +292,7 @@ fn same_name(stored: &[u8; NAME_BUF], s: *const Scratch, len: usize) -> bool {
                 *((*s).name.as_ptr().add(base) as *const u64),
             )
         };
-        let rem = len - base;
-        let mask = if rem >= 8 {
-            u64::MAX
-        } else {
-            (1u64 << (rem * 8)) - 1
-        };
-        if (a ^ b) & mask != 0 {
+        if a != b {
             return false;
         }
         w += 1;
