@@ -176,21 +176,24 @@ fn write(
         let ip = at::<L>(ctx, q.l3, Reason::Dropped)?;
         // The header as host-order words, all read before anything is written: summing it
         // again after narrower writes would load words the store buffer cannot forward.
+        const W0: usize = ipv4::VERSION_IHL;
+        const W2: usize = ipv4::TTL;
+        const _: () = assert!(ipv4::TOTAL_LEN == W0 + 2 && ipv4::CHECKSUM == W2 + 2);
         let (w0, w1, w2) = (
-            ld::<u32, L>(ip, 0),
-            ld::<u32, L>(ip, 4),
-            ld::<u32, L>(ip, 8),
+            ld::<u32, L>(ip, W0),
+            ld::<u32, L>(ip, W0 + 4),
+            ld::<u32, L>(ip, W2),
         );
         let (src, dst) = (ld::<u32, L>(ip, ipv4::SRC), ld::<u32, L>(ip, ipv4::DST));
-        // Word 0: version, IHL and DSCP kept, the new total length; word 2: the new TTL,
-        // the protocol kept, the checksum (0 while summing).
+        // Word 0: version, IHL and DSCP kept, the new total length in its upper half;
+        // word 2: the new TTL, the protocol kept, the checksum (0 while summing) above.
         let total = (ipv4::LEN as u16 + udp_len).to_be();
         let w0 = (w0 & 0xffff) | (total as u32) << 16;
         let w2 = (w2 & 0xff00) | HOP_LIMIT as u32;
         let sum = w0 as u64 + w1 as u64 + w2 as u64 + src as u64 + dst as u64;
         // The sum is of host-order words, so the result goes in in host order too.
-        st(ip, 0, w0);
-        st(ip, 8, w2 | (finish_ip(sum) as u32) << 16);
+        st(ip, W0, w0);
+        st(ip, W2, w2 | (finish_ip(sum) as u32) << 16);
         st(ip, ipv4::SRC, dst);
         st(ip, ipv4::DST, src);
         (q.l3 + ipv4::LEN, le_to_network(src as u64 + dst as u64))
