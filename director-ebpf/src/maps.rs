@@ -2,6 +2,7 @@
 //! by name so the CLI and a controller share them and answering outlives any process.
 
 use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
     macros::map,
     maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
 };
@@ -10,9 +11,9 @@ use director_common::{
     maps::{
         DecCacheBlock, Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch,
         HealthMask, Iface, LocalSlot, NameEntry, NameSlot, Scratch, ServerRecord, ServiceRecord,
-        TableSwitch, DEC_CACHE_BLOCKS, LOCAL_SLOTS, MAX_CHOICES, MAX_DECISIONS, MAX_IFACES,
-        MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS, MAX_RRL_EXEMPT, MAX_SERVERS, MAX_SERVICES,
-        NAME_SLOTS,
+        TableSwitch, DEC16_LANES, DEC16_SLOTS, DEC_CACHE_BLOCKS, LOCAL_SLOTS, MAX_CHOICES,
+        MAX_DECISIONS, MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS, MAX_RRL_EXEMPT,
+        MAX_SERVERS, MAX_SERVICES, NAME_SLOTS,
     },
     rrl,
     steer::{Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS},
@@ -38,6 +39,11 @@ pub static DIR_SERVERS: Array<ServerRecord> = Array::pinned(MAX_SERVERS, 0);
 pub static DIR_DEC4: LpmTrie<DecisionKeyV4, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
 #[map]
 pub static DIR_DEC6: LpmTrie<DecisionKeyV6, DecisionRef> = LpmTrie::pinned(MAX_DECISIONS, 0);
+/// The IPv4 front of `DIR_DEC4`: one `DecisionRef` word per /16 of the first services
+/// (see `director_common::maps::DEC16_LANES`). Memory-mapped by the controller
+/// (`BPF_F_MMAPABLE`), which writes its slots in place.
+#[map]
+pub static DIR_DEC16: Array<u64> = Array::pinned(DEC16_LANES * DEC16_SLOTS, BPF_F_MMAPABLE);
 /// `DIR_DEC_GEN[0]`: bumped by the controller after every write to the tries, so that
 /// `DIR_DEC_CACHE` entries read before it are no longer used.
 #[map]

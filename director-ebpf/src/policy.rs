@@ -6,10 +6,10 @@ use director_common::{
     counters::Reason,
     handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
     maps::{
-        DecCacheSlot, DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch, DEC_CACHE_BLOCKS,
-        DEC_CACHE_SLOTS, FALLBACK_ALTERNATE as HAS_ALTERNATE, FALLBACK_ORIGIN4, FALLBACK_ORIGIN6,
-        KIND_DNS, MAX_CANDIDATES, NAME_BUF, NAME_SLOTS, SERVICE_ACTIVE, SERVICE_BITS,
-        SLOT_OVERFLOW, SLOT_USED,
+        dec16_index, DecCacheSlot, DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch,
+        DEC_CACHE_BLOCKS, DEC_CACHE_SLOTS, FALLBACK_ALTERNATE as HAS_ALTERNATE, FALLBACK_ORIGIN4,
+        FALLBACK_ORIGIN6, KIND_DNS, MAX_CANDIDATES, NAME_BUF, NAME_SLOTS, SERVICE_ACTIVE,
+        SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
     },
     name,
     select::{self, Mode},
@@ -208,6 +208,20 @@ fn lookup(q: &Query, s: *const Scratch, service: u32) -> Option<DecisionRef> {
         let w = (*s).client.as_ptr() as *const u64;
         (*w, *w.add(1))
     };
+    // IPv4 clients of the first services, with 16 bits or more: one slot for their /16
+    // where the controller found one entry covering it whole (the trie's own value).
+    if !q.client_v6 && q.client_bits >= 16 {
+        let net16 = u16::from_be(lo as u16) as u32;
+        if let Some(i) = dec16_index(service, net16) {
+            if let Some(w) = DIR_DEC16.get(i) {
+                // One load: the controller writes the word whole.
+                let w = unsafe { core::ptr::read_volatile(w) };
+                if w != 0 {
+                    return Some(DecisionRef::from_word(w));
+                }
+            }
+        }
+    }
     // Read before the trie: a write that overtakes this read bumps it, so what is cached
     // from the read is never used after the write.
     let gen = DIR_DEC_GEN.get(0).map_or(0, |g| *g);

@@ -947,6 +947,83 @@ fn ecs_with_a_zero_prefix_uses_the_default_route() {
     assert_eq!(a.addrs, vec![NYC.addr(RecordType::A)]);
 }
 
+/// The slot of `DIR_DEC16` (the IPv4 /16 front of the trie) for `a`'s /16.
+fn front_word(fx: &mut Fixture, a: Ipv4Addr) -> u64 {
+    let m = fx.maps();
+    let svc = m.find_service(NAME).unwrap().expect("the service");
+    m.front16_word(svc, u32::from(a) >> 16)
+}
+
+fn a_from(fx: &Fixture, client: Ipv4Addr) -> Vec<IpAddr> {
+    expect_answer(fx, &frame_of(&Flow::v4(client), &a_query())).addrs
+}
+
+#[test]
+fn the_16_front_answers_as_the_trie_and_is_cleared_before_a_route_lands_inside() {
+    let mut fx = setup(1, &[("0.0.0.0/0", FRA.name), ("::/0", FRA.name)]);
+    let (client, other) = (CLIENT_V4, Ipv4Addr::new(192, 1, 2, 3));
+    let fra = vec![FRA.addr(RecordType::A)];
+    let nyc = vec![NYC.addr(RecordType::A)];
+    // The default route answers every /16 whole.
+    assert_ne!(front_word(&mut fx, client), 0);
+    assert_eq!(a_from(&fx, client), fra);
+
+    // A route inside the client's /16: its slot is cleared and the trie answers there;
+    // every other /16 keeps its slot.
+    route_set(fx.maps(), NAME, "192.0.2.0/24", NYC.name).unwrap();
+    assert_eq!(front_word(&mut fx, client), 0);
+    assert_ne!(front_word(&mut fx, other), 0);
+    assert_eq!(a_from(&fx, client), nyc);
+    assert_eq!(a_from(&fx, other), fra);
+
+    // A /16 route around it changes nothing for the split /16; one elsewhere is its own
+    // /16's slot, with its own answer.
+    route_set(fx.maps(), NAME, "192.1.0.0/16", NYC.name).unwrap();
+    assert_eq!(front_word(&mut fx, client), 0);
+    assert_ne!(front_word(&mut fx, other), 0);
+    assert_eq!(a_from(&fx, other), nyc);
+    assert_eq!(a_from(&fx, Ipv4Addr::new(192, 2, 0, 1)), fra);
+
+    // The nested route gone, the client's /16 is answered whole again.
+    ops::route_del(fx.maps(), NAME, "192.0.2.0/24".parse().unwrap()).unwrap();
+    assert_ne!(front_word(&mut fx, client), 0);
+    assert_eq!(a_from(&fx, client), fra);
+
+    // A compaction rewrites every entry, so it clears every slot; the next write of the
+    // table sets them again.
+    fx.maps().compact().unwrap();
+    assert_eq!(front_word(&mut fx, client), 0);
+    assert_eq!(a_from(&fx, client), fra);
+    route_set(fx.maps(), NAME, "10.0.0.0/8", NYC.name).unwrap();
+    assert_ne!(front_word(&mut fx, client), 0);
+    assert_eq!(a_from(&fx, client), fra);
+    assert_eq!(a_from(&fx, Ipv4Addr::new(10, 9, 8, 7)), nyc);
+
+    // The program reads the slot, not the trie: with the default route taken out of the
+    // trie behind the controller's back (slots left set), a /16 with a slot is still
+    // answered, while an ECS source shorter than 16 bits, which the slots do not cover,
+    // finds no route.
+    let path = fx.pin_dir().join(director_common::maps::MAP_DEC4);
+    let map = aya::maps::Map::from_map_data(aya::maps::MapData::from_pin(&path).unwrap()).unwrap();
+    let mut trie: aya::maps::LpmTrie<
+        _,
+        director_common::maps::DecisionKeyV4,
+        director_common::maps::DecisionRef,
+    > = map.try_into().unwrap();
+    let svc = fx.maps().find_service(NAME).unwrap().unwrap();
+    let default = aya::maps::lpm_trie::Key::new(
+        director_common::maps::SERVICE_BITS,
+        director_common::maps::DecisionKeyV4 {
+            service: svc.to_be_bytes(),
+            addr: [0; 4],
+        },
+    );
+    trie.remove(&default).unwrap();
+    assert_eq!(a_from(&fx, client), fra);
+    let wide = with_ecs(query(ID, QNAME, RecordType::A), ip("192.0.0.0"), 8, 0);
+    expect_pass(&fx, &frame_of(&v4(), &wide), Reason::NoDecision);
+}
+
 // ---------------------------------------------------------------------------------------
 // How many answers, and from which servers.
 

@@ -14,6 +14,7 @@ use ipnet::IpNet;
 use super::compile::diff;
 use super::config::{self, Config};
 use super::decide::{Computed, Ids};
+use super::front16;
 use super::sweep::sort_key;
 use crate::kernel::steer::VipEntry;
 use crate::kernel::{DecisionChange, Maps, ServerEntry, ServiceEntry};
@@ -274,6 +275,22 @@ fn converge(
             put: &[],
             delete: &delete,
         })?;
+    }
+    publish_fronts(m, c.tables.iter().map(|(id, _, t)| (*id, &t.entries[..])))?;
+    Ok(n)
+}
+
+/// Sets the services' /16 fronts (`DIR_DEC16`) from their tables, once those are in the
+/// tries: every write to the tries cleared the /16s it touched, and this sets again those
+/// that one entry answers whole. Returns the number of slots written (none when nothing
+/// changed since the last call).
+pub fn publish_fronts<'a>(
+    m: &mut Maps,
+    tables: impl Iterator<Item = (u32, &'a [(IpNet, Decision)])>,
+) -> Result<usize> {
+    let mut n = 0;
+    for (id, entries) in tables {
+        n += m.set_front16(id, &front16::covers(entries.iter().map(|(p, _)| p)))?;
     }
     Ok(n)
 }

@@ -14,6 +14,7 @@ pub mod data;
 pub mod decide;
 pub mod engine;
 pub mod explain;
+pub mod front16;
 pub mod guard;
 pub mod inputs;
 pub mod minimal;

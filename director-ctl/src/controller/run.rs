@@ -25,9 +25,10 @@ use std::{
 };
 
 use anyhow::{anyhow, bail, Context, Result};
+use director_common::maps::Decision;
 use ipnet::IpNet;
 
-use super::apply::{assign_ids, sync, update};
+use super::apply::{assign_ids, publish_fronts, sync, update};
 use super::compile::{diff, replace_subtree, Diff, Table};
 use super::config::Config;
 use super::data::{load_rtt, Data};
@@ -112,6 +113,11 @@ fn write_diff(
         format!("{name}:{at} {rewritten} entries rewritten, {deleted} deleted"),
     );
     Ok(())
+}
+
+/// Each service's entries, as `publish_fronts` takes them.
+fn tables_of(c: &Computed) -> impl Iterator<Item = (u32, &[(IpNet, Decision)])> {
+    c.tables.iter().map(|(id, _, t)| (*id, &t.entries[..]))
 }
 
 /// Files whose change means a recompute: the config and every input it names.
@@ -687,6 +693,7 @@ impl State {
             rewritten += d.put.len() + d.delete.len();
             write_diff(m, self.log, *id, name, None, &d)?;
         }
+        publish_fronts(m, tables_of(&new))?;
         let name_of: HashMap<u16, &str> = self
             .ids
             .servers
@@ -794,6 +801,7 @@ impl State {
                 write_diff(m, self.log, *id, name, Some(root), &d)?;
             }
         }
+        publish_fronts(m, tables_of(&self.computed))?;
         self.note_table(t.elapsed().as_secs_f64());
         Ok(())
     }
@@ -843,6 +851,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
             let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
             write_diff(m, state.log, *id, name, None, &d)?;
         }
+        publish_fronts(m, tables_of(&new))?;
     }
     drop(lock);
     let (log, pin_dir) = (state.log, state.pin_dir.clone());

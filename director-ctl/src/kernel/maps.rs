@@ -26,7 +26,7 @@ use director_common::{
     rrl::{Limit, EXEMPT_V4_MAPPED_BITS},
     select::Mode,
 };
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net};
 
 type Dec4 = LpmTrie<MapData, DecisionKeyV4, DecisionRef>;
 type Dec6 = LpmTrie<MapData, DecisionKeyV6, DecisionRef>;
@@ -85,6 +85,8 @@ pub struct Maps {
     /// `DIR_DEC_GEN`: bumped after every write to the tries (the program's cache of trie
     /// results keeps only what was read at the current number).
     dec_gen: Array<MapData, u64>,
+    /// `DIR_DEC16`: cleared where a trie write is about to land, set by `set_front16`.
+    front16: super::front16::Front16,
     config: Array<MapData, TableSwitch>,
     local: HashMap<MapData, [u8; 16], u32>,
     local_slots: Array<MapData, LocalSlot>,
@@ -185,6 +187,7 @@ impl Maps {
             choices: open(dir, MAP_CHOICES)?,
             batch_choices: open_data(dir, MAP_CHOICES)?,
             dec_gen: open(dir, MAP_DEC_GEN)?,
+            front16: super::front16::Front16::open(dir)?,
             config: open(dir, MAP_CONFIG)?,
             local: open(dir, MAP_LOCAL)?,
             local_slots: open(dir, MAP_LOCAL_SLOTS)?,
@@ -916,6 +919,14 @@ impl Maps {
             .into_iter()
             .filter(|k| which(u32::from_be_bytes(k.data().service)))
             .collect();
+        for k in &keys4 {
+            let d = k.data();
+            let len = (k.prefix_len() - SERVICE_BITS) as u8;
+            if let Ok(net) = IpNet::new(Ipv4Addr::from(d.addr).into(), len) {
+                self.front16.clear(u32::from_be_bytes(d.service), &net);
+            }
+        }
+        self.front16.cleared();
         let (batched4, batched6) = side_by_side(
             || delete_batched(&self.batch4, &keys4),
             || delete_batched(&self.batch6, &keys6),
@@ -938,6 +949,10 @@ impl Maps {
     /// looks in its own family's, so they are written side by side (the order within a
     /// family is what keeps answers old-or-new; see [`update_order`]).
     fn put_all(&mut self, entries: &[(u32, &IpNet, DecisionRef)]) -> Result<()> {
+        for (service, net, _) in entries {
+            self.front16.clear(*service, net);
+        }
+        self.front16.cleared();
         let (v4, v6): (Vec<_>, Vec<_>) = entries
             .iter()
             .partition(|(_, net, _)| matches!(net, IpNet::V4(_)));
@@ -954,6 +969,8 @@ impl Maps {
     }
 
     fn delete(&mut self, service: u32, net: &IpNet) -> Result<()> {
+        self.front16.clear(service, net);
+        self.front16.cleared();
         let r = match key(service, net) {
             DecisionKey::V4(k) => self.dec4.remove(&k),
             DecisionKey::V6(k) => self.dec6.remove(&k),
@@ -964,6 +981,62 @@ impl Maps {
             Ok(()) | Err(MapError::KeyNotFound | MapError::SyscallError(_)) => Ok(()),
             Err(e) => Err(e).with_context(|| format!("deleting the decision for {net}")),
         }
+    }
+
+    /// Sets `service`'s /16 front from `covers` (see `controller::front16::covers`, from
+    /// the table just written): a /16 that one entry answers whole gets that entry's value
+    /// as the trie holds it; any other is cleared. A slot already set is left as it is: no
+    /// trie write has touched its /16 since it was set (each clears it first), so it still
+    /// holds the trie's answer there. Call only after the table is in the tries. Returns
+    /// the number of slots written.
+    pub fn set_front16(&mut self, service: u32, covers: &[Option<Ipv4Net>]) -> Result<usize> {
+        use director_common::maps::dec16_index;
+        if dec16_index(service, 0).is_none() {
+            return Ok(0);
+        }
+        let mut values: HashMap2<Ipv4Net, u64> = HashMap2::new();
+        let mut written = 0;
+        for (net16, cover) in covers.iter().enumerate() {
+            let net16 = net16 as u32;
+            let now = self.front16.get(service, net16);
+            let want = match cover {
+                None => 0,
+                Some(_) if now != 0 => continue,
+                Some(n) => match values.get(n) {
+                    Some(w) => *w,
+                    None => {
+                        let w = self.trie_value(service, n)?;
+                        values.insert(*n, w);
+                        w
+                    }
+                },
+            };
+            if now != want {
+                self.front16.set(service, net16, want);
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
+    /// The trie's value for the entry `n` of `service`, as a `DIR_DEC16` word (0: none).
+    fn trie_value(&self, service: u32, n: &Ipv4Net) -> Result<u64> {
+        let net = IpNet::V4(*n);
+        let DecisionKey::V4(k) = key(service, &net) else {
+            return Ok(0);
+        };
+        match self.dec4.get(&k, 0) {
+            // The longest entry of at most `n`'s length over it: `n` itself, as the table
+            // was just written.
+            Ok(r) => Ok(r.to_word()),
+            Err(MapError::KeyNotFound) => Ok(0),
+            Err(e) => Err(e).with_context(|| format!("reading the decision for {n}")),
+        }
+    }
+
+    /// `service`'s /16 front as words (tests and the bench).
+    pub fn front16_word(&self, service: u32, net16: u32) -> u64 {
+        self.front16.get(service, net16)
     }
 
     // --- the edge's own addresses and interfaces -----------------------------------------
@@ -1673,7 +1746,7 @@ mod tests {
         proptest::collection::btree_map(
             (0u32..64, 0u8..=6).prop_map(|(a, len)| {
                 let addr = Ipv4Addr::from(0x0a00_0000u32 | (a << 18));
-                IpNet::V4(ipnet::Ipv4Net::new(addr, 8 + len).unwrap().trunc())
+                IpNet::V4(Ipv4Net::new(addr, 8 + len).unwrap().trunc())
             }),
             1u16..4,
             0..12,

@@ -1,9 +1,11 @@
 //! The only code that talks to the kernel: loading, attaching and pinning the program
-//! ([`program`]), the pinned maps behind typed methods ([`maps`]), the one-writer lock
+//! ([`program`]), the pinned maps behind typed methods ([`maps`]; the memory-mapped /16
+//! front of the IPv4 decisions in [`front16`]), the one-writer lock
 //! ([`lock`]), and the host facts the program needs: its addresses and interfaces
 //! ([`host`]), and the policy read back for userspace answers ([`resolve`]). SYN steering's maps
 //! ([`steer`]) and the hops to its servers ([`hops`], resolved by [`nexthop`]).
 
+pub mod front16;
 pub mod hops;
 pub mod host;
 pub mod lock;

@@ -19,7 +19,7 @@ pub mod steer;
 
 use crate::api;
 use crate::checked;
-use crate::controller::{minimal, sweep::sort_key};
+use crate::controller::{front16, minimal, sweep::sort_key};
 use crate::kernel::{host, program, DecisionChange, Maps, ServerEntry, ServiceEntry};
 
 /// A route's servers: the first `primary` are equally good and share answers by weight;
@@ -375,6 +375,8 @@ fn write_routes(
         put: &changed,
         delete: &delete,
     })?;
+    // The service's whole table is the kernel's, read above: its /16 front follows it.
+    m.set_front16(service, &front16::covers(&prefixes))?;
     Ok(())
 }
 
