@@ -208,18 +208,10 @@ fn lookup(q: &Query, s: *const Scratch, service: u32) -> Option<DecisionRef> {
         let w = (*s).client.as_ptr() as *const u64;
         (*w, *w.add(1))
     };
-    // IPv4 clients of the first services, with 16 bits or more: one slot for their /16
-    // where the controller found one entry covering it whole (the trie's own value).
+    // IPv4 clients with 16 bits or more: the /16's slot, where one entry answers it whole.
     if !q.client_v6 && q.client_bits >= 16 {
-        let net16 = u16::from_be(lo as u16) as u32;
-        if let Some(i) = dec16_index(service, net16) {
-            if let Some(w) = DIR_DEC16.get(i) {
-                // One load: the controller writes the word whole.
-                let w = unsafe { core::ptr::read_volatile(w) };
-                if w != 0 {
-                    return Some(DecisionRef::from_word(w));
-                }
-            }
+        if let Some(found) = front16(service, lo) {
+            return Some(found);
         }
     }
     // Read before the trie: a write that overtakes this read bumps it, so what is cached
@@ -246,6 +238,21 @@ fn lookup(q: &Query, s: *const Scratch, service: u32) -> Option<DecisionRef> {
         }
     }
     Some(found)
+}
+
+/// The trie's entry for an IPv4 client's /16 (`lo`: its address word as loaded) from
+/// `DIR_DEC16`, where the controller found one entry answering the whole /16 and the
+/// service has a lane there.
+#[inline(always)]
+pub fn front16(service: u32, lo: u64) -> Option<DecisionRef> {
+    let i = dec16_index(service, u16::from_be(lo as u16) as u32)?;
+    // One load: the controller writes the word whole.
+    // SAFETY: the map's value for `i`.
+    let w = unsafe { core::ptr::read_volatile(DIR_DEC16.get(i)?) };
+    if w == 0 {
+        return None;
+    }
+    Some(DecisionRef::from_word(w))
 }
 
 /// This CPU's cache slot for a key.

@@ -184,17 +184,20 @@ fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u32 {
         addr[..8].copy_from_slice(&lo.to_ne_bytes());
         addr[8..].copy_from_slice(&hi.to_ne_bytes());
         let key = Key::new(SERVICE_BITS + 128, DecisionKeyV6 { service: svc, addr });
-        DIR_DEC6.get(&key)
+        DIR_DEC6.get(&key).copied()
     } else {
-        let b = (lo as u32).to_ne_bytes();
-        let key = Key::new(
-            SERVICE_BITS + 32,
-            DecisionKeyV4 {
-                service: svc,
-                addr: b,
-            },
-        );
-        DIR_DEC4.get(&key)
+        // The /16's slot first, as for DNS: a new flow's first packet walks no trie there.
+        crate::policy::front16(service, lo).or_else(|| {
+            let b = (lo as u32).to_ne_bytes();
+            let key = Key::new(
+                SERVICE_BITS + 32,
+                DecisionKeyV4 {
+                    service: svc,
+                    addr: b,
+                },
+            );
+            DIR_DEC4.get(&key).copied()
+        })
     };
     let Some(found) = found else {
         return 0;
