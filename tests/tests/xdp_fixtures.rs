@@ -12,6 +12,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use director_common::counters::Reason;
 use director_common::maps::{Fallback, HealthMask};
 use director_common::select::Mode;
+use director_ctl::controller::front16;
+use director_ctl::kernel::TableSource;
 use director_ctl::ops;
 use director_tests::fixture::{route_set, Fixture, XDP_DROP, XDP_PASS, XDP_TX};
 use director_tests::packets::*;
@@ -19,6 +21,7 @@ use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
+use ipnet::IpNet;
 
 const NAME: &str = "www.example.com";
 /// The owned name the way a 0x20-randomising resolver sends it.
@@ -1022,6 +1025,43 @@ fn the_16_front_answers_as_the_trie_and_is_cleared_before_a_route_lands_inside()
     assert_eq!(a_from(&fx, client), fra);
     let wide = with_ecs(query(ID, QNAME, RecordType::A), ip("192.0.0.0"), 8, 0);
     expect_pass(&fx, &frame_of(&v4(), &wide), Reason::NoDecision);
+}
+
+#[test]
+fn a_table_of_its_own_sets_no_slot_after_another_writer_changed_the_trie() {
+    let mut fx = setup(1, &[("0.0.0.0/0", FRA.name), ("::/0", FRA.name)]);
+    let svc = fx.maps().find_service(NAME).unwrap().unwrap();
+    // What `run` keeps as its table: the default route alone. The slots come from the
+    // kernel's table once (a full sync).
+    let own: Vec<IpNet> = vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()];
+    let covers = front16::covers(&own);
+    fx.maps()
+        .set_front16(svc, &covers, TableSource::Kernel)
+        .unwrap();
+    assert_ne!(front_word(&mut fx, CLIENT_V4), 0);
+
+    // Another process (a `route` command) puts a route inside the client's /16.
+    let mut cli = director_ctl::kernel::Maps::open(fx.pin_dir()).unwrap();
+    route_set(&mut cli, NAME, "192.0.2.0/24", NYC.name).unwrap();
+    drop(cli);
+    assert_eq!(front_word(&mut fx, CLIENT_V4), 0);
+
+    // `run` publishing from its own table, which lacks that route, must not call the /16
+    // whole again: the route stays answered.
+    fx.maps()
+        .set_front16(svc, &covers, TableSource::Own)
+        .unwrap();
+    assert_eq!(front_word(&mut fx, CLIENT_V4), 0);
+    assert_eq!(a_from(&fx, CLIENT_V4), vec![NYC.addr(RecordType::A)]);
+    // A slot its table splits is still cleared meanwhile.
+    let mut split = own.clone();
+    split.push("192.1.2.0/24".parse().unwrap());
+    let other = Ipv4Addr::new(192, 1, 9, 9);
+    assert_ne!(front_word(&mut fx, other), 0);
+    fx.maps()
+        .set_front16(svc, &front16::covers(&split), TableSource::Own)
+        .unwrap();
+    assert_eq!(front_word(&mut fx, other), 0);
 }
 
 // ---------------------------------------------------------------------------------------

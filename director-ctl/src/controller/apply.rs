@@ -17,7 +17,7 @@ use super::decide::{Computed, Ids};
 use super::front16;
 use super::sweep::sort_key;
 use crate::kernel::steer::VipEntry;
-use crate::kernel::{DecisionChange, Maps, ServerEntry, ServiceEntry};
+use crate::kernel::{DecisionChange, Maps, ServerEntry, ServiceEntry, TableSource};
 use director_common::steer::Forward;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -219,7 +219,7 @@ pub fn sync(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize
         old.sort_unstable_by_key(|(p, _)| sort_key(p));
     }
     let current = current.iter().map(|(id, v)| (*id, v.as_slice())).collect();
-    converge(m, cfg, c, ids, current)
+    converge(m, cfg, c, ids, current, TableSource::Kernel)
 }
 
 /// As [`sync`], from `before`, the computation the kernel holds (`run` keeps it), so the
@@ -237,7 +237,7 @@ pub fn update(
         .iter()
         .map(|(id, _, t)| (*id, t.entries.as_slice()))
         .collect();
-    converge(m, cfg, c, ids, current)
+    converge(m, cfg, c, ids, current, TableSource::Own)
 }
 
 /// New objects first, then each service's changed entries in place, then the objects the
@@ -249,6 +249,7 @@ fn converge(
     c: &Computed,
     ids: &Ids,
     mut current: BTreeMap<u32, &[(IpNet, Decision)]>,
+    from: TableSource,
 ) -> Result<usize> {
     write_objects(m, cfg, ids)?;
     let mut n = 0;
@@ -276,7 +277,11 @@ fn converge(
             delete: &delete,
         })?;
     }
-    publish_fronts(m, c.tables.iter().map(|(id, _, t)| (*id, &t.entries[..])))?;
+    publish_fronts(
+        m,
+        c.tables.iter().map(|(id, _, t)| (*id, &t.entries[..])),
+        from,
+    )?;
     Ok(n)
 }
 
@@ -287,10 +292,11 @@ fn converge(
 pub fn publish_fronts<'a>(
     m: &mut Maps,
     tables: impl Iterator<Item = (u32, &'a [(IpNet, Decision)])>,
+    from: TableSource,
 ) -> Result<usize> {
     let mut n = 0;
     for (id, entries) in tables {
-        n += m.set_front16(id, &front16::covers(entries.iter().map(|(p, _)| p)))?;
+        n += m.set_front16(id, &front16::covers(entries.iter().map(|(p, _)| p)), from)?;
     }
     Ok(n)
 }

@@ -37,7 +37,7 @@ use super::guard::{self, Refusal, Removal};
 use crate::api::{self, Event};
 use crate::dns;
 use crate::health::{self, Runner, Shared};
-use crate::kernel::{DecisionChange, Maps, WriteLock};
+use crate::kernel::{DecisionChange, Maps, TableSource, WriteLock};
 use crate::metrics;
 use crate::redirect;
 
@@ -693,7 +693,7 @@ impl State {
             rewritten += d.put.len() + d.delete.len();
             write_diff(m, self.log, *id, name, None, &d)?;
         }
-        publish_fronts(m, tables_of(&new))?;
+        publish_fronts(m, tables_of(&new), TableSource::Own)?;
         let name_of: HashMap<u16, &str> = self
             .ids
             .servers
@@ -801,7 +801,7 @@ impl State {
                 write_diff(m, self.log, *id, name, Some(root), &d)?;
             }
         }
-        publish_fronts(m, tables_of(&self.computed))?;
+        publish_fronts(m, tables_of(&self.computed), TableSource::Own)?;
         self.note_table(t.elapsed().as_secs_f64());
         Ok(())
     }
@@ -851,7 +851,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
             let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
             write_diff(m, state.log, *id, name, None, &d)?;
         }
-        publish_fronts(m, tables_of(&new))?;
+        publish_fronts(m, tables_of(&new), TableSource::Own)?;
     }
     drop(lock);
     let (log, pin_dir) = (state.log, state.pin_dir.clone());

@@ -59,6 +59,16 @@ pub struct ServiceEntry {
     pub dns: bool,
 }
 
+/// Where the table given to [`Maps::set_front16`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableSource {
+    /// Read from the tries and written back whole: what they hold.
+    Kernel,
+    /// The caller's own record of what it wrote (`run` between full syncs): what the tries
+    /// hold unless another process wrote them since, which `Maps` notices.
+    Own,
+}
+
 /// One service's decision entries: (client prefix, ranked servers).
 pub type Entries = [(IpNet, Decision)];
 
@@ -97,6 +107,12 @@ pub struct Maps {
     front: Array<MapData, FrontSwitch>,
     /// Ids per table handed out before an update compacts (MAX_CHOICES; lower in tests).
     choice_limit: u32,
+    /// `DIR_DEC_GEN` as this process left it: after its last write to the tries, or when
+    /// it last set the /16 fronts from a table read from the kernel.
+    gen_seen: Option<u64>,
+    /// Another process wrote the tries since then (`DIR_DEC_GEN` moved without us): a
+    /// table this process keeps may no longer be what the tries hold.
+    foreign_writes: bool,
     ifaces: Array<MapData, Iface>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
@@ -197,6 +213,8 @@ impl Maps {
             service_names: open(dir, MAP_SERVICE_NAMES)?,
             front: open(dir, MAP_FRONT)?,
             choice_limit: MAX_CHOICES,
+            gen_seen: None,
+            foreign_writes: false,
             ifaces: open(dir, MAP_IFACES)?,
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
@@ -690,13 +708,26 @@ impl Maps {
     /// After any write to the tries (done or failed half way): the program stops using
     /// what it cached from earlier reads of them.
     fn tries_written(&mut self) -> Result<()> {
-        let gen = self
-            .dec_gen
-            .get(&0, 0)
-            .context("reading the decision generation")?;
+        let gen = self.dec_gen_now()?;
+        self.note_gen(gen);
         self.dec_gen
             .set(0, gen.wrapping_add(1), 0)
-            .context("bumping the decision generation")
+            .context("bumping the decision generation")?;
+        self.gen_seen = Some(gen.wrapping_add(1));
+        Ok(())
+    }
+
+    fn dec_gen_now(&self) -> Result<u64> {
+        self.dec_gen
+            .get(&0, 0)
+            .context("reading the decision generation")
+    }
+
+    /// Notes whether `DIR_DEC_GEN` moved since this process last left it.
+    fn note_gen(&mut self, gen: u64) {
+        if self.gen_seen.is_some_and(|g| g != gen) {
+            self.foreign_writes = true;
+        }
     }
 
     fn write_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
@@ -984,16 +1015,33 @@ impl Maps {
     }
 
     /// Sets `service`'s /16 front from `covers` (see `controller::front16::covers`, from
-    /// the table just written): a /16 that one entry answers whole gets that entry's value
+    /// the table just written, `from` where): a /16 that one entry answers whole gets that entry's value
     /// as the trie holds it; any other is cleared. A slot already set is left as it is: no
     /// trie write has touched its /16 since it was set (each clears it first), so it still
     /// holds the trie's answer there. Call only after the table is in the tries. Returns
     /// the number of slots written.
-    pub fn set_front16(&mut self, service: u32, covers: &[Option<Ipv4Net>]) -> Result<usize> {
+    pub fn set_front16(
+        &mut self,
+        service: u32,
+        covers: &[Option<Ipv4Net>],
+        from: TableSource,
+    ) -> Result<usize> {
         use director_common::maps::dec16_index;
         if dec16_index(service, 0).is_none() {
             return Ok(0);
         }
+        let gen = self.dec_gen_now()?;
+        match from {
+            TableSource::Kernel => {
+                self.foreign_writes = false;
+                self.gen_seen = Some(gen);
+            }
+            TableSource::Own => self.note_gen(gen),
+        }
+        // Another writer's entries (a `route` command while `run` runs) are in the tries
+        // but not in the caller's table, which could call a /16 whole that one of them
+        // splits: slots are only cleared then, until a table read from the kernel.
+        let fill = !self.foreign_writes;
         let mut values: HashMap2<Ipv4Net, u64> = HashMap2::new();
         let mut written = 0;
         for (net16, cover) in covers.iter().enumerate() {
@@ -1001,7 +1049,7 @@ impl Maps {
             let now = self.front16.get(service, net16);
             let want = match cover {
                 None => 0,
-                Some(_) if now != 0 => continue,
+                Some(_) if now != 0 || !fill => continue,
                 Some(n) => match values.get(n) {
                     Some(w) => *w,
                     None => {

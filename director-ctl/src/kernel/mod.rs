@@ -17,4 +17,4 @@ pub mod resolve;
 pub mod steer;
 
 pub use lock::WriteLock;
-pub use maps::{DecisionChange, Entries, Maps, ServerEntry, ServiceEntry};
+pub use maps::{DecisionChange, Entries, Maps, ServerEntry, ServiceEntry, TableSource};

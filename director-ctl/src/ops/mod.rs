@@ -20,7 +20,7 @@ pub mod steer;
 use crate::api;
 use crate::checked;
 use crate::controller::{front16, minimal, sweep::sort_key};
-use crate::kernel::{host, program, DecisionChange, Maps, ServerEntry, ServiceEntry};
+use crate::kernel::{host, program, DecisionChange, Maps, ServerEntry, ServiceEntry, TableSource};
 
 /// A route's servers: the first `primary` are equally good and share answers by weight;
 /// the rest are the next best, in order.
@@ -376,7 +376,7 @@ fn write_routes(
         delete: &delete,
     })?;
     // The service's whole table is the kernel's, read above: its /16 front follows it.
-    m.set_front16(service, &front16::covers(&prefixes))?;
+    m.set_front16(service, &front16::covers(&prefixes), TableSource::Kernel)?;
     Ok(())
 }
 

@@ -202,7 +202,8 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     // way `run` does after its writes, from slots all empty: the most this takes.
     let t = Instant::now();
     let tables = || c.tables.iter().map(|(id, _, t)| (*id, &t.entries[..]));
-    let front_written = controller::apply::publish_fronts(&mut m, tables())?;
+    let front_written =
+        controller::apply::publish_fronts(&mut m, tables(), kernel::TableSource::Kernel)?;
     let front_s = t.elapsed().as_secs_f64();
     let mut front_set = Vec::new();
     for (id, name, _) in &c.tables {
