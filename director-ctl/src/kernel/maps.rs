@@ -1014,12 +1014,12 @@ impl Maps {
         }
     }
 
-    /// Sets `service`'s /16 front from `covers` (see `controller::front16::covers`, from
-    /// the table just written, `from` where): a /16 that one entry answers whole gets that entry's value
-    /// as the trie holds it; any other is cleared. A slot already set is left as it is: no
-    /// trie write has touched its /16 since it was set (each clears it first), so it still
-    /// holds the trie's answer there. Call only after the table is in the tries. Returns
-    /// the number of slots written.
+    /// Sets `service`'s /16 front from `covers` (see `controller::front16::covers`, of the
+    /// table just written; `from` says where that table came from): a /16 that one entry
+    /// answers whole gets that entry's value as the trie holds it; any other is cleared. A
+    /// slot already set is left as it is: no trie write has touched its /16 since it was
+    /// set (each clears it first), so it still holds the trie's answer there. Call only
+    /// after the table is in the tries. Returns the number of slots written.
     pub fn set_front16(
         &mut self,
         service: u32,
