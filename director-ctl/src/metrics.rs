@@ -254,6 +254,18 @@ pub fn render(src: &Sources) -> Result<String> {
         "Entries in the kernel's decision table (all services).",
         t.entries as f64,
     )?;
+    let front = gauge(
+        &reg,
+        "director_decision_front16_slots",
+        "IPv4 /16s the kernel answers from one array slot instead of the trie, by service \
+         (at most 65536; only the first 8 service ids have slots).",
+        &["service"],
+    )?;
+    for s in m.services()? {
+        front
+            .with_label_values(&[s.name.as_str()])
+            .set(m.front16_slots(s.id) as f64);
+    }
     single(
         &reg,
         "director_last_recompute_timestamp_seconds",

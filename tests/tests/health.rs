@@ -434,6 +434,13 @@ fn load_thresholds_and_metrics() {
         ctl.log()
     );
     assert!(sample(&m, "director_decision_entries", &[]) >= 4.0);
+    // run set the /16 slots after writing the table: AUTO's default route answers whole
+    // every /16 its table does not split.
+    let front = sample(&m, "director_decision_front16_slots", &[("service", AUTO)]);
+    assert!(
+        (1.0..=65536.0).contains(&front),
+        "{front} /16 slots set for {AUTO}"
+    );
     for (server, w) in [("fra-1", fra_w), ("nyc-1", nyc_w)] {
         let l = [("service", AUTO), ("server", server)];
         assert_eq!(sample(&m, "director_auto_portion", &l), f64::from(w));

@@ -13,14 +13,14 @@ use director_common::{
     counters::{self, Reason},
     maps::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch, HealthMask,
-        Iface, LocalSlot, NameEntry, NameSlot, ServerRecord, ServiceRecord, TableSwitch, KIND_DNS,
-        KIND_VIP, LOCAL_CONFIGURED, LOCAL_HOST, LOCAL_SLOTS, MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS,
-        MAP_DEC4, MAP_DEC6, MAP_DEC_GEN, MAP_FALLBACK, MAP_FRONT, MAP_HEALTH, MAP_IFACES,
-        MAP_LOCAL, MAP_LOCAL_SLOTS, MAP_NAMES, MAP_NAME_SLOTS, MAP_RRL, MAP_RRL_EXEMPT,
-        MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_NAMES, MAP_SERVICE_STATS,
-        MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF, NAME_SLOTS,
-        SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4, SERVER_V6,
-        SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
+        Iface, LocalSlot, NameEntry, NameSlot, ServerRecord, ServiceRecord, TableSwitch,
+        DEC16_SLOTS, KIND_DNS, KIND_VIP, LOCAL_CONFIGURED, LOCAL_HOST, LOCAL_SLOTS, MAP_CHOICES,
+        MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_DEC_GEN, MAP_FALLBACK, MAP_FRONT,
+        MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_LOCAL_SLOTS, MAP_NAMES, MAP_NAME_SLOTS, MAP_RRL,
+        MAP_RRL_EXEMPT, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_NAMES,
+        MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF,
+        NAME_SLOTS, SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4,
+        SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
     },
     name,
     rrl::{Limit, EXEMPT_V4_MAPPED_BITS},
@@ -1085,6 +1085,13 @@ impl Maps {
     /// `service`'s /16 front as words (tests and the bench).
     pub fn front16_word(&self, service: u32, net16: u32) -> u64 {
         self.front16.get(service, net16)
+    }
+
+    /// How many of `service`'s /16 slots are set (0 for a service without a lane).
+    pub fn front16_slots(&self, service: u32) -> usize {
+        (0..DEC16_SLOTS)
+            .filter(|&n| self.front16.get(service, n) != 0)
+            .count()
     }
 
     // --- the edge's own addresses and interfaces -----------------------------------------
