@@ -979,33 +979,37 @@ fn the_16_front_answers_as_the_trie_and_is_cleared_before_a_route_lands_inside()
     assert_eq!(a_from(&fx, client), nyc);
     assert_eq!(a_from(&fx, other), fra);
 
-    // A /16 route around it changes nothing for the split /16; one elsewhere is its own
-    // /16's slot, with its own answer.
-    route_set(fx.maps(), NAME, "192.1.0.0/16", NYC.name).unwrap();
+    // A /16 route around the /24 leaves its /16 split (the trie answers the rest of it
+    // with the /16 route); one elsewhere is its own /16's slot, with its own answer.
+    route_set(fx.maps(), NAME, "192.0.0.0/16", NYC.name).unwrap();
     assert_eq!(front_word(&mut fx, client), 0);
+    assert_eq!(a_from(&fx, Ipv4Addr::new(192, 0, 3, 1)), nyc);
+    route_set(fx.maps(), NAME, "192.1.0.0/16", NYC.name).unwrap();
     assert_ne!(front_word(&mut fx, other), 0);
     assert_eq!(a_from(&fx, other), nyc);
     assert_eq!(a_from(&fx, Ipv4Addr::new(192, 2, 0, 1)), fra);
 
-    // The nested route gone, the client's /16 is answered whole again.
+    // The nested route gone, the client's /16 is answered whole again, by its /16 route.
     ops::route_del(fx.maps(), NAME, "192.0.2.0/24".parse().unwrap()).unwrap();
     assert_ne!(front_word(&mut fx, client), 0);
-    assert_eq!(a_from(&fx, client), fra);
+    assert_eq!(a_from(&fx, client), nyc);
 
     // A compaction rewrites every entry, so it clears every slot; the next write of the
     // table sets them again.
     fx.maps().compact().unwrap();
     assert_eq!(front_word(&mut fx, client), 0);
-    assert_eq!(a_from(&fx, client), fra);
+    assert_eq!(a_from(&fx, client), nyc);
     route_set(fx.maps(), NAME, "10.0.0.0/8", NYC.name).unwrap();
     assert_ne!(front_word(&mut fx, client), 0);
-    assert_eq!(a_from(&fx, client), fra);
+    assert_eq!(a_from(&fx, client), nyc);
     assert_eq!(a_from(&fx, Ipv4Addr::new(10, 9, 8, 7)), nyc);
 
     // The program reads the slot, not the trie: with the default route taken out of the
-    // trie behind the controller's back (slots left set), a /16 with a slot is still
+    // trie behind the controller's back (slots left set), a /16 only it covers is still
     // answered, while an ECS source shorter than 16 bits, which the slots do not cover,
     // finds no route.
+    let lone = Ipv4Addr::new(192, 2, 0, 1);
+    assert_ne!(front_word(&mut fx, lone), 0);
     let path = fx.pin_dir().join(director_common::maps::MAP_DEC4);
     let map = aya::maps::Map::from_map_data(aya::maps::MapData::from_pin(&path).unwrap()).unwrap();
     let mut trie: aya::maps::LpmTrie<
@@ -1022,9 +1026,9 @@ fn the_16_front_answers_as_the_trie_and_is_cleared_before_a_route_lands_inside()
         },
     );
     trie.remove(&default).unwrap();
-    assert_eq!(a_from(&fx, client), fra);
-    let wide = with_ecs(query(ID, QNAME, RecordType::A), ip("192.0.0.0"), 8, 0);
-    expect_pass(&fx, &frame_of(&v4(), &wide), Reason::NoDecision);
+    assert_eq!(a_from(&fx, lone), fra);
+    let wide = with_ecs(query(ID, QNAME, RecordType::A), ip("192.2.0.0"), 8, 0);
+    expect_pass(&fx, &frame_of(&Flow::v4(lone), &wide), Reason::NoDecision);
 }
 
 #[test]
@@ -1044,6 +1048,12 @@ fn a_table_of_its_own_sets_no_slot_after_another_writer_changed_the_trie() {
     let mut cli = director_ctl::kernel::Maps::open(fx.pin_dir()).unwrap();
     route_set(&mut cli, NAME, "192.0.2.0/24", NYC.name).unwrap();
     drop(cli);
+    assert_eq!(front_word(&mut fx, CLIENT_V4), 0);
+
+    // Nor may a process that never read the kernel's table, or saw its own writes.
+    let mut fresh = director_ctl::kernel::Maps::open(fx.pin_dir()).unwrap();
+    fresh.set_front16(svc, &covers, TableSource::Own).unwrap();
+    drop(fresh);
     assert_eq!(front_word(&mut fx, CLIENT_V4), 0);
 
     // `run` publishing from its own table, which lacks that route, must not call the /16

@@ -294,6 +294,8 @@ pub fn publish_fronts<'a>(
     tables: impl Iterator<Item = (u32, &'a [(IpNet, Decision)])>,
     from: TableSource,
 ) -> Result<usize> {
+    // Also with no table: the source is noted either way.
+    m.front16_source(from)?;
     let mut n = 0;
     for (id, entries) in tables {
         n += m.set_front16(id, &front16::covers(entries.iter().map(|(p, _)| p)), from)?;

@@ -110,9 +110,9 @@ pub struct Maps {
     /// `DIR_DEC_GEN` as this process left it: after its last write to the tries, or when
     /// it last set the /16 fronts from a table read from the kernel.
     gen_seen: Option<u64>,
-    /// Another process wrote the tries since then (`DIR_DEC_GEN` moved without us): a
-    /// table this process keeps may no longer be what the tries hold.
-    foreign_writes: bool,
+    /// The tries may hold entries a table this process keeps lacks: another process wrote
+    /// them (`DIR_DEC_GEN` moved without us), or a write of ours failed half way.
+    tries_unknown: bool,
     ifaces: Array<MapData, Iface>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, u64>,
@@ -214,7 +214,7 @@ impl Maps {
             front: open(dir, MAP_FRONT)?,
             choice_limit: MAX_CHOICES,
             gen_seen: None,
-            foreign_writes: false,
+            tries_unknown: false,
             ifaces: open(dir, MAP_IFACES)?,
             counters: open(dir, MAP_COUNTERS)?,
             service_stats: open(dir, MAP_SERVICE_STATS)?,
@@ -700,6 +700,10 @@ impl Maps {
     /// entries written.
     pub fn apply_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
         let written = self.write_decisions(change);
+        if written.is_err() {
+            // The caller's table (what it meant to write) is not what the tries hold now.
+            self.tries_unknown = true;
+        }
         // Also after a failed write: some entries may have changed.
         self.tries_written()?;
         written
@@ -726,8 +730,25 @@ impl Maps {
     /// Notes whether `DIR_DEC_GEN` moved since this process last left it.
     fn note_gen(&mut self, gen: u64) {
         if self.gen_seen.is_some_and(|g| g != gen) {
-            self.foreign_writes = true;
+            self.tries_unknown = true;
         }
+    }
+
+    /// Before /16 slots are set from a table (`from` says where it came from): whether
+    /// that table is what the tries hold, so that slots may be set from it. A table read
+    /// from the kernel is; this process's own is while nothing else wrote the tries since
+    /// it last knew them (and it never knew them: as if something had).
+    pub fn front16_source(&mut self, from: TableSource) -> Result<bool> {
+        let gen = self.dec_gen_now()?;
+        match from {
+            TableSource::Kernel => {
+                self.tries_unknown = false;
+                self.gen_seen = Some(gen);
+            }
+            TableSource::Own if self.gen_seen.is_none() => self.tries_unknown = true,
+            TableSource::Own => self.note_gen(gen),
+        }
+        Ok(!self.tries_unknown)
     }
 
     fn write_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
@@ -761,6 +782,9 @@ impl Maps {
     /// number of entries rewritten.
     pub fn compact(&mut self) -> Result<usize> {
         let moved = self.compact_with(0, &[], &[], usize::MAX);
+        if moved.is_err() {
+            self.tries_unknown = true;
+        }
         self.tries_written()?;
         moved
     }
@@ -934,6 +958,14 @@ impl Maps {
     /// Removes the decisions whose service `which` selects. The two families' tries are
     /// emptied side by side (each has a lock of its own in the kernel).
     fn remove_decisions(&mut self, which: impl Fn(u32) -> bool) -> Result<()> {
+        let removed = self.remove_decisions_of(which);
+        if removed.is_err() {
+            self.tries_unknown = true;
+        }
+        removed
+    }
+
+    fn remove_decisions_of(&mut self, which: impl Fn(u32) -> bool) -> Result<()> {
         let keys4: Vec<_> = self
             .dec4
             .keys()
@@ -1027,21 +1059,13 @@ impl Maps {
         from: TableSource,
     ) -> Result<usize> {
         use director_common::maps::dec16_index;
+        // Entries the caller's table lacks (a `route` command while `run` runs, a write
+        // that failed half way) could split a /16 it calls whole: slots are only cleared
+        // then, until a table read from the kernel.
+        let fill = self.front16_source(from)?;
         if dec16_index(service, 0).is_none() {
             return Ok(0);
         }
-        let gen = self.dec_gen_now()?;
-        match from {
-            TableSource::Kernel => {
-                self.foreign_writes = false;
-                self.gen_seen = Some(gen);
-            }
-            TableSource::Own => self.note_gen(gen),
-        }
-        // Another writer's entries (a `route` command while `run` runs) are in the tries
-        // but not in the caller's table, which could call a /16 whole that one of them
-        // splits: slots are only cleared then, until a table read from the kernel.
-        let fill = !self.foreign_writes;
         let mut values: HashMap2<Ipv4Net, u64> = HashMap2::new();
         let mut written = 0;
         for (net16, cover) in covers.iter().enumerate() {

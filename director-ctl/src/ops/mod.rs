@@ -3,7 +3,7 @@
 //! as it was, and orders its writes so the kernel never sees a half-made object (the
 //! `kernel` methods keep a service before its name, a route to servers that exist).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
@@ -347,12 +347,15 @@ fn write_routes(
     put: Option<(IpNet, Decision)>,
     delete: Option<IpNet>,
 ) -> Result<()> {
-    let mut table: Vec<(IpNet, Decision)> = m
-        .decisions()?
-        .into_iter()
-        .filter(|(s, _, _)| *s == service)
-        .map(|(_, p, d)| (p, d))
-        .collect();
+    let mut prefixes_of: BTreeMap<u32, Vec<IpNet>> = BTreeMap::new();
+    let mut table: Vec<(IpNet, Decision)> = Vec::new();
+    for (s, p, d) in m.decisions()? {
+        if s == service {
+            table.push((p, d));
+        } else {
+            prefixes_of.entry(s).or_default().push(p);
+        }
+    }
     if let Some(gone) = delete {
         if !table.iter().any(|(p, _)| *p == gone) {
             bail!("no route for {dnsname} {gone}");
@@ -375,8 +378,13 @@ fn write_routes(
         put: &changed,
         delete: &delete,
     })?;
-    // The service's whole table is the kernel's, read above: its /16 front follows it.
-    m.set_front16(service, &front16::covers(&prefixes), TableSource::Kernel)?;
+    // Every service's table is the kernel's, read above (the others unchanged; a
+    // compaction the write needed moved their entries, not their prefixes): the /16
+    // fronts follow them, all of them, since a compaction clears every service's slots.
+    prefixes_of.insert(service, prefixes);
+    for (s, prefixes) in &prefixes_of {
+        m.set_front16(*s, &front16::covers(prefixes), TableSource::Kernel)?;
+    }
     Ok(())
 }
 
@@ -429,7 +437,7 @@ pub fn stats(m: &Maps) -> Result<api::Stats> {
         .into_iter()
         .map(|(r, n)| (r.name().to_string(), n))
         .collect();
-    let mut services = std::collections::BTreeMap::new();
+    let mut services = BTreeMap::new();
     for s in m.services()? {
         services.insert(s.name, m.service_answers(s.id)?);
     }
