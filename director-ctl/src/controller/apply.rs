@@ -298,7 +298,18 @@ pub fn publish_fronts<'a>(
     m.front16_source(from)?;
     let mut n = 0;
     for (id, entries) in tables {
-        n += m.set_front16(id, &front16::covers(entries.iter().map(|(p, _)| p)), from)?;
+        n += match from {
+            // A table read back from the kernel: every slot, some may have been left
+            // cleared by a writer killed before it set them again.
+            TableSource::Kernel => {
+                m.set_front16(id, &front16::covers(entries.iter().map(|(p, _)| p)), from)?
+            }
+            // Our own updates: only the /16s they cleared (a few binary searches each,
+            // not a pass over the table: `run` does this after every RTT change).
+            TableSource::Own => {
+                m.set_front16_touched(id, |s| front16::cover_of(entries, s), from)?
+            }
+        };
     }
     Ok(n)
 }

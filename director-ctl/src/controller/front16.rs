@@ -2,8 +2,12 @@
 //! which /16s one entry answers whole, so the program can read a slot instead of walking
 //! the trie. Pure: `kernel::Maps::set_front16` writes it, with the trie's own values.
 
+use std::net::Ipv4Addr;
+
 use director_common::maps::{dec16_range, DEC16_SLOTS};
 use ipnet::{IpNet, Ipv4Net};
+
+use super::sweep::sort_key;
 
 /// /16s in the IPv4 space.
 pub const SLOTS: usize = DEC16_SLOTS as usize;
@@ -40,6 +44,32 @@ pub fn covers<'a>(prefixes: impl IntoIterator<Item = &'a IpNet>) -> Vec<Option<I
     out
 }
 
+/// [`covers`] for one /16 (`slot`, its first two bytes) of a table sorted by
+/// [`sort_key`]: a few binary searches instead of a pass over the whole table, for
+/// updates that touched few /16s.
+pub fn cover_of<V>(entries: &[(IpNet, V)], slot: u32) -> Option<Ipv4Net> {
+    let net16 = Ipv4Net::new(Ipv4Addr::from(slot << 16), 16).ok()?;
+    let find = |n: &Ipv4Net| {
+        let key = sort_key(&IpNet::V4(*n));
+        entries
+            .binary_search_by(|(p, _)| sort_key(p).cmp(&key))
+            .ok()
+    };
+    // Anything longer inside it (entries from the /16 on, in order, are its subtree).
+    let at = entries.partition_point(|(p, _)| sort_key(p) < sort_key(&IpNet::V4(net16)));
+    let inside = entries[at..]
+        .iter()
+        .take_while(|(p, _)| IpNet::V4(net16).contains(p))
+        .any(|(p, _)| p.prefix_len() > 16);
+    if inside {
+        return None;
+    }
+    (0..=16u8).rev().find_map(|len| {
+        let n = Ipv4Net::new(net16.network(), len).ok()?.trunc();
+        find(&n).map(|_| n)
+    })
+}
+
 /// The /16 slot an address or prefix of 16 bits or more falls in.
 pub fn slot_of(n: &Ipv4Net) -> usize {
     (u32::from(n.network()) >> 16) as usize
@@ -55,7 +85,7 @@ fn slots(n: &Ipv4Net) -> std::ops::Range<usize> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::net::{IpAddr, Ipv4Addr};
+    use std::net::IpAddr;
 
     fn net(s: &str) -> IpNet {
         s.parse().unwrap()
@@ -108,12 +138,14 @@ mod tests {
             probes in proptest::collection::vec(any::<u16>(), 8),
             others in proptest::collection::vec(any::<u16>(), 16),
         ) {
-            let entries: Vec<(IpNet, u8)> = ps.into_iter().map(|p| (p, 0)).collect();
+            let mut entries: Vec<(IpNet, u8)> = ps.into_iter().map(|p| (p, 0)).collect();
+            entries.sort_by_key(|(p, _)| sort_key(p));
             let c = covers(entries.iter().map(|(p, _)| p));
             // The /16s the long prefixes fall in, their neighbours, and random others.
             let checked = (0xc632..0xc638).chain(others.into_iter().map(usize::from));
             for s in checked {
                 let cover = &c[s];
+                prop_assert_eq!(cover_of(&entries, s as u32), *cover, "slot {:#x}", s);
                 let base = (s as u32) << 16;
                 let inside_longer = entries.iter().any(|(p, _)| matches!(p,
                     IpNet::V4(n) if n.prefix_len() > 16 && slot_of(n) == s));

@@ -15,6 +15,9 @@ use ipnet::IpNet;
 pub struct Front16 {
     words: *const AtomicU64,
     len: usize,
+    /// One bit per slot cleared (or about to be) by this process since the slot was last
+    /// set from a table: the only slots an update can have changed.
+    touched: Vec<u64>,
     /// Keeps the map alive as long as the mapping (the mapping would too; this is explicit).
     _map: MapData,
 }
@@ -51,6 +54,7 @@ impl Front16 {
         Ok(Front16 {
             words: p as *const AtomicU64,
             len,
+            touched: vec![0; len / 64],
             _map: map,
         })
     }
@@ -75,19 +79,38 @@ impl Front16 {
 
     /// Clears the slots of the /16s an entry of `service` for `net` touches, before the
     /// entry is written or deleted: from then on queries there ask the trie.
-    pub fn clear(&self, service: u32, net: &IpNet) {
+    pub fn clear(&mut self, service: u32, net: &IpNet) {
         let IpNet::V4(n) = net else { return };
         if dec16_index(service, 0).is_none() {
             return;
         }
         for net16 in dec16_range(u32::from(n.network()), n.prefix_len()) {
             if let Some(i) = dec16_index(service, net16) {
+                self.touched[i as usize / 64] |= 1 << (i % 64);
                 let s = self.slot(i);
                 if s.load(Ordering::Relaxed) != 0 {
                     s.store(0, Ordering::Release);
                 }
             }
         }
+    }
+
+    /// The /16s of `service` cleared since its slots were last set, forgotten as they are
+    /// returned.
+    pub fn take_touched(&mut self, service: u32) -> Vec<u32> {
+        let Some(base) = dec16_index(service, 0) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let words = base as usize / 64..(base + DEC16_SLOTS) as usize / 64;
+        for (w, bits) in self.touched[words].iter_mut().enumerate() {
+            let mut b = std::mem::take(bits);
+            while b != 0 {
+                out.push((w * 64) as u32 + b.trailing_zeros());
+                b &= b - 1;
+            }
+        }
+        out
     }
 
     /// Orders the clears before the trie writes that follow (syscalls).

@@ -1066,29 +1066,63 @@ impl Maps {
         if dec16_index(service, 0).is_none() {
             return Ok(0);
         }
-        let mut values: HashMap2<Ipv4Net, u64> = HashMap2::new();
+        self.front16.take_touched(service);
+        let mut values = HashMap2::new();
         let mut written = 0;
         for (net16, cover) in covers.iter().enumerate() {
-            let net16 = net16 as u32;
-            let now = self.front16.get(service, net16);
-            let want = match cover {
-                None => 0,
-                Some(_) if now != 0 || !fill => continue,
-                Some(n) => match values.get(n) {
-                    Some(w) => *w,
-                    None => {
-                        let w = self.trie_value(service, n)?;
-                        values.insert(*n, w);
-                        w
-                    }
-                },
-            };
-            if now != want {
-                self.front16.set(service, net16, want);
-                written += 1;
-            }
+            written +=
+                usize::from(self.set_slot(service, net16 as u32, cover, fill, &mut values)?);
         }
         Ok(written)
+    }
+
+    /// [`Self::set_front16`] for the /16s this process's writes cleared since: the only
+    /// ones an update can have changed. `cover_of` gives a slot's cover (see
+    /// `controller::front16::cover_of`).
+    pub fn set_front16_touched(
+        &mut self,
+        service: u32,
+        cover_of: impl Fn(u32) -> Option<Ipv4Net>,
+        from: TableSource,
+    ) -> Result<usize> {
+        let fill = self.front16_source(from)?;
+        let mut values = HashMap2::new();
+        let mut written = 0;
+        for net16 in self.front16.take_touched(service) {
+            let cover = cover_of(net16);
+            written += usize::from(self.set_slot(service, net16, &cover, fill, &mut values)?);
+        }
+        Ok(written)
+    }
+
+    /// Sets one slot from its cover (cleared where it has none); whether it was written.
+    /// `values` keeps the trie values read, by cover.
+    fn set_slot(
+        &mut self,
+        service: u32,
+        net16: u32,
+        cover: &Option<Ipv4Net>,
+        fill: bool,
+        values: &mut HashMap2<Ipv4Net, u64>,
+    ) -> Result<bool> {
+        let now = self.front16.get(service, net16);
+        let want = match cover {
+            None => 0,
+            Some(_) if now != 0 || !fill => return Ok(false),
+            Some(n) => match values.get(n) {
+                Some(w) => *w,
+                None => {
+                    let w = self.trie_value(service, n)?;
+                    values.insert(*n, w);
+                    w
+                }
+            },
+        };
+        if now == want {
+            return Ok(false);
+        }
+        self.front16.set(service, net16, want);
+        Ok(true)
     }
 
     /// The trie's value for the entry `n` of `service`, as a `DIR_DEC16` word (0: none).
