@@ -147,12 +147,18 @@ pub fn usable_mask(d: &Decision, usable: impl Fn(u16) -> bool) -> (u32, u32) {
     (ok, total)
 }
 
+/// How many of the decision's candidates are primaries (the rest are fallbacks).
+#[inline(always)]
+pub fn primaries(d: &Decision) -> usize {
+    (d.primary.min(d.count) as usize).min(MAX_CANDIDATES)
+}
+
 /// The usable primary that `key` lands on when usable primaries share by weight. A weight
 /// of 0 (DistributedDirector's default portion) gets no share while a usable primary has
 /// more; when none has, the usable primaries share evenly.
 #[inline(always)]
 pub fn pick_start(d: &Decision, ok: u32, total: u32, key: u32) -> usize {
-    let primary = (d.primary.min(d.count) as usize).min(MAX_CANDIDATES);
+    let primary = primaries(d);
     let even = total == 0;
     let total = if even {
         (ok & ((1u32 << primary) - 1)).count_ones()

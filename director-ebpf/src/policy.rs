@@ -100,7 +100,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     };
     // One answer (most services): the usable primary the weights picked is it, which the
     // ranked walk would only reach after a remainder and its bookkeeping.
-    let primary = (decision.primary.min(decision.count) as usize).min(MAX_CANDIDATES);
+    let primary = select::primaries(decision);
     if !(want == 1 && start < primary && ok & (1 << start) != 0 && offer(decision.servers[start])) {
         select::emit_ranked(decision, ok, start, offer);
     }

@@ -314,7 +314,7 @@ impl Diff {
 }
 
 /// Where the entries under `root` sit in a table (they are contiguous in its order).
-pub fn subtree_range(entries: &[(IpNet, Decision)], root: &IpNet) -> std::ops::Range<usize> {
+pub fn subtree_range<V>(entries: &[(IpNet, V)], root: &IpNet) -> std::ops::Range<usize> {
     let start = entries.partition_point(|(p, _)| sort_key(p) < sort_key(root));
     let end = start
         + entries[start..]

@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use director_common::maps::{dec16_range, DEC16_SLOTS};
 use ipnet::{IpNet, Ipv4Net};
 
+use super::compile::subtree_range;
 use super::sweep::sort_key;
 
 /// /16s in the IPv4 space.
@@ -55,11 +56,9 @@ pub fn cover_of<V>(entries: &[(IpNet, V)], slot: u32) -> Option<Ipv4Net> {
             .binary_search_by(|(p, _)| sort_key(p).cmp(&key))
             .ok()
     };
-    // Anything longer inside it (entries from the /16 on, in order, are its subtree).
-    let at = entries.partition_point(|(p, _)| sort_key(p) < sort_key(&IpNet::V4(net16)));
-    let inside = entries[at..]
+    // Anything longer inside it.
+    let inside = entries[subtree_range(entries, &IpNet::V4(net16))]
         .iter()
-        .take_while(|(p, _)| IpNet::V4(net16).contains(p))
         .any(|(p, _)| p.prefix_len() > 16);
     if inside {
         return None;

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use aya::maps::MapData;
 use director_common::maps::{dec16_index, dec16_range, DEC16_LANES, DEC16_SLOTS, MAP_DEC16};
 use ipnet::IpNet;
@@ -28,13 +28,16 @@ unsafe impl Sync for Front16 {}
 
 impl Front16 {
     pub fn open(dir: &Path) -> Result<Front16> {
-        // Opened like every other map first, for the same errors (nothing attached, or
-        // maps of another version).
-        super::maps::open::<aya::maps::Array<MapData, u64>>(dir, MAP_DEC16)?;
+        let map = super::maps::open_pinned(dir, MAP_DEC16)?;
         let path = dir.join(MAP_DEC16);
-        let map =
-            MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
         let len = (DEC16_LANES * DEC16_SLOTS) as usize;
+        // The mapping below is sized from this build's layout: the pinned map must have it.
+        let info = map
+            .info()
+            .with_context(|| format!("reading {}", path.display()))?;
+        if info.value_size() != 8 || info.max_entries() as usize != len {
+            bail!("{} has an unexpected layout", path.display());
+        }
         // SAFETY: a shared read-write mapping of an mmapable array of `len` u64 values;
         // the kernel keeps the memory while the mapping exists.
         let p = unsafe {

@@ -127,6 +127,15 @@ pub struct Maps {
 }
 
 pub(super) fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) -> Result<T> {
+    let data = open_pinned(dir, name)?;
+    let path = dir.join(name);
+    let map = Map::from_map_data(data).with_context(|| format!("reading {}", path.display()))?;
+    T::try_from(map).with_context(|| format!("{} has an unexpected type", path.display()))
+}
+
+/// The pinned map `name`, untyped; a missing pin is named as "nothing attached" or as a
+/// pin set of another version.
+pub(super) fn open_pinned(dir: &Path, name: &str) -> Result<MapData> {
     let path = dir.join(name);
     if !path.exists() {
         // Other pins without this one: a build of director that did not have the map
@@ -144,9 +153,7 @@ pub(super) fn open<T: TryFrom<Map, Error = MapError>>(dir: &Path, name: &str) ->
             dir.display()
         );
     }
-    let data = MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))?;
-    let map = Map::from_map_data(data).with_context(|| format!("reading {}", path.display()))?;
-    T::try_from(map).with_context(|| format!("{} has an unexpected type", path.display()))
+    MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))
 }
 
 /// Whether `dir` holds director's maps at all (every version has had `DIR_NAMES`).
@@ -640,10 +647,8 @@ impl Maps {
         let mut refs = Vec::new();
         for kv in self.dec4.iter() {
             let (k, v) = kv.context("reading the IPv4 decision table")?;
-            let len = (k.prefix_len() - SERVICE_BITS) as u8;
-            let d = k.data();
-            let net = IpNet::new(Ipv4Addr::from(d.addr).into(), len)?;
-            refs.push((u32::from_be_bytes(d.service), net, v));
+            let (service, net) = entry_of4(&k)?;
+            refs.push((service, net, v));
         }
         for kv in self.dec6.iter() {
             let (k, v) = kv.context("reading the IPv6 decision table")?;
@@ -983,10 +988,8 @@ impl Maps {
             .filter(|k| which(u32::from_be_bytes(k.data().service)))
             .collect();
         for k in &keys4 {
-            let d = k.data();
-            let len = (k.prefix_len() - SERVICE_BITS) as u8;
-            if let Ok(net) = IpNet::new(Ipv4Addr::from(d.addr).into(), len) {
-                self.front16.clear(u32::from_be_bytes(d.service), &net);
+            if let Ok((service, net)) = entry_of4(k) {
+                self.front16.clear(service, &net);
             }
         }
         self.front16.cleared();
@@ -1526,6 +1529,14 @@ fn local_addr(k: [u8; 16]) -> IpAddr {
         Some(v4) => IpAddr::V4(v4),
         None => IpAddr::V6(v6),
     }
+}
+
+/// The service and client prefix of an IPv4 trie key.
+fn entry_of4(k: &Key<DecisionKeyV4>) -> Result<(u32, IpNet)> {
+    let len = (k.prefix_len() - SERVICE_BITS) as u8;
+    let d = k.data();
+    let net = IpNet::new(Ipv4Addr::from(d.addr).into(), len)?;
+    Ok((u32::from_be_bytes(d.service), net))
 }
 
 /// Where half `t`'s decision `id` sits in `DIR_CHOICES`.
