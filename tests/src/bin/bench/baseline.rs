@@ -1,6 +1,7 @@
 //! Section 1b: today's program beside the one issue 8 started from, by the same method
 //! (`repeat = 1` calls, the empty program's floor subtracted) and in turns, one
-//! measurement each, so that the shared machine's load falls on both alike.
+//! measurement each, which goes first alternating, so that the shared machine's load falls
+//! on both alike.
 //!
 //! The starting program's maps have other layouts, so it is measured by its own bench
 //! (`bench --only testrun`, built from that commit by `cargo xtask bench`), whose rows
@@ -99,12 +100,22 @@ pub fn compare(b: &Baseline, o: &testrun::Options) -> Result<Table> {
             "section 1b: the starting program and today's, turn {}",
             run + 1
         );
+        // Which goes first alternates, so that neither always runs on a machine the other
+        // has just warmed (or loaded).
+        let ours_first = run % 2 == 1;
+        if ours_first {
+            let (net, insns) = testrun::answers_net(o)?;
+            insns_now = insns;
+            new.push(net);
+        }
         let r = b.run(o.packets)?;
         insns_old = r.insns;
         old.push(r.net);
-        let (net, insns) = testrun::answers_net(o)?;
-        insns_now = insns;
-        new.push(net);
+        if !ours_first {
+            let (net, insns) = testrun::answers_net(o)?;
+            insns_now = insns;
+            new.push(net);
+        }
     }
     let mut t = Table::new(
         format!(

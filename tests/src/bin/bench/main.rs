@@ -144,10 +144,17 @@ fn main() -> Result<()> {
         seconds: a.seconds,
         pace: Pace::Max,
     };
-    for _ in 0..a.runs {
+    // Which goes first alternates: a run right after the other server's set-up or teardown
+    // would otherwise always be the same server's.
+    for turn in 0..a.runs {
         let auto = a.generator.is_none();
+        if turn % 2 == 1 {
+            ceiling.extend(w.samples(Server::Ceiling, &mut gen, auto, max, 1, &mut log)?);
+        }
         director.extend(w.samples(Server::Director, &mut gen, auto, max, 1, &mut log)?);
-        ceiling.extend(w.samples(Server::Ceiling, &mut gen, auto, max, 1, &mut log)?);
+        if turn % 2 == 0 {
+            ceiling.extend(w.samples(Server::Ceiling, &mut gen, auto, max, 1, &mut log)?);
+        }
     }
     // The same two paced below what the ceiling answered: how much director loses where
     // the setup itself loses nothing (before knot's runs: they remove the service).
@@ -159,9 +166,14 @@ fn main() -> Result<()> {
             pace: Pace::Qps((share * ceiling_rate) as u64),
         };
         let (mut d, mut c) = (Vec::new(), Vec::new());
-        for _ in 0..a.runs {
+        for turn in 0..a.runs {
+            if turn % 2 == 1 {
+                c.extend(w.samples(Server::Ceiling, &mut gen, false, load, 1, &mut log)?);
+            }
             d.extend(w.samples(Server::Director, &mut gen, false, load, 1, &mut log)?);
-            c.extend(w.samples(Server::Ceiling, &mut gen, false, load, 1, &mut log)?);
+            if turn % 2 == 0 {
+                c.extend(w.samples(Server::Ceiling, &mut gen, false, load, 1, &mut log)?);
+            }
         }
         paced.push(wire::Paced {
             share,
@@ -176,7 +188,8 @@ fn main() -> Result<()> {
         wire::Point::of(Server::Knot, &knot),
         wire::Point::of(Server::Ceiling, &ceiling),
     ];
-    wire::table(&points, gen, a.seconds, a.runs, &log).print();
+    let turns = wire::turn_ratios(&director, &ceiling);
+    wire::table(&points, &turns, gen, a.seconds, a.runs, &log).print();
     wire::limits(&points, gen).print();
     wire::paced_table(&paced, gen).print();
     drop(w);

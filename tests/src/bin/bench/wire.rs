@@ -163,6 +163,17 @@ impl Sample {
     }
 }
 
+/// director's CPU per answer over the ceiling's, turn by turn (runs next to each other in
+/// time): load from the rest of the machine that changes between turns cancels out of
+/// each ratio, where it only averages out of the ratio of the two medians.
+pub fn turn_ratios(director: &[Sample], ceiling: &[Sample]) -> Vec<f64> {
+    director
+        .iter()
+        .zip(ceiling)
+        .map(|(d, c)| d.cpu_us_per_answer() / c.cpu_us_per_answer())
+        .collect()
+}
+
 /// Everything section 2 found for one server.
 pub struct Point {
     server: Server,
@@ -590,7 +601,14 @@ impl Point {
     }
 }
 
-pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &str) -> Table {
+pub fn table(
+    points: &[Point],
+    turns: &[f64],
+    gen: Generator,
+    seconds: u32,
+    runs: usize,
+    log: &str,
+) -> Table {
     let how = match gen {
         Generator::Kxdpgun => format!("kxdpgun -Q {KXDPGUN_QPS} -b 32 (AF_XDP, as fast as it can)"),
         Generator::Dnsperf => {
@@ -646,6 +664,17 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
             100.0 * d.answers.median / c.answers.median
         ));
     }
+    if !turns.is_empty() {
+        let r = Spread::of(turns);
+        t.note(format!(
+            "director/ceiling CPU per answer turn by turn (each director run over the ceiling's \
+             run beside it): median x{:.2}, min x{:.2}, max x{:.2} over {} turns.",
+            r.median,
+            r.min,
+            r.max,
+            turns.len()
+        ));
+    }
     if let (Some(d), Some(k)) = (of(Server::Director), of(Server::Knot)) {
         t.note(format!(
             "director/knot: answers/s x{:.2}, CPU per answer x{:.2} (medians).",
@@ -655,8 +684,9 @@ pub fn table(points: &[Point], gen: Generator, seconds: u32, runs: usize, log: &
     }
     t.note(
         "Order: director and the ceiling take turns, one run each (director set up again after \
-         each ceiling run), then knot's runs: load from the rest of the machine falls on \
-         director and its ceiling alike.",
+         each ceiling run), which of the two goes first alternating from turn to turn, then \
+         knot's runs: load from the rest of the machine falls on director and its ceiling \
+         alike.",
     );
     t.note(
         "Under overload a server's CPU per answer includes receiving the queries it then drops \
