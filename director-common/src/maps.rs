@@ -32,6 +32,14 @@ pub const MAP_SCRATCH: &str = "DIR_SCRATCH";
 pub const MAP_RRL: &str = "DIR_RRL";
 pub const MAP_RRL_BUCKETS: &str = "DIR_RRL_BUCKETS";
 pub const MAP_RRL_EXEMPT: &str = "DIR_RRL_EXEMPT";
+pub const MAP_LAYOUT: &str = "DIR_LAYOUT";
+
+/// The pin set's layout, carried as `DIR_LAYOUT`'s max_entries, so it needs no write and
+/// every pin set made by a program has it. A new map is already caught (an older pin set
+/// lacks it); bump this when a map keeps its name and sizes but changes what its entries
+/// mean, and every `director-ctl` of the other layout refuses the pin set instead of
+/// writing entries the program reads otherwise.
+pub const LAYOUT_VERSION: u32 = 1;
 pub const PROGRAM: &str = "director";
 
 /// Service ids are 1..MAX_SERVICES.

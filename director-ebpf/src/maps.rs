@@ -11,13 +11,18 @@ use director_common::{
     maps::{
         DecCacheBlock, Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch,
         HealthMask, Iface, LocalSlot, NameEntry, NameSlot, Scratch, ServerRecord, ServiceRecord,
-        TableSwitch, DEC16_LANES, DEC16_SLOTS, DEC_CACHE_BLOCKS, LOCAL_SLOTS, MAX_CHOICES,
-        MAX_DECISIONS, MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS, MAX_RRL_EXEMPT,
-        MAX_SERVERS, MAX_SERVICES, NAME_SLOTS,
+        TableSwitch, DEC16_LANES, DEC16_SLOTS, DEC_CACHE_BLOCKS, LAYOUT_VERSION, LOCAL_SLOTS,
+        MAX_CHOICES, MAX_DECISIONS, MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS,
+        MAX_RRL_EXEMPT, MAX_SERVERS, MAX_SERVICES, NAME_SLOTS,
     },
     rrl,
     steer::{Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS},
 };
+
+/// Never read by the program: its size says which layout the pinned maps have
+/// (`director_common::maps::LAYOUT_VERSION`).
+#[map]
+pub static DIR_LAYOUT: Array<u8> = Array::pinned(LAYOUT_VERSION, 0);
 
 /// Name hash → the owning service and its name: the whole truth, asked only for a slot of
 /// `DIR_NAME_SLOTS` more than one name fell in.

@@ -2875,6 +2875,39 @@ fn names_keyed_by_another_builds_hash_are_refused() {
     let _ = fx.maps();
 }
 
+/// A pin set whose layout stamp is another build's is refused before anything is written,
+/// and the program answers on as before; with the stamp back, the same maps open again.
+#[test]
+fn a_pin_set_of_another_layout_is_refused_and_left_as_it_was() {
+    use aya::maps::MapData;
+    use director_common::maps::{LAYOUT_VERSION, MAP_IFACES, MAP_LAYOUT};
+    let fx = setup_fra();
+    let before = fx.run(&frame_of(&v4(), &a_query()));
+    assert_eq!(before.0, XDP_TX);
+    let stamp = fx.pin_dir().join(MAP_LAYOUT);
+    let ours = MapData::from_pin(&stamp).unwrap();
+    assert_eq!(ours.info().unwrap().max_entries(), LAYOUT_VERSION);
+    // Another layout's stamp: a map of another size at the stamp's path.
+    std::fs::remove_file(&stamp).unwrap();
+    let other = MapData::from_pin(fx.pin_dir().join(MAP_IFACES)).unwrap();
+    assert_ne!(other.info().unwrap().max_entries(), LAYOUT_VERSION);
+    other.pin(&stamp).unwrap();
+    let err = director_ctl::kernel::Maps::open(fx.pin_dir())
+        .err()
+        .expect("a pin set of another layout must be refused");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains(&format!("this director-ctl writes layout {LAYOUT_VERSION}"))
+            && text.contains("another version of director"),
+        "{text}"
+    );
+    // Refused before any write: the same answer, byte for byte.
+    assert_eq!(fx.run(&frame_of(&v4(), &a_query())), before);
+    std::fs::remove_file(&stamp).unwrap();
+    ours.pin(&stamp).unwrap();
+    director_ctl::kernel::Maps::open(fx.pin_dir()).expect("the same maps, stamped as ours");
+}
+
 // ---------------------------------------------------------------------------------------
 // Response rate limiting.
 

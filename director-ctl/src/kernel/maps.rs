@@ -14,13 +14,13 @@ use director_common::{
     maps::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch, HealthMask,
         Iface, LocalSlot, NameEntry, NameSlot, ServerRecord, ServiceRecord, TableSwitch,
-        DEC16_SLOTS, KIND_DNS, KIND_VIP, LOCAL_CONFIGURED, LOCAL_HOST, LOCAL_SLOTS, MAP_CHOICES,
-        MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_DEC_GEN, MAP_FALLBACK, MAP_FRONT,
-        MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_LOCAL_SLOTS, MAP_NAMES, MAP_NAME_SLOTS, MAP_RRL,
-        MAP_RRL_EXEMPT, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_NAMES,
-        MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS, MAX_SERVICES, NAME_BUF,
-        NAME_SLOTS, SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN, SERVER_UP, SERVER_V4,
-        SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
+        DEC16_SLOTS, KIND_DNS, KIND_VIP, LAYOUT_VERSION, LOCAL_CONFIGURED, LOCAL_HOST, LOCAL_SLOTS,
+        MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_DEC_GEN, MAP_FALLBACK,
+        MAP_FRONT, MAP_HEALTH, MAP_IFACES, MAP_LAYOUT, MAP_LOCAL, MAP_LOCAL_SLOTS, MAP_NAMES,
+        MAP_NAME_SLOTS, MAP_RRL, MAP_RRL_EXEMPT, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES,
+        MAP_SERVICE_NAMES, MAP_SERVICE_STATS, MAX_CHOICES, MAX_IFACES, MAX_LOCAL, MAX_SERVERS,
+        MAX_SERVICES, NAME_BUF, NAME_SLOTS, SERVER_DRAINED, SERVER_EXISTS, SERVER_NAME_LEN,
+        SERVER_UP, SERVER_V4, SERVER_V6, SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
     },
     name,
     rrl::{Limit, EXEMPT_V4_MAPPED_BITS},
@@ -156,6 +156,25 @@ pub(super) fn open_pinned(dir: &Path, name: &str) -> Result<MapData> {
     MapData::from_pin(&path).with_context(|| format!("opening {}", path.display()))
 }
 
+/// Refuses a pin set of another layout (`LAYOUT_VERSION`) before anything is opened or
+/// written: its program would read this build's entries otherwise.
+fn check_layout(dir: &Path) -> Result<()> {
+    let map = open_pinned(dir, MAP_LAYOUT)?;
+    let info = map
+        .info()
+        .with_context(|| format!("reading {}", dir.join(MAP_LAYOUT).display()))?;
+    let have = info.max_entries();
+    if have != LAYOUT_VERSION {
+        bail!(
+            "the maps pinned in {} have layout {have} and this director-ctl writes layout \
+             {LAYOUT_VERSION} (another version of director): detach director from every \
+             interface and attach it again",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// Whether `dir` holds director's maps at all (every version has had `DIR_NAMES`).
 fn other_pins(dir: &Path) -> bool {
     dir.join(MAP_NAMES).exists()
@@ -199,6 +218,7 @@ fn wire_name(text: &str) -> Result<Vec<u8>> {
 
 impl Maps {
     pub fn open(dir: &Path) -> Result<Maps> {
+        check_layout(dir)?;
         let m = Maps {
             names: open(dir, MAP_NAMES)?,
             services: open(dir, MAP_SERVICES)?,
