@@ -523,9 +523,12 @@ impl Wire<'_> {
             self.lab.ctl_ok(&["service", "del", NAME]);
         }
         if server == Server::Ceiling {
-            // Detaching director drops its maps; `samples` sets it up again after.
-            self.lab.ctl_ok(&["detach", "--iface", &edge_if]);
-            self.director_up.set(false);
+            // Detaching director drops its maps; `samples` sets it up again after. (A
+            // turn that starts with the ceiling finds it still detached from the last.)
+            if self.director_up.get() {
+                self.lab.ctl_ok(&["detach", "--iface", &edge_if]);
+                self.director_up.set(false);
+            }
             self.lab.ctl_ok(&["ceiling", "--iface", &edge_if]);
             let napi = sys::current_napi(&edge_if)?;
             sys::pin_to_cpu(napi, SERVER_CPU)?;
