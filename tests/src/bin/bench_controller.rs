@@ -2,7 +2,8 @@
 //! the full IPv4 table (BGP4MP_ET updates, 577 k prefixes) as every site's view, the full
 //! GeoLite2 City database (3.48 M networks), five sites at real PoPs, three services — with
 //! time, peak memory and entries; the time to write it into the kernel; and the time from
-//! one changed RTT value to the kernel's answer changing, measured with dig on a veth.
+//! one changed RTT value to the kernel's answer changing, measured with DNS queries from a
+//! socket on a veth.
 
 use std::{
     fmt::Write as _,
@@ -19,10 +20,11 @@ use director_ctl::{
     kernel,
 };
 use director_tests::fixture::{XDP_PASS, XDP_TX};
-use director_tests::netns::{self, workspace_root, Controller, Lab, Reply, EDGE_V4};
+use director_tests::netns::{self, workspace_root, Controller, Lab, EDGE_V4};
 use director_tests::packets::{self, Flow};
 use director_tests::pins::PinDir;
 use hickory_proto::rr::RecordType;
+use std::net::Ipv4Addr;
 
 const SITES: [&str; 5] = ["FRA", "IAD", "GRU", "SIN", "SYD"];
 
@@ -353,7 +355,7 @@ fn per_packet_full_table(
         "203.0.113.0",
         "212.58.224.0",
     ];
-    let flow = Flow::v4(std::net::Ipv4Addr::new(192, 0, 2, 2));
+    let flow = Flow::v4(Ipv4Addr::new(192, 0, 2, 2));
     let frame = |a: std::net::IpAddr| {
         let q = packets::query(0x5eed, "video.example.com.", RecordType::A);
         let q = packets::with_ecs(q, a, 24, 0);
@@ -375,7 +377,7 @@ fn per_packet_full_table(
             break;
         }
         let n = (u64::from(k) * 40_503) % (222 << 16) + (1 << 16);
-        let a = std::net::Ipv4Addr::from((n as u32) << 8);
+        let a = Ipv4Addr::from((n as u32) << 8);
         sampled += 1;
         let kind = if m.front16_word(service, u32::from(a) >> 16) != 0 {
             &mut front
@@ -446,21 +448,23 @@ fn slab_kb() -> Result<u64> {
         .context("no Slab line in /proc/meminfo")
 }
 
-fn answer(lab: &Lab) -> Option<String> {
-    Reply::parse(&lab.dig(&[&format!("@{EDGE_V4}"), "video.example.com", "A"]))
-        .answers
-        .first()
-        .map(|a| a.data.clone())
-}
-
-/// When (since `start`) the edge first answers `video.example.com A` to the client: polled
-/// every 20 ms from a socket in the client's namespace, each reply waited for 50 ms (dig
-/// waits a second or more for a query that is not answered, and the edge's stack
-/// rate-limits the port-unreachable errors that would end its wait early).
-fn first_answer(client_ns: &str, start: Instant, limit: Duration) -> Result<f64> {
+/// Polls the edge with `video.example.com A` from a socket in the client's namespace until
+/// `done` accepts the first address answered (None: no answer): returns when (since
+/// `start`) and that answer. Each reply is waited for 50 ms (dig waits a second or more for
+/// a query that is not answered, and the edge's stack rate-limits the port-unreachable
+/// errors that would end its wait early); between tries it sleeps `every`. A socket rather
+/// than dig: starting dig in the namespace takes 10-20 ms, which the latencies measured
+/// here would include.
+fn poll_answer(
+    client_ns: &str,
+    start: Instant,
+    limit: Duration,
+    every: Duration,
+    done: impl Fn(Option<Ipv4Addr>) -> bool + Send,
+) -> Result<(f64, Option<Ipv4Addr>)> {
     let ns = client_ns.to_string();
     std::thread::scope(|s| {
-        s.spawn(move || -> Result<f64> {
+        s.spawn(move || -> Result<(f64, Option<Ipv4Addr>)> {
             // A network namespace belongs to the thread: this one moves into the client's.
             let f = std::fs::File::open(format!("/run/netns/{ns}"))
                 .with_context(|| format!("opening namespace {ns}"))?;
@@ -479,17 +483,24 @@ fn first_answer(client_ns: &str, start: Instant, limit: Duration) -> Result<f64>
                 let q = packets::query(id, "video.example.com", RecordType::A);
                 // A refused send (port unreachable from the last try) is one more try.
                 let _ = sock.send(&packets::wire(&q));
+                let mut got = None;
                 if let Ok(n) = sock.recv(&mut buf) {
-                    let answered = hickory_proto::op::Message::from_vec(&buf[..n])
-                        .is_ok_and(|m| m.id() == id && !m.answers().is_empty());
-                    if answered {
-                        return Ok(start.elapsed().as_secs_f64());
+                    if let Ok(m) = hickory_proto::op::Message::from_vec(&buf[..n]) {
+                        if m.id() == id {
+                            got = m.answers().iter().find_map(|r| match r.data() {
+                                Some(hickory_proto::rr::RData::A(a)) => Some(a.0),
+                                _ => None,
+                            });
+                        }
                     }
                 }
-                if start.elapsed() > limit {
-                    bail!("run did not answer within {} s", limit.as_secs());
+                if done(got) {
+                    return Ok((start.elapsed().as_secs_f64(), got));
                 }
-                sleep(Duration::from_millis(20));
+                if start.elapsed() > limit {
+                    bail!("no such answer within {} s", limit.as_secs());
+                }
+                sleep(every);
             }
         })
         .join()
@@ -497,14 +508,21 @@ fn first_answer(client_ns: &str, start: Instant, limit: Duration) -> Result<f64>
     })
 }
 
-/// `run` on the config in a lab; one RTT value changes; how long until dig sees it.
+/// `run` on the config in a lab; one RTT value changes; how long until a client on the veth sees it.
 fn change_latency(config: &Path) -> Result<Vec<Row>> {
     let lab = Lab::new();
     lab.attach();
     let run = Controller::start_polling(&lab, config, &config.with_extension("log"), 10);
     let start = Instant::now();
-    let first = first_answer(&lab.client_ns, start, Duration::from_secs(120))?;
-    let before = answer(&lab).context("no answer from dig after the first answer")?;
+    let ns = lab.client_ns.clone();
+    let (first, _) = poll_answer(
+        &ns,
+        start,
+        Duration::from_secs(120),
+        Duration::from_millis(20),
+        |a| a.is_some(),
+    )
+    .context("run did not answer")?;
     // run writes in place, most specific entries first: wait until all are in.
     while !run.log().contains("entries written") {
         if start.elapsed() > Duration::from_secs(300) {
@@ -513,30 +531,38 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
         sleep(Duration::from_millis(50));
     }
     let complete = start.elapsed().as_secs_f64();
-    let before = answer(&lab).unwrap_or(before);
+    let (_, before) = poll_answer(
+        &ns,
+        Instant::now(),
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        |a| a.is_some(),
+    )
+    .context("no answer once the table was complete")?;
+    let before = before.context("no answer once the table was complete")?;
     // fra was closest by RTT; make it the slowest. Written as an operator should (a temp
     // file renamed into place), so run reads it without waiting for it to settle.
     let tmp = config.with_file_name("rtt.csv.tmp");
     std::fs::write(&tmp, rtt_file(400.0))?;
     std::fs::rename(&tmp, config.with_file_name("rtt.csv"))?;
     let changed = Instant::now();
-    let after = loop {
-        match answer(&lab) {
-            Some(a) if a != before => break a,
-            _ => {}
-        }
-        if changed.elapsed() > Duration::from_secs(120) {
-            bail!(
-                "the answer did not change from {before} within 120 s; run's log:\n{}",
-                run.log()
-            );
-        }
-        sleep(Duration::from_millis(5));
-    };
-    let latency = changed.elapsed().as_secs_f64();
+    let (latency, after) = poll_answer(
+        &ns,
+        changed,
+        Duration::from_secs(120),
+        Duration::from_millis(1),
+        |a| a.is_some_and(|a| a != before),
+    )
+    .with_context(|| {
+        format!(
+            "the answer did not change from {before}; run's log:\n{}",
+            run.log()
+        )
+    })?;
+    let after = after.context("no answer after the change")?;
     // The server answering now goes down (CLI): the kernel skips it from the next query
     // on; run then re-sorts every decision without it (DD's sort over what is available).
-    let octet: usize = after.rsplit('.').next().unwrap_or("").parse()?;
+    let octet = after.octets()[3] as usize;
     let down = format!("{}-1", SITES[octet - 10].to_lowercase());
     let resorts = run.count("re-sorted");
     let t = Instant::now();
@@ -544,15 +570,14 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
     if !out.status.success() {
         bail!("server set {down} --down failed: {}", netns::describe(&out));
     }
-    let skip = loop {
-        if answer(&lab).is_some_and(|a| a != after) {
-            break t.elapsed().as_secs_f64();
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            bail!("the answer did not move off {down} within 60 s");
-        }
-        sleep(Duration::from_millis(1));
-    };
+    let (skip, _) = poll_answer(
+        &ns,
+        t,
+        Duration::from_secs(60),
+        Duration::from_millis(1),
+        |a| a.is_some_and(|a| a != after),
+    )
+    .with_context(|| format!("the answer did not move off {down}"))?;
     let converged = loop {
         if run.count("re-sorted") > resorts {
             break t.elapsed().as_secs_f64();
@@ -616,7 +641,7 @@ fn main() -> Result<()> {
     });
     let _ = std::fs::remove_dir_all(&dir);
     print_table(
-        "controller: a change reaching the kernel (director-ctl run, dig on a veth)",
+        "controller: a change reaching the kernel (director-ctl run, queries from a socket on a veth every ms)",
         &r?,
     );
     Ok(())
