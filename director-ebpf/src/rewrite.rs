@@ -294,28 +294,26 @@ fn write_records(
         if i >= n {
             break;
         }
-        {
-            let addr = unsafe { &(*s).addrs[i] };
-            let a = addr.as_ptr() as *const u64;
-            // SAFETY: scratch addresses are 16 bytes, 8-aligned.
-            let (a0, a1) = unsafe { (*a, *a.add(1)) };
-            let off = q.question_end + i * rec_len;
-            if q.aaaa {
-                const LEN: usize = dns::record_len(true);
-                let r = at::<LEN>(ctx, off, Reason::Dropped)?;
-                st(r, record::NAME, head);
-                st(r, record::TTL + 2, head_end);
-                st(r, record::RDATA, a0);
-                st(r, record::RDATA + 8, a1);
-            } else {
-                const LEN: usize = dns::record_len(false);
-                let r = at::<LEN>(ctx, off, Reason::Dropped)?;
-                st(r, record::NAME, head);
-                st(r, record::TTL + 2, head_end);
-                st(r, record::RDATA, a0 as u32);
-            }
-            lanes += halves(a0) + halves(a1);
+        let addr = unsafe { &(*s).addrs[i] };
+        let a = addr.as_ptr() as *const u64;
+        // SAFETY: scratch addresses are 16 bytes, 8-aligned.
+        let (a0, a1) = unsafe { (*a, *a.add(1)) };
+        let off = q.question_end + i * rec_len;
+        if q.aaaa {
+            const LEN: usize = dns::record_len(true);
+            let r = at::<LEN>(ctx, off, Reason::Dropped)?;
+            st(r, record::NAME, head);
+            st(r, record::TTL + 2, head_end);
+            st(r, record::RDATA, a0);
+            st(r, record::RDATA + 8, a1);
+        } else {
+            const LEN: usize = dns::record_len(false);
+            let r = at::<LEN>(ctx, off, Reason::Dropped)?;
+            st(r, record::NAME, head);
+            st(r, record::TTL + 2, head_end);
+            st(r, record::RDATA, a0 as u32);
         }
+        lanes += halves(a0) + halves(a1);
         i += 1;
     }
     let fixed = dns::record_sum(q.aaaa, plan.ttl, &[0; 16]);
