@@ -725,10 +725,8 @@ impl Maps {
     /// entries written.
     pub fn apply_decisions(&mut self, change: DecisionChange<'_>) -> Result<usize> {
         let written = self.write_decisions(change);
-        if written.is_err() {
-            // The caller's table (what it meant to write) is not what the tries hold now.
-            self.tries_unknown = true;
-        }
+        // Failed: the caller's table (what it meant to write) is not what the tries hold.
+        self.tries_unknown |= written.is_err();
         // Also after a failed write: some entries may have changed.
         self.tries_written()?;
         written
@@ -807,9 +805,7 @@ impl Maps {
     /// number of entries rewritten.
     pub fn compact(&mut self) -> Result<usize> {
         let moved = self.compact_with(0, &[], &[], usize::MAX);
-        if moved.is_err() {
-            self.tries_unknown = true;
-        }
+        self.tries_unknown |= moved.is_err();
         self.tries_written()?;
         moved
     }
@@ -984,9 +980,7 @@ impl Maps {
     /// emptied side by side (each has a lock of its own in the kernel).
     fn remove_decisions(&mut self, which: impl Fn(u32) -> bool) -> Result<()> {
         let removed = self.remove_decisions_of(which);
-        if removed.is_err() {
-            self.tries_unknown = true;
-        }
+        self.tries_unknown |= removed.is_err();
         removed
     }
 

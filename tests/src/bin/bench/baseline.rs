@@ -102,19 +102,21 @@ pub fn compare(b: &Baseline, o: &testrun::Options) -> Result<Table> {
         );
         // Which goes first alternates, so that neither always runs on a machine the other
         // has just warmed (or loaded).
-        let ours_first = run % 2 == 1;
-        if ours_first {
-            let (net, insns) = testrun::answers_net(o)?;
-            insns_now = insns;
-            new.push(net);
-        }
-        let r = b.run(o.packets)?;
-        insns_old = r.insns;
-        old.push(r.net);
-        if !ours_first {
-            let (net, insns) = testrun::answers_net(o)?;
-            insns_now = insns;
-            new.push(net);
+        let order = if run % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for ours in order {
+            if ours {
+                let (net, insns) = testrun::answers_net(o)?;
+                insns_now = insns;
+                new.push(net);
+            } else {
+                let r = b.run(o.packets)?;
+                insns_old = r.insns;
+                old.push(r.net);
+            }
         }
     }
     let mut t = Table::new(

@@ -139,23 +139,12 @@ fn main() -> Result<()> {
     // director and the ceiling take turns, one run each, so that load from the rest of a
     // shared machine falls on both alike (in blocks, their ratio swung from 1.0 to 1.3
     // between bench runs); Knot's runs come last, as they remove director's service.
-    let (mut director, mut ceiling) = (Vec::new(), Vec::new());
     let max = Load {
         seconds: a.seconds,
         pace: Pace::Max,
     };
-    // Which goes first alternates: a run right after the other server's set-up or teardown
-    // would otherwise always be the same server's.
-    for turn in 0..a.runs {
-        let auto = a.generator.is_none();
-        if turn % 2 == 1 {
-            ceiling.extend(w.samples(Server::Ceiling, &mut gen, auto, max, 1, &mut log)?);
-        }
-        director.extend(w.samples(Server::Director, &mut gen, auto, max, 1, &mut log)?);
-        if turn % 2 == 0 {
-            ceiling.extend(w.samples(Server::Ceiling, &mut gen, auto, max, 1, &mut log)?);
-        }
-    }
+    let auto = a.generator.is_none();
+    let (director, ceiling) = w.turns(&mut gen, auto, max, a.runs, &mut log)?;
     // The same two paced below what the ceiling answered: how much director loses where
     // the setup itself loses nothing (before knot's runs: they remove the service).
     let ceiling_rate = wire::Point::of(Server::Ceiling, &ceiling).answers_median();
@@ -165,23 +154,13 @@ fn main() -> Result<()> {
             seconds: a.seconds,
             pace: Pace::Qps((share * ceiling_rate) as u64),
         };
-        let (mut d, mut c) = (Vec::new(), Vec::new());
-        for turn in 0..a.runs {
-            if turn % 2 == 1 {
-                c.extend(w.samples(Server::Ceiling, &mut gen, false, load, 1, &mut log)?);
-            }
-            d.extend(w.samples(Server::Director, &mut gen, false, load, 1, &mut log)?);
-            if turn % 2 == 0 {
-                c.extend(w.samples(Server::Ceiling, &mut gen, false, load, 1, &mut log)?);
-            }
-        }
+        let (d, c) = w.turns(&mut gen, false, load, a.runs, &mut log)?;
         paced.push(wire::Paced {
             share,
             director: wire::Point::of(Server::Director, &d),
             ceiling: wire::Point::of(Server::Ceiling, &c),
         });
     }
-    let auto = a.generator.is_none();
     let knot = w.samples(Server::Knot, &mut gen, auto, max, a.runs, &mut log)?;
     let points = [
         wire::Point::of(Server::Director, &director),

@@ -542,6 +542,34 @@ impl Wire<'_> {
         samples
     }
 
+    /// director's and the ceiling's samples, one run each per turn, which goes first
+    /// alternating: a run right after the other server's set-up or teardown would
+    /// otherwise always be the same server's.
+    pub fn turns(
+        &self,
+        gen: &mut Generator,
+        auto: bool,
+        load: Load,
+        runs: usize,
+        log: &mut String,
+    ) -> Result<(Vec<Sample>, Vec<Sample>)> {
+        let (mut director, mut ceiling) = (Vec::new(), Vec::new());
+        for turn in 0..runs {
+            let mut order = [Server::Director, Server::Ceiling];
+            if turn % 2 == 1 {
+                order.reverse();
+            }
+            for server in order {
+                let got = self.samples(server, gen, auto, load, 1, log)?;
+                match server {
+                    Server::Director => director.extend(got),
+                    _ => ceiling.extend(got),
+                }
+            }
+        }
+        Ok((director, ceiling))
+    }
+
     fn samples_on(
         &self,
         server: Server,
