@@ -5,8 +5,6 @@
 //!
 //! Pure: no aya. `kernel::Maps::apply_decisions` writes what this produces.
 
-use std::collections::HashMap;
-
 use director_common::maps::Decision;
 
 use super::minimal::{self, Interner};
@@ -324,22 +322,44 @@ pub fn subtree_range<V>(entries: &[(IpNet, V)], root: &IpNet) -> std::ops::Range
     start..end
 }
 
+/// What turns `old` into `new`: both in [`sort_key`] order, each prefix once (as tables
+/// are), so one merge walk finds it, with no hashing: a full table is hundreds of
+/// thousands of entries, and a first start diffs it against an empty kernel.
 pub fn diff(old: &[(IpNet, Decision)], new: &[(IpNet, Decision)]) -> Diff {
-    let before: HashMap<IpNet, &Decision> = old.iter().map(|(p, d)| (*p, d)).collect();
+    debug_assert!(old.is_sorted_by_key(|(p, _)| sort_key(p)));
+    debug_assert!(new.is_sorted_by_key(|(p, _)| sort_key(p)));
     let mut out = Diff::default();
-    let mut seen = std::collections::HashSet::with_capacity(new.len());
-    for (p, d) in new {
-        seen.insert(*p);
-        if before.get(p) != Some(&d) {
-            out.put.push((*p, *d));
+    let (mut o, mut n) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (o.peek(), n.peek()) {
+            (Some(a), Some(b)) => match sort_key(&a.0).cmp(&sort_key(&b.0)) {
+                std::cmp::Ordering::Less => {
+                    out.delete.push(a.0);
+                    o.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    out.put.push(**b);
+                    n.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if a.1 != b.1 {
+                        out.put.push(**b);
+                    }
+                    o.next();
+                    n.next();
+                }
+            },
+            (Some(a), None) => {
+                out.delete.push(a.0);
+                o.next();
+            }
+            (None, Some(b)) => {
+                out.put.push(**b);
+                n.next();
+            }
+            (None, None) => return out,
         }
     }
-    out.delete = old
-        .iter()
-        .map(|(p, _)| *p)
-        .filter(|p| !seen.contains(p))
-        .collect();
-    out
 }
 
 #[cfg(test)]
@@ -507,6 +527,30 @@ mod tests {
                     prop_assert!(same_ranking(lookup(&table.entries, &hb).unwrap(), got));
                 }
             }
+        }
+
+        /// The diff of any two tables turns the first into the second, putting only
+        /// entries that are new or changed and deleting only ones that are gone.
+        #[test]
+        fn a_diff_turns_one_table_into_the_other(
+            a in proptest::collection::vec((arb_prefix(), 1u16..4), 0..40),
+            b in proptest::collection::vec((arb_prefix(), 1u16..4), 0..40),
+        ) {
+            let table = |v: Vec<(IpNet, u16)>| compress(v.into_iter().map(|(p, s)| (p, dec(s))).collect()).entries;
+            let (a, b) = (table(a), table(b));
+            let d = diff(&a, &b);
+            let mut applied: std::collections::BTreeMap<_, _> =
+                a.iter().map(|(p, d)| (sort_key(p), (*p, *d))).collect();
+            for p in &d.delete {
+                prop_assert!(b.iter().all(|(q, _)| q != p), "{p} deleted but kept");
+                prop_assert!(applied.remove(&sort_key(p)).is_some(), "{p} deleted but absent");
+            }
+            for (p, x) in &d.put {
+                prop_assert!(!a.contains(&(*p, *x)), "{p} put unchanged");
+                applied.insert(sort_key(p), (*p, *x));
+            }
+            let applied: Vec<(IpNet, Decision)> = applied.into_values().collect();
+            prop_assert_eq!(&applied, &b);
         }
 
         /// Every address resolves to the decision of its most specific input prefix.
