@@ -3220,3 +3220,60 @@ fn route_changes_reach_queries_the_cache_has_seen() {
     }
     expect(&fx, &NYC, "after the more specific routes were deleted");
 }
+
+/// A table larger than a batch, both ways: written by two threads (each family cut at an
+/// address, see `Maps::put_all`) and read back in batches of the kernel's, it is exactly
+/// what was written, every entry with its decision and scope.
+#[test]
+fn a_table_larger_than_a_batch_reads_back_as_written() {
+    use director_common::maps::Decision;
+    use director_ctl::kernel::DecisionChange;
+    let mut fx = setup_fra();
+    let before = fx.maps().decisions().unwrap();
+    let (service, template) = (before[0].0, before[0].2);
+    let decision = move |i: u32, scope: u8| {
+        let mut d: Decision = template;
+        d.prefix_len = scope;
+        // A few different ranked lists, so entries refer to different stored ids.
+        d.weights[0] = 1 + (i % 7) as u16;
+        d
+    };
+    let mut put: Vec<(IpNet, Decision)> = (0..20_000u32)
+        .map(|i| {
+            let net = ipnet::Ipv4Net::new(Ipv4Addr::from(0x0a00_0000 | (i << 8)), 24).unwrap();
+            (IpNet::V4(net), decision(i, 24))
+        })
+        .collect();
+    put.extend((0..10_000u32).map(|i| {
+        let addr = Ipv6Addr::from(0x2001_0db8u128 << 96 | u128::from(i) << 80);
+        let net = ipnet::Ipv6Net::new(addr, 48).unwrap();
+        (IpNet::V6(net), decision(i, 56))
+    }));
+    fx.maps()
+        .apply_decisions(DecisionChange {
+            service,
+            put: &put,
+            delete: &[],
+        })
+        .unwrap();
+    let got: BTreeMap<IpNet, Decision> = fx
+        .maps()
+        .decisions()
+        .unwrap()
+        .into_iter()
+        .map(|(s, p, d)| {
+            assert_eq!(s, service);
+            (p, d)
+        })
+        .collect();
+    let want: BTreeMap<IpNet, Decision> = before
+        .into_iter()
+        .map(|(_, p, d)| (p, d))
+        .chain(put)
+        .collect();
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got == want,
+        "the table read back differs from what was written"
+    );
+}

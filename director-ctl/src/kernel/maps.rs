@@ -668,14 +668,29 @@ impl Maps {
 
     /// Every entry as the tries hold it: (service id, client prefix, reference).
     fn references(&self) -> Result<Vec<(u32, IpNet, DecisionRef)>> {
-        let mut refs = Vec::new();
-        for kv in self.dec4.iter() {
-            let (k, v) = kv.context("reading the IPv4 decision table")?;
+        let v4 = match read_batched(&self.batch4).context("reading the IPv4 decision table")? {
+            Some(all) => all,
+            None => self
+                .dec4
+                .iter()
+                .collect::<Result<_, _>>()
+                .context("reading the IPv4 decision table")?,
+        };
+        let v6 = match read_batched(&self.batch6).context("reading the IPv6 decision table")? {
+            Some(all) => all,
+            None => self
+                .dec6
+                .iter()
+                .collect::<Result<_, _>>()
+                .context("reading the IPv6 decision table")?,
+        };
+        let mut refs = Vec::with_capacity(v4.len() + v6.len());
+        for (k, v) in v4 {
             let (service, net) = entry_of4(&k)?;
             refs.push((service, net, v));
         }
-        for kv in self.dec6.iter() {
-            let (k, v) = kv.context("reading the IPv6 decision table")?;
+        for (k, v) in v6 {
+            let k: Key<DecisionKeyV6> = k;
             let len = (k.prefix_len() - SERVICE_BITS) as u8;
             let d = k.data();
             let net = IpNet::new(Ipv6Addr::from(d.addr).into(), len)?;
@@ -1923,6 +1938,59 @@ fn per_cpu_total(map: &MapData, len: u32) -> std::io::Result<u64> {
         }
     }
     Ok(total)
+}
+
+/// Every key and value of `map`, read with BPF_MAP_LOOKUP_BATCH: a system call per
+/// `CHUNK` entries, where an iterator makes two per entry (a restart's first sync and a
+/// compaction read the whole table back). `None` where the kernel takes no batches for
+/// it. Like any walk of a map, it must not race a writer (the caller holds the write
+/// lock).
+fn read_batched<K: aya::Pod, V: aya::Pod>(map: &MapData) -> std::io::Result<Option<Vec<(K, V)>>> {
+    use std::os::fd::{AsFd, AsRawFd};
+    const CHUNK: usize = 8192;
+    let (ks, vs) = (size_of::<K>(), size_of::<V>());
+    let mut keys = vec![0u8; CHUNK * ks];
+    let mut values = vec![0u8; CHUNK * vs];
+    // Where the next call goes on from: the kernel writes its position to `next`.
+    let (mut cursor, mut next) = (vec![0u8; ks], vec![0u8; ks]);
+    let mut all = Vec::new();
+    let mut first = true;
+    loop {
+        let mut attr = BatchAttr {
+            in_batch: if first { 0 } else { cursor.as_mut_ptr() as u64 },
+            out_batch: next.as_mut_ptr() as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: CHUNK as u32,
+            map_fd: map.fd().as_fd().as_raw_fd() as u32,
+            elem_flags: 0,
+            flags: 0,
+        };
+        // SAFETY: keys and values have room for CHUNK keys and values of the map's sizes
+        // (the caller's K and V), the positions for one key; all outlive the call.
+        let r = unsafe { sys_bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) };
+        let got = (attr.count as usize).min(CHUNK);
+        for i in 0..got {
+            // SAFETY: the kernel wrote `got` keys and values back to back; K and V are
+            // plain data of those sizes.
+            all.push(unsafe {
+                (
+                    std::ptr::read_unaligned(keys[i * ks..].as_ptr().cast::<K>()),
+                    std::ptr::read_unaligned(values[i * vs..].as_ptr().cast::<V>()),
+                )
+            });
+        }
+        match r {
+            Ok(()) if got > 0 => {}
+            // The end of the map: the last entries came with it.
+            Ok(()) => return Ok(Some(all)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Some(all)),
+            Err(e) if first && batch_unsupported(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        cursor.copy_from_slice(&next);
+        first = false;
+    }
 }
 
 /// Whether a batch call failed because the kernel or map takes no batches.
