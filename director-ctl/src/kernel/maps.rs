@@ -668,29 +668,14 @@ impl Maps {
 
     /// Every entry as the tries hold it: (service id, client prefix, reference).
     fn references(&self) -> Result<Vec<(u32, IpNet, DecisionRef)>> {
-        let v4 = match read_batched(&self.batch4).context("reading the IPv4 decision table")? {
-            Some(all) => all,
-            None => self
-                .dec4
-                .iter()
-                .collect::<Result<_, _>>()
-                .context("reading the IPv4 decision table")?,
-        };
-        let v6 = match read_batched(&self.batch6).context("reading the IPv6 decision table")? {
-            Some(all) => all,
-            None => self
-                .dec6
-                .iter()
-                .collect::<Result<_, _>>()
-                .context("reading the IPv6 decision table")?,
-        };
+        let v4 = read_trie(&self.batch4, &self.dec4).context("reading the IPv4 decision table")?;
+        let v6 = read_trie(&self.batch6, &self.dec6).context("reading the IPv6 decision table")?;
         let mut refs = Vec::with_capacity(v4.len() + v6.len());
         for (k, v) in v4 {
             let (service, net) = entry_of4(&k)?;
             refs.push((service, net, v));
         }
         for (k, v) in v6 {
-            let k: Key<DecisionKeyV6> = k;
             let len = (k.prefix_len() - SERVICE_BITS) as u8;
             let d = k.data();
             let net = IpNet::new(Ipv6Addr::from(d.addr).into(), len)?;
@@ -1646,14 +1631,9 @@ pub fn update_order<'a>(
     put: &'a [(IpNet, Decision)],
     delete: &'a [IpNet],
 ) -> (Vec<&'a (IpNet, Decision)>, Vec<&'a IpNet>) {
-    let first = |p: &IpNet| match p {
-        IpNet::V4(n) => (4u8, u128::from(u32::from(n.network()))),
-        IpNet::V6(n) => (6u8, u128::from(n.network())),
-    };
-    let last = |p: &IpNet| match p {
-        IpNet::V4(n) => (4u8, u128::from(u32::from(n.broadcast()))),
-        IpNet::V6(n) => (6u8, u128::from(n.broadcast())),
-    };
+    let family = |p: &IpNet| if p.addr().is_ipv4() { 4u8 } else { 6 };
+    let first = |p: &IpNet| (family(p), span(p).0);
+    let last = |p: &IpNet| (family(p), span(p).1);
     let mut put: Vec<&(IpNet, Decision)> = put.iter().collect();
     if put.is_sorted_by(|a, b| (first(&a.0), a.0.prefix_len()) < (first(&b.0), b.0.prefix_len())) {
         put = covered_first(put);
@@ -1682,6 +1662,17 @@ fn covered_first<T>(table_order: Vec<&(IpNet, T)>) -> Vec<&(IpNet, T)> {
     out
 }
 
+/// A prefix's first and last address, as numbers.
+fn span(p: &IpNet) -> (u128, u128) {
+    match p {
+        IpNet::V4(n) => (
+            u128::from(u32::from(n.network())),
+            u128::from(u32::from(n.broadcast())),
+        ),
+        IpNet::V6(n) => (u128::from(n.network()), u128::from(n.broadcast())),
+    }
+}
+
 /// From this many entries, [`Maps::put_all`] writes with two threads.
 const SPLIT_FROM: usize = 8192;
 
@@ -1703,13 +1694,6 @@ type Put<'a> = (u32, &'a IpNet, DecisionRef);
 impl<'a> Halves<'a> {
     /// Cut at the median first address, so the halves are about the same size.
     fn of(entries: &[&'a Put<'a>]) -> Self {
-        let span = |n: &IpNet| match n {
-            IpNet::V4(n) => (
-                u128::from(u32::from(n.network())),
-                u128::from(u32::from(n.broadcast())),
-            ),
-            IpNet::V6(n) => (u128::from(n.network()), u128::from(n.broadcast())),
-        };
         let mut h = Self::default();
         if entries.is_empty() {
             return h;
@@ -1938,6 +1922,18 @@ fn per_cpu_total(map: &MapData, len: u32) -> std::io::Result<u64> {
         }
     }
     Ok(total)
+}
+
+/// Every entry of a decision trie: in batches (`batch` is the same map as `trie`), else
+/// through aya's iterator.
+fn read_trie<K: aya::Pod>(
+    batch: &MapData,
+    trie: &LpmTrie<MapData, K, DecisionRef>,
+) -> Result<Vec<(Key<K>, DecisionRef)>> {
+    match read_batched(batch)? {
+        Some(all) => Ok(all),
+        None => Ok(trie.iter().collect::<Result<_, _>>()?),
+    }
 }
 
 /// Every key and value of `map`, read with BPF_MAP_LOOKUP_BATCH: a system call per
