@@ -2034,6 +2034,24 @@ mod tests {
             .map(|(_, v)| *v)
     }
 
+    /// Every probed address (one per /16 of 10.0.0.0/8) answers in `t` as in `old` or
+    /// as in `new`.
+    fn old_or_new(
+        t: &BTreeMap<IpNet, u16>,
+        old: &BTreeMap<IpNet, u16>,
+        new: &BTreeMap<IpNet, u16>,
+    ) -> Result<(), TestCaseError> {
+        for a in (0..256u32).map(|i| 0x0a00_0000 | (i << 16)) {
+            let got = lookup(t, a);
+            prop_assert!(
+                got == lookup(old, a) || got == lookup(new, a),
+                "{}: {got:?}",
+                Ipv4Addr::from(a)
+            );
+        }
+        Ok(())
+    }
+
     fn arb_table() -> impl Strategy<Value = BTreeMap<IpNet, u16>> {
         proptest::collection::btree_map(
             (0u32..64, 0u8..=6).prop_map(|(a, len)| {
@@ -2063,15 +2081,7 @@ mod tests {
             let delete: Vec<IpNet> = old.keys().filter(|p| !new.contains_key(p)).copied().collect();
             let (put, delete) = update_order(&put, &delete);
             let mut t = old.clone();
-            let probes: Vec<u32> = (0..256u32).map(|i| 0x0a00_0000 | (i << 16)).collect();
-            let check = |t: &BTreeMap<IpNet, u16>| -> Result<(), TestCaseError> {
-                for &a in &probes {
-                    let got = lookup(t, a);
-                    prop_assert!(got == lookup(&old, a) || got == lookup(&new, a),
-                        "{}: {got:?}", Ipv4Addr::from(a));
-                }
-                Ok(())
-            };
+            let check = |t: &BTreeMap<IpNet, u16>| old_or_new(t, &old, &new);
             for (p, d) in put {
                 t.insert(*p, d.servers[0]);
                 check(&t)?;
@@ -2113,17 +2123,9 @@ mod tests {
             prop_assert_eq!(h.lower.len() + h.upper.len() + h.across.len(), order.len());
             // Old entries the new table drops are left in place: this checks the puts.
             let mut t = old.clone();
-            let probes: Vec<u32> = (0..256u32).map(|i| 0x0a00_0000 | (i << 16)).collect();
             let mut after = old.clone();
             after.extend(new.iter().map(|(p, v)| (*p, *v)));
-            let check = |t: &BTreeMap<IpNet, u16>| -> Result<(), TestCaseError> {
-                for &a in &probes {
-                    let got = lookup(t, a);
-                    prop_assert!(got == lookup(&old, a) || got == lookup(&after, a),
-                        "{}: {got:?}", Ipv4Addr::from(a));
-                }
-                Ok(())
-            };
+            let check = |t: &BTreeMap<IpNet, u16>| old_or_new(t, &old, &after);
             let (mut lower, mut upper) = (h.lower.iter(), h.upper.iter());
             let mut turns = turns.into_iter();
             loop {
