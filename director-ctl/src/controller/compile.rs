@@ -536,7 +536,12 @@ mod tests {
             a in proptest::collection::vec((arb_prefix(), 1u16..4), 0..40),
             b in proptest::collection::vec((arb_prefix(), 1u16..4), 0..40),
         ) {
-            let table = |v: Vec<(IpNet, u16)>| compress(v.into_iter().map(|(p, s)| (p, dec(s))).collect()).entries;
+            // Every address needs a decision, as in a real table: a default route.
+            let table = |v: Vec<(IpNet, u16)>| {
+                let mut v: Vec<(IpNet, Decision)> = v.into_iter().map(|(p, s)| (p, dec(s))).collect();
+                v.push((net("0.0.0.0/0"), dec(9)));
+                compress(v).entries
+            };
             let (a, b) = (table(a), table(b));
             let d = diff(&a, &b);
             let mut applied: std::collections::BTreeMap<_, _> =
