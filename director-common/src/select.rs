@@ -156,6 +156,18 @@ pub fn primaries(d: &Decision) -> usize {
 /// The usable primary that `key` lands on when usable primaries share by weight. A weight
 /// of 0 (DistributedDirector's default portion) gets no share while a usable primary has
 /// more; when none has, the usable primaries share evenly.
+/// The server a query for at most one answer gets from `d` whatever its key, when `d` has
+/// a single primary: `select` takes it first whenever it is usable. The kernel answers it
+/// without the key, the mask and the weighted pick; when it is not usable, `select` decides.
+#[inline(always)]
+pub fn sole_primary(d: &Decision, answers: u8) -> Option<u16> {
+    if answers <= 1 && primaries(d) == 1 {
+        Some(d.servers[0])
+    } else {
+        None
+    }
+}
+
 #[inline(always)]
 pub fn pick_start(d: &Decision, ok: u32, total: u32, key: u32) -> usize {
     let primary = primaries(d);
@@ -339,6 +351,25 @@ mod tests {
             }
             let usable = servers.iter().filter(|(s, _)| !down.contains(s)).count();
             prop_assert_eq!(got.len(), usable.min((answers as usize).clamp(1, 8)));
+        }
+
+        #[test]
+        fn a_usable_sole_primary_is_what_select_takes(
+            servers in proptest::collection::vec((1u16..20, 0u16..5), 0..=8),
+            primary in 0u8..=9, key: u32, answers in 0u8..=9,
+            down in proptest::collection::vec(1u16..20, 0..5),
+        ) {
+            let mut seen = std::collections::HashSet::new();
+            let servers: Vec<_> = servers.into_iter().filter(|(s, _)| seen.insert(*s)).collect();
+            let d = decision(&servers, primary);
+            let got = run(&d, key, answers, &down);
+            match sole_primary(&d, answers) {
+                Some(id) if !down.contains(&id) => prop_assert_eq!(got, vec![id]),
+                Some(_) => {}
+                // More than one answer wanted, or several primaries (or none): the key or
+                // the count can change what is taken, so there is no shortcut.
+                None => prop_assert!(answers > 1 || primaries(&d) != 1),
+            }
         }
     }
 }

@@ -1219,6 +1219,35 @@ fn fallback_servers_answer_only_when_the_primaries_cannot() {
     );
 }
 
+/// A sole primary is answered without the weighted pick only while it can answer: out by
+/// health, or without an address of the asked family, the fallback after it answers.
+#[test]
+fn a_sole_primary_that_cannot_answer_leaves_it_to_the_fallback() {
+    let routes = [("0.0.0.0/0", "fra-1|nyc-1"), ("::/0", "fra-1|nyc-1")];
+    let mut fx = setup(1, &routes);
+    let www = fx.maps().find_service(NAME).unwrap().unwrap();
+    let fra = fx.maps().servers().unwrap();
+    let fra = fra.iter().find(|s| s.name == FRA.name).unwrap().id;
+    let mut mask = HealthMask::all_in();
+    mask.set(fra, true, Some(false));
+    fx.maps().set_health(www, &mask).unwrap();
+    for rtype in [RecordType::A, RecordType::AAAA] {
+        let a = expect_answer(&fx, &frame_of(&v4(), &query(ID, QNAME, rtype)));
+        assert_eq!(a.addrs, vec![NYC.addr(rtype)], "fra-1 out by health");
+    }
+    fx.maps().set_health(www, &HealthMask::all_in()).unwrap();
+    // fra-1 with an IPv4 address only: AAAA goes to nyc-1, A stays with fra-1.
+    ops::server_add(fx.maps(), FRA.name, Some(FRA.v4), None).unwrap();
+    let a = expect_answer(&fx, &frame_of(&v4(), &query(ID, QNAME, RecordType::AAAA)));
+    assert_eq!(
+        a.addrs,
+        vec![NYC.addr(RecordType::AAAA)],
+        "fra-1 has no IPv6"
+    );
+    let a = expect_answer(&fx, &frame_of(&v4(), &query(ID, QNAME, RecordType::A)));
+    assert_eq!(a.addrs, vec![FRA.addr(RecordType::A)]);
+}
+
 /// `fra-1=3,nyc-1`: three answers in four go to fra-1 (random selection, so loose bounds:
 /// 800 draws put fra-1 at 600 +- 12; 480..720 is ten standard deviations either way).
 #[test]
