@@ -267,6 +267,15 @@ mod tests {
         out
     }
 
+    /// Each server once, at its first place: a route lists a server at most once.
+    fn distinct(servers: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
+        let mut seen = std::collections::HashSet::new();
+        servers
+            .into_iter()
+            .filter(|(s, _)| seen.insert(*s))
+            .collect()
+    }
+
     /// The `i`th of `n` keys spread evenly over the key space, as hashes spread.
     fn spread(i: u32, n: u32) -> u32 {
         ((u64::from(i) << 32).div_ceil(u64::from(n))) as u32
@@ -338,8 +347,7 @@ mod tests {
             primary in 0u8..=9, key: u32, answers in 0u8..=9,
             down in proptest::collection::vec(1u16..20, 0..5),
         ) {
-            let mut seen = std::collections::HashSet::new();
-            let servers: Vec<_> = servers.into_iter().filter(|(s, _)| seen.insert(*s)).collect();
+            let servers = distinct(servers);
             let d = decision(&servers, primary);
             let got = run(&d, key, answers, &down);
             prop_assert!(got.len() <= (answers as usize).clamp(1, 8));
@@ -359,8 +367,7 @@ mod tests {
             primary in 0u8..=9, key: u32, answers in 0u8..=9,
             down in proptest::collection::vec(1u16..20, 0..5),
         ) {
-            let mut seen = std::collections::HashSet::new();
-            let servers: Vec<_> = servers.into_iter().filter(|(s, _)| seen.insert(*s)).collect();
+            let servers = distinct(servers);
             let d = decision(&servers, primary);
             let got = run(&d, key, answers, &down);
             match sole_primary(&d, answers) {
