@@ -72,11 +72,12 @@ pub fn fallback(s: &config::Service) -> Result<Fallback> {
         .with_context(|| format!("alternate {:?} does not fit a record", s.alternate))
 }
 
-/// Writes the config's servers and services at their ids, those that differ from what the
-/// kernel holds. Nothing is removed here: the decisions in use may still point at servers
-/// the config dropped. A server the operator set down (`server set --down`) or drained
-/// stays so: admin state belongs to the operator, not to the config.
-fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
+/// Writes the config's servers and services at their ids, and every other setting the
+/// kernel holds (fallbacks, rate limits and exemptions, VIPs, the flood guard), those that
+/// differ from what the kernel holds. Nothing is removed here: the decisions in use may
+/// still point at servers the config dropped. A server the operator set down (`server set
+/// --down`) or drained stays so: admin state belongs to the operator, not to the config.
+pub fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
     let now: HashMap<u16, ServerEntry> = m.servers()?.into_iter().map(|s| (s.id, s)).collect();
     let down: HashSet<&str> = now
         .values()

@@ -28,7 +28,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use director_common::maps::Decision;
 use ipnet::IpNet;
 
-use super::apply::{assign_ids, publish_fronts, sync, update};
+use super::apply::{assign_ids, publish_fronts, sync, update, write_objects};
 use super::compile::{diff, replace_subtree, Diff, Table};
 use super::config::Config;
 use super::data::{load_rtt, Data};
@@ -841,6 +841,10 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
             ),
         );
     } else {
+        // The same servers and services, but the sections around them may have changed
+        // what the kernel holds: `[rrl]`, `[steer]`, or the select mode `default_priority`
+        // implies. Each is compared with the kernel and written where it differs.
+        write_objects(m, &cfg, &ids)?;
         let before: HashMap<u32, &Table> = state
             .computed
             .tables
@@ -871,6 +875,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         checks = (!r.plan.is_empty()).then_some(r);
     }
     let dns = follow_zones(state.dns.take(), &cfg, &pin_dir, log)?;
+    listeners_kept(&state.cfg, &cfg, log);
     if let Some(h) = &state.http {
         let fresh = redirect::Settings::from_config(&cfg)?;
         *h.write().unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
@@ -934,6 +939,26 @@ fn follow_zones(
     }
     server.set_zones(zones);
     Ok(Some(server))
+}
+
+/// `[metrics]` and `[http]` listen where they did at the start (as the zones' listeners
+/// do): a reload that moves or adds them says so instead of seeming applied.
+fn listeners_kept(old: &Config, new: &Config, log: Log) {
+    let metrics = |c: &Config| c.metrics.as_ref().map(|m| m.listen);
+    let http = |c: &Config| c.http.as_ref().map(|h| h.addresses().unwrap_or_default());
+    for (section, changed) in [
+        ("[metrics] listen", metrics(old) != metrics(new)),
+        ("[http] listen", http(old) != http(new)),
+    ] {
+        if changed {
+            log.event(
+                Event::Refused {
+                    error: format!("{section} changed"),
+                },
+                format!("{section} changed; the listener stays as it was until run restarts"),
+            );
+        }
+    }
 }
 
 /// The listeners (DNS over TCP, HTTP, metrics) and the checks all hold descriptors: the
