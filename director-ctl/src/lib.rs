@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod metrics;
 pub mod ops;
 pub mod redirect;
+pub mod rrl;
 pub mod runtime;
 
 /// The XDP object, built by build.rs from director-ebpf.

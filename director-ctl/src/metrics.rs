@@ -13,9 +13,17 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
 use prometheus::{Encoder, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+use serde::Deserialize;
 
 use crate::health::Shared;
 use crate::kernel::Maps;
+
+/// `[metrics]`: where `run` serves Prometheus text (`GET /metrics`).
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub listen: SocketAddr,
+}
 
 /// What `run` knows of its table, for the metrics.
 #[derive(Clone, Debug, Default)]

@@ -12,9 +12,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use director_common::counters::Reason;
 use director_common::maps::{Fallback, HealthMask};
 use director_common::select::Mode;
-use director_ctl::controller::front16;
 use director_ctl::kernel::TableSource;
 use director_ctl::ops;
+use director_plan::prefix::cover16 as front16;
 use director_tests::fixture::{route_set, Fixture, XDP_DROP, XDP_PASS, XDP_TX};
 use director_tests::packets::*;
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
@@ -3116,7 +3116,8 @@ fn exempt_sources_and_unlimited_services_are_never_limited() {
 /// then applies.
 #[test]
 fn the_config_sets_limits_and_exemptions() {
-    use director_ctl::controller::{apply, config::Config, data::Data, decide};
+    use director_ctl::controller::{apply, config::Config};
+    use director_plan::{data::Data, decide};
     let cfg = Config::parse(
         r#"
 [rrl]
@@ -3151,7 +3152,8 @@ rrl = { rate = 0 }
     let mut fx = Fixture::new().unwrap();
     ops::rrl_exempt(fx.maps(), "192.0.2.0/24".parse().unwrap(), true).unwrap();
     let ids = apply::assign_ids(fx.maps(), &cfg).unwrap();
-    let c = decide::compute(&cfg, &Data::load(&cfg).unwrap(), &ids, &Default::default()).unwrap();
+    let data = Data::load(&cfg.plan).unwrap();
+    let c = decide::compute(&cfg.plan, &data, &ids, &Default::default()).unwrap();
     apply::sync(fx.maps(), &cfg, &c, &ids).unwrap();
     let listed: Vec<String> = ops::rrl_exempt_list(fx.maps())
         .unwrap()

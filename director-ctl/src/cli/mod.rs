@@ -19,9 +19,10 @@ use director_common::{
 };
 
 use crate::checked;
-use crate::controller::{self, rrl::DEFAULT_SLIP};
+use crate::controller;
 use crate::kernel::{self, program, Maps, WriteLock};
 use crate::ops;
+use crate::rrl::DEFAULT_SLIP;
 
 /// director: answers DNS for the names it owns from an XDP program, with the best server
 /// for each client prefix.
@@ -738,9 +739,9 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
             let log = if json {
-                controller::run::Log::Json
+                crate::api::Log::Json
             } else {
-                controller::run::Log::Text
+                crate::api::Log::Text
             };
             let options = controller::run::Options {
                 poll: Duration::from_millis(poll_ms),

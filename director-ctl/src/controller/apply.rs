@@ -11,11 +11,11 @@ use director_common::{
 };
 use ipnet::IpNet;
 
-use super::compile::diff;
+use director_plan::compile::diff;
+use director_plan::decide::{Computed, Ids};
+use director_plan::prefix::{cover16, order::sort_key};
+
 use super::config::{self, Config};
-use super::decide::{Computed, Ids};
-use super::front16;
-use super::sweep::sort_key;
 use crate::kernel::steer::VipEntry;
 use crate::kernel::{DecisionChange, Maps, ServerEntry, ServiceEntry, TableSource};
 use director_common::steer::Forward;
@@ -110,8 +110,8 @@ pub fn write_objects(m: &mut Maps, cfg: &Config, ids: &Ids) -> Result<()> {
     }
     let now: HashMap<u32, ServiceEntry> = m.services()?.into_iter().map(|s| (s.id, s)).collect();
     let mut changed = Vec::new();
-    for (s, &id) in cfg.services.iter().zip(&ids.services) {
-        let select = s.select_mode(&s.policy(cfg)?)?;
+    for (i, (s, &id)) in cfg.services.iter().zip(&ids.services).enumerate() {
+        let select = cfg.select_mode(i)?;
         let e = ServiceEntry {
             id,
             name: s.name.trim_end_matches('.').to_string(),
@@ -303,12 +303,12 @@ pub fn publish_fronts<'a>(
             // A table read back from the kernel: every slot, some may have been left
             // cleared by a writer killed before it set them again.
             TableSource::Kernel => {
-                m.set_front16(id, &front16::covers(entries.iter().map(|(p, _)| p)), from)?
+                m.set_front16(id, &cover16::covers(entries.iter().map(|(p, _)| p)), from)?
             }
             // Our own updates: only the /16s they cleared (a few binary searches each,
             // not a pass over the table: `run` does this after every RTT change).
             TableSource::Own => {
-                m.set_front16_touched(id, |s| front16::cover_of(entries, s), from)?
+                m.set_front16_touched(id, |s| cover16::cover_of(entries, s), from)?
             }
         };
     }

@@ -1,5 +1,10 @@
-//! The controller's config file (TOML): sites, servers, services and where the data is.
-//! Every key is documented in the README. Paths are relative to the config file.
+//! The controller's config file (TOML), assembled from the parts each layer owns: the
+//! planner's sites, inputs and sort settings (`director_plan::config`), the health checks'
+//! (`health::config`), the redirector's (`redirect::config`), the zones (`dns::ZoneConfig`),
+//! rate limits (`crate::rrl`) and the metrics listener (`metrics`). What only the controller
+//! applies is its own: a server's addresses, a service's answers, fallback and VIPs, and
+//! `[steer]`. Every key is documented in docs/config.md (a test keeps the two equal). Paths
+//! are relative to the config file.
 //!
 //! Loading checks everything that can be checked without reading the data files: unknown
 //! keys, duplicate names, references to unknown sites or servers, bad DNS names, metric
@@ -15,40 +20,13 @@ use anyhow::{bail, Context, Result};
 use director_common::maps::{MAX_CANDIDATES, MAX_SERVERS, MAX_SERVICES};
 use director_common::select::Mode;
 use director_common::steer::{default_mss, Forward};
+use director_plan::config::{self as plan, Portions};
 use serde::Deserialize;
 
-use super::engine::{Metric, Policy};
-
-#[derive(Debug, Deserialize, Default, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct Geo {
-    /// MaxMind City schema, or a "flat" lat/lon database.
-    pub database: Option<PathBuf>,
-    /// `prefix,lat,lon` or `prefix,location` lines that win over the database.
-    pub locations: Option<PathBuf>,
-    /// A weighted directed location graph: geo becomes the shortest-path distance.
-    pub graph: Option<PathBuf>,
-}
-
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Site {
-    pub name: String,
-    pub lat: Option<f64>,
-    pub lon: Option<f64>,
-    /// The site's node in the location graph (default: its name).
-    pub location: Option<String>,
-    /// MRT RIB dumps and/or update files: this site's view of the Internet.
-    #[serde(default)]
-    pub bgp: Vec<PathBuf>,
-    /// Which peer of a multi-peer RIB is this site's view (address or AS).
-    pub bgp_peer: Option<String>,
-    /// IGP cost from the site to BGP next hops (the `int` metric).
-    #[serde(default)]
-    pub igp_cost: BTreeMap<String, u32>,
-    /// The site's own AS, for `med` (default: the AS of the BGP peer its routes come from).
-    pub asn: Option<u32>,
-}
+use crate::health::config::{check_timing, Check, HealthDefaults, HttpUrl, LoadSource};
+use crate::metrics::MetricsConfig;
+use crate::redirect::config::{url_host, Http};
+use crate::rrl;
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -77,153 +55,17 @@ pub struct Server {
     pub hostname: Option<String>,
 }
 
-/// `[[server]] load = { url = "http://ADDR:PORT/PATH", metric = "NAME" }`: the body is one
-/// number, or Prometheus text holding `metric` (its samples summed).
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct LoadSource {
-    pub url: String,
-    pub metric: Option<String>,
-}
-
-/// An `http://` URL whose host is an address literal (no DNS lookup in the checks'
-/// path): where to connect, the path and the Host header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpUrl {
-    pub addr: SocketAddr,
-    pub host: String,
-    pub path: String,
-}
-
-impl HttpUrl {
-    pub fn parse(url: &str) -> Result<HttpUrl> {
-        let rest = url
-            .strip_prefix("http://")
-            .with_context(|| format!("url {url:?} must start with http://"))?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            bail!("url {url:?}: the path has spaces or control characters");
-        }
-        let addr: SocketAddr = match authority.parse() {
-            Ok(a) => a,
-            Err(_) => {
-                let ip: IpAddr = authority
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .parse()
-                    .with_context(|| {
-                        format!("url {url:?}: the host must be an IP address (and :port)")
-                    })?;
-                SocketAddr::new(ip, 80)
-            }
-        };
-        Ok(HttpUrl {
-            addr,
-            host: authority.to_string(),
-            path: path.to_string(),
-        })
-    }
-}
-
-/// `[metrics]`: where `run` serves Prometheus text (`GET /metrics`).
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Metrics {
-    pub listen: SocketAddr,
-}
-
-/// `[http]`: where `run` answers HTTP requests for service names with redirects to their
-/// best server. `listen` is one `ADDR:PORT` or a list; `trusted_proxies` are addresses or
-/// prefixes whose `X-Forwarded-For` is believed.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Http {
-    pub listen: OneOrMany,
-    #[serde(default)]
-    pub trusted_proxies: Vec<String>,
-}
-
-/// A key that takes one string or a list of them.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(untagged)]
-pub enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl OneOrMany {
-    pub fn items(&self) -> &[String] {
-        match self {
-            OneOrMany::One(s) => std::slice::from_ref(s),
-            OneOrMany::Many(v) => v,
+impl Server {
+    /// What the sort needs of it.
+    fn plan(&self) -> plan::Server {
+        plan::Server {
+            name: self.name.clone(),
+            site: self.site.clone(),
+            preference: self.preference,
+            portion: self.portion,
+            agent_distance: self.agent_distance,
         }
     }
-}
-
-impl Http {
-    /// The listen addresses (checked at load, so later calls only fail on a config that was
-    /// never loaded).
-    pub fn addresses(&self) -> Result<Vec<SocketAddr>> {
-        let mut out = Vec::new();
-        for a in self.listen.items() {
-            let addr = a.parse().map_err(|_| {
-                anyhow::anyhow!("[http]: listen {a:?} is not ADDR:PORT (e.g. \"192.0.2.1:80\")")
-            })?;
-            if out.contains(&addr) {
-                bail!("[http]: listen {a:?} is given twice");
-            }
-            out.push(addr);
-        }
-        if out.is_empty() {
-            bail!("[http]: listen is an empty list");
-        }
-        Ok(out)
-    }
-
-    /// The trusted proxies as networks: a bare address is a network of its own.
-    pub fn trusted(&self) -> Result<Vec<ipnet::IpNet>> {
-        self.trusted_proxies
-            .iter()
-            .map(|t| {
-                if t.contains('/') {
-                    crate::checked::prefix(t)
-                } else {
-                    t.parse::<IpAddr>()
-                        .map(ipnet::IpNet::from)
-                        .map_err(|_| anyhow::anyhow!("{t:?} is not an address or a prefix"))
-                }
-                .with_context(|| format!("[http]: trusted_proxies {t:?}"))
-            })
-            .collect()
-    }
-}
-
-/// Whether `text` can stand as the host of an `http://` URL: dot-separated labels of
-/// letters, digits, `-` and `_`, none empty or over 63 bytes, at most 253 bytes in all (a
-/// trailing dot, an absolute name, is allowed).
-pub fn url_host(text: &str) -> Result<()> {
-    let name = text.strip_suffix('.').unwrap_or(text);
-    if name.is_empty() || name.len() > 253 {
-        bail!("{text:?} must be 1 to 253 bytes");
-    }
-    for label in name.split('.') {
-        if label.is_empty() || label.len() > 63 {
-            bail!("{text:?} has an empty label or one over 63 bytes");
-        }
-        if !label
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            bail!("{text:?} may only hold letters, digits, '-', '_' and dots");
-        }
-        if label.starts_with('-') || label.ends_with('-') {
-            bail!("{text:?} has a label that starts or ends with '-'");
-        }
-    }
-    Ok(())
 }
 
 fn thirty() -> u32 {
@@ -285,7 +127,7 @@ pub struct Service {
     /// ... with this TTL, also for fail-open answers. Default: the TTL, at most 10 s.
     pub degraded_ttl: Option<u32>,
     /// Response rate limiting: what it gives wins over `[rrl]`.
-    pub rrl: Option<super::rrl::ServiceLimit>,
+    pub rrl: Option<rrl::ServiceLimit>,
     /// Virtual IPs and ports ("203.0.113.80:443", "[2001:db8::80]:443"): new TCP
     /// connections to them go to the client's best server, their packets follow.
     #[serde(default)]
@@ -334,274 +176,21 @@ fn yes() -> bool {
     true
 }
 
-/// A service's `portion`: a table of server = portion, or `"auto"`.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Portions {
-    pub each: BTreeMap<String, u16>,
-    pub auto: bool,
-}
-
-impl<'de> Deserialize<'de> for Portions {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Word(String),
-            Each(BTreeMap<String, u16>),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Word(w) if w == "auto" => Ok(Portions {
-                each: BTreeMap::new(),
-                auto: true,
-            }),
-            Raw::Word(w) => Err(serde::de::Error::custom(format!(
-                "portion {w:?}: give \"auto\" or a table of server = portion"
-            ))),
-            Raw::Each(each) => Ok(Portions { each, auto: false }),
-        }
-    }
-}
-
-/// An auto portion's target for a load under `threshold`: the headroom left, in percent
-/// (1 to 100; an overloaded server gets no new clients anyway).
-pub fn auto_portion_target(load: f64, threshold: f64) -> u16 {
-    (100.0 * (threshold - load) / threshold)
-        .round()
-        .clamp(1.0, 100.0) as u16
-}
-
-/// Where an auto portion starts before any load is read, and how far it moves per reading.
-pub const AUTO_PORTION_START: u16 = 50;
-pub const AUTO_PORTION_STEP: u16 = 20;
-
-/// `[health]`: the defaults of every service's check.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HealthDefaults {
-    /// Seconds between checks of one server (1 to 3600).
-    #[serde(default = "ten_f")]
-    pub interval: f64,
-    /// Seconds a check may take (at most the interval).
-    #[serde(default = "two_f")]
-    pub timeout: f64,
-    /// Consecutive successes to come back.
-    #[serde(default = "two")]
-    pub rise: u32,
-    /// Consecutive failures to go down.
-    #[serde(default = "three")]
-    pub fall: u32,
-    /// Each wait between checks is the interval times 1 plus or minus up to this share
-    /// (0 to 0.5), so that checks do not synchronise.
-    #[serde(default = "tenth")]
-    pub jitter: f64,
-}
-
-impl Default for HealthDefaults {
-    fn default() -> Self {
-        HealthDefaults {
-            interval: ten_f(),
-            timeout: two_f(),
-            rise: two(),
-            fall: three(),
-            jitter: tenth(),
-        }
-    }
-}
-
-fn ten_f() -> f64 {
-    10.0
-}
-fn two_f() -> f64 {
-    2.0
-}
-fn two() -> u32 {
-    2
-}
-fn three() -> u32 {
-    3
-}
-fn tenth() -> f64 {
-    0.1
-}
-
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckKind {
-    /// A TCP connection to the port (DistributedDirector's check).
-    Tcp,
-    /// An HTTP/1.1 GET of `path`, expecting `status` and, if given, `body` in the body.
-    Http,
-    /// A DNS query for `query` (type `qtype`), expecting a NOERROR answer.
-    Dns,
-}
-
-/// `[[service]] health = { type = "http", port = 80, ... }`: the check of every server
-/// of the service. Timing keys override `[health]`.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Check {
-    #[serde(rename = "type")]
-    pub kind: CheckKind,
-    pub port: u16,
-    pub path: Option<String>,
-    pub status: Option<u16>,
-    pub body: Option<String>,
-    /// The Host header (default: the service's name).
-    pub host: Option<String>,
-    pub query: Option<String>,
-    pub qtype: Option<String>,
-    pub interval: Option<f64>,
-    pub timeout: Option<f64>,
-    pub rise: Option<u32>,
-    pub fall: Option<u32>,
-    pub jitter: Option<f64>,
-}
-
-/// A check's timing, the service's keys over `[health]`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Timing {
-    pub interval: std::time::Duration,
-    pub timeout: std::time::Duration,
-    pub rise: u32,
-    pub fall: u32,
-    pub jitter: f64,
-}
-
-/// DNS types a `dns` check may ask for.
-pub const CHECK_QTYPES: [&str; 6] = ["A", "AAAA", "SOA", "NS", "TXT", "MX"];
-
-impl Check {
-    pub fn timing(&self, d: &HealthDefaults) -> Timing {
-        Timing {
-            interval: std::time::Duration::from_secs_f64(self.interval.unwrap_or(d.interval)),
-            timeout: std::time::Duration::from_secs_f64(self.timeout.unwrap_or(d.timeout)),
-            rise: self.rise.unwrap_or(d.rise),
-            fall: self.fall.unwrap_or(d.fall),
-            jitter: self.jitter.unwrap_or(d.jitter),
-        }
-    }
-
-    fn validate(&self, d: &HealthDefaults) -> Result<()> {
-        check_timing(
-            self.interval.unwrap_or(d.interval),
-            self.timeout.unwrap_or(d.timeout),
-            self.rise.unwrap_or(d.rise),
-            self.fall.unwrap_or(d.fall),
-            self.jitter.unwrap_or(d.jitter),
-        )?;
-        if self.port == 0 {
-            bail!("health: port 0");
-        }
-        let only = |key: &str, set: bool, kind: &str| -> Result<()> {
-            if set {
-                bail!("health: {key} is only for {kind} checks");
-            }
-            Ok(())
-        };
-        let http = self.kind == CheckKind::Http;
-        only("path", !http && self.path.is_some(), "http")?;
-        only("status", !http && self.status.is_some(), "http")?;
-        only("body", !http && self.body.is_some(), "http")?;
-        only("host", !http && self.host.is_some(), "http")?;
-        let dns = self.kind == CheckKind::Dns;
-        only("query", !dns && self.query.is_some(), "dns")?;
-        only("qtype", !dns && self.qtype.is_some(), "dns")?;
-        if let Some(p) = &self.path {
-            if !p.starts_with('/') || p.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                bail!("health: path {p:?} must start with / and have no spaces");
-            }
-        }
-        if let Some(h) = &self.host {
-            if h.is_empty() || h.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                bail!("health: host {h:?} is not a host name");
-            }
-        }
-        if let Some(s) = self.status {
-            if !(100..=599).contains(&s) {
-                bail!("health: status {s} is not an HTTP status");
-            }
-        }
-        if dns {
-            let q = self
-                .query
-                .as_deref()
-                .context("health: a dns check needs query (the name to ask for)")?;
-            director_common::name::encode(q)
-                .map_err(|e| anyhow::anyhow!("health: query {q:?}: {e}"))?;
-            if let Some(t) = &self.qtype {
-                if !CHECK_QTYPES.contains(&t.to_ascii_uppercase().as_str()) {
-                    bail!(
-                        "health: qtype {t:?} is not one of {}",
-                        CHECK_QTYPES.join(", ")
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-fn check_timing(interval: f64, timeout: f64, rise: u32, fall: u32, jitter: f64) -> Result<()> {
-    if !(1.0..=3600.0).contains(&interval) {
-        bail!("health: interval {interval} s is not from 1 to 3600");
-    }
-    if !(timeout > 0.0 && timeout <= interval) {
-        bail!(
-            "health: timeout {timeout} s must be above 0 and at most the interval ({interval} s)"
-        );
-    }
-    if !(1..=100).contains(&rise) || !(1..=100).contains(&fall) {
-        bail!("health: rise {rise} and fall {fall} must be from 1 to 100");
-    }
-    if !(0.0..=0.5).contains(&jitter) {
-        bail!("health: jitter {jitter} is not from 0 to 0.5");
-    }
-    Ok(())
-}
-
 impl Service {
-    /// The service's sort policy: its own priorities and weights, or the config's defaults
-    /// when it gives neither (DistributedDirector's `default-weights`, `default-priority`).
-    pub fn policy(&self, cfg: &Config) -> Result<Policy> {
-        let (prio, weights) = if self.priority.is_empty() && self.weights.is_empty() {
-            (&cfg.default_priority, &cfg.default_weights)
-        } else {
-            (&self.priority, &self.weights)
-        };
-        policy_of(prio, weights, self.rtt_tolerance, self.med)
-    }
-
-    /// How the kernel picks among the final equals. With `random` ending the sort: a
-    /// uniform draw per query (`select` may only say "random"). With `portion`: a draw by
-    /// portion, per query by default, or keyed by the client or the name when `select`
-    /// says so. Without a draw the answer must not change from query to query
-    /// (DistributedDirector: a tie without the random metric is no random pick): a hash of
-    /// the client's address by default, or of the name; `select = "random"` is refused.
-    pub fn select_mode(&self, policy: &Policy) -> Result<Mode> {
-        match (policy.draw(), self.select) {
-            (Some(Metric::Random), None | Some(Mode::Random)) => Ok(Mode::Random),
-            (Some(Metric::Random), Some(m)) => bail!(
-                "select = {:?} contradicts the random metric, which draws per query: drop \
-                 select or random",
-                m.name()
-            ),
-            (Some(_), m) => Ok(m.unwrap_or(Mode::Random)),
-            (None, None) => Ok(Mode::Client),
-            (None, Some(Mode::Random)) => bail!(
-                "select = \"random\" without the random (or portion) metric: \
-                 DistributedDirector answers a tie deterministically unless the sort ends in \
-                 random; add random to priority (e.g. after the last metric) or drop select"
-            ),
-            (None, Some(m)) => Ok(m),
+    /// What the sort needs of it.
+    fn plan(&self) -> plan::Service {
+        plan::Service {
+            name: self.name.clone(),
+            servers: self.servers.clone(),
+            priority: self.priority.clone(),
+            weights: self.weights.clone(),
+            rtt_tolerance: self.rtt_tolerance,
+            med: self.med,
+            select: self.select,
+            admin: self.admin.clone(),
+            portion: self.portion.clone(),
         }
     }
-}
-
-#[derive(Debug, Deserialize, Default, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct Rtt {
-    #[serde(default)]
-    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone, PartialEq)]
@@ -654,40 +243,56 @@ impl Steer {
     }
 }
 
-#[derive(Debug, Deserialize, Default, Clone)]
+/// The file as written: every section, in the order of the reference.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+struct File {
     #[serde(default)]
-    pub geo: Geo,
-    #[serde(default, rename = "site")]
-    pub sites: Vec<Site>,
-    #[serde(default, rename = "server")]
-    pub servers: Vec<Server>,
-    #[serde(default, rename = "service")]
-    pub services: Vec<Service>,
+    geo: plan::Geo,
     #[serde(default)]
-    pub rtt: Rtt,
+    site: Vec<plan::Site>,
     #[serde(default)]
-    pub health: HealthDefaults,
-    pub metrics: Option<Metrics>,
+    server: Vec<Server>,
+    #[serde(default)]
+    service: Vec<Service>,
+    #[serde(default)]
+    rtt: plan::Rtt,
+    #[serde(default)]
+    health: HealthDefaults,
+    metrics: Option<MetricsConfig>,
     /// Zones answered in full (SOA, NS, other types, TCP) by `run`'s own listeners.
-    #[serde(default, rename = "zone")]
-    pub zones: Vec<crate::dns::ZoneConfig>,
-    pub http: Option<Http>,
+    #[serde(default)]
+    zone: Vec<crate::dns::ZoneConfig>,
+    http: Option<Http>,
     /// Response rate limiting defaults and exemptions.
     #[serde(default)]
-    pub rrl: super::rrl::Defaults,
+    rrl: rrl::Defaults,
     /// SYN steering: outer sources for `ipip` and the flood guard.
     #[serde(default)]
-    pub steer: Steer,
+    steer: Steer,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     #[serde(default)]
-    pub default_weights: BTreeMap<String, f64>,
+    default_weights: BTreeMap<String, f64>,
     #[serde(default)]
-    pub default_priority: BTreeMap<String, u32>,
+    default_priority: BTreeMap<String, u32>,
+}
+
+/// The config, each part where its layer takes it.
+#[derive(Debug, Default, Clone)]
+pub struct Config {
+    /// What the planner reads: sites, inputs, and each server's and service's sort
+    /// settings (in the order of `servers` and `services`).
+    pub plan: plan::Config,
+    pub servers: Vec<Server>,
+    pub services: Vec<Service>,
+    pub health: HealthDefaults,
+    pub metrics: Option<MetricsConfig>,
+    pub zones: Vec<crate::dns::ZoneConfig>,
+    pub http: Option<Http>,
+    pub rrl: rrl::Defaults,
+    pub steer: Steer,
     /// The file it came from; paths in it are relative to its directory.
-    #[serde(skip)]
     pub path: PathBuf,
 }
 
@@ -697,68 +302,59 @@ impl Config {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut c = Config::parse(&text).with_context(|| format!("{}", path.display()))?;
         c.path = path.to_path_buf();
-        c.resolve_paths();
+        c.plan.path = path.to_path_buf();
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        c.plan.resolve_paths(&dir);
         Ok(c)
     }
 
     pub fn parse(text: &str) -> Result<Config> {
-        let c: Config =
+        let f: File =
             toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        let c = Config {
+            plan: plan::Config {
+                geo: f.geo,
+                sites: f.site,
+                servers: f.server.iter().map(Server::plan).collect(),
+                services: f.service.iter().map(Service::plan).collect(),
+                rtt: f.rtt,
+                default_weights: f.default_weights,
+                default_priority: f.default_priority,
+                path: PathBuf::new(),
+            },
+            servers: f.server,
+            services: f.service,
+            health: f.health,
+            metrics: f.metrics,
+            zones: f.zone,
+            http: f.http,
+            rrl: f.rrl,
+            steer: f.steer,
+            path: PathBuf::new(),
+        };
         c.validate()?;
         Ok(c)
     }
 
-    fn resolve_paths(&mut self) {
-        let dir = self
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let fix = |p: &mut PathBuf| {
-            if p.is_relative() {
-                *p = dir.join(&*p);
-            }
-        };
-        for p in [
-            &mut self.geo.database,
-            &mut self.geo.locations,
-            &mut self.geo.graph,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            fix(p);
-        }
-        for s in &mut self.sites {
-            s.bgp.iter_mut().for_each(fix);
-        }
-        self.rtt.files.iter_mut().for_each(fix);
+    /// What the HTTP redirector takes: the servers' hostnames and `[http]`.
+    pub fn redirect(&self) -> Result<crate::redirect::Settings> {
+        let hostnames = self
+            .servers
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), s.hostname.clone()?)))
+            .collect();
+        crate::redirect::Settings::new(hostnames, self.http.as_ref())
+    }
+
+    /// How the kernel picks among the final equals of service `i` (by the planner's rule).
+    pub fn select_mode(&self, i: usize) -> Result<Mode> {
+        let s = &self.plan.services[i];
+        s.select_mode(&s.policy(&self.plan)?)
     }
 
     fn validate(&self) -> Result<()> {
-        let mut sites = HashSet::new();
-        for (i, s) in self.sites.iter().enumerate() {
-            let at = || format!("[[site]] #{} ({:?})", i + 1, s.name);
-            if s.name.is_empty() || !sites.insert(s.name.as_str()) {
-                bail!("{}: site names must be unique and not empty", at());
-            }
-            match (s.lat, s.lon) {
-                (Some(lat), Some(lon))
-                    if !(-90.0..=90.0).contains(&lat) || !(-180.0..=180.0).contains(&lon) =>
-                {
-                    bail!("{}: lat/lon {lat},{lon} out of range", at())
-                }
-                (Some(_), None) | (None, Some(_)) => {
-                    bail!("{}: give both lat and lon, or neither", at())
-                }
-                _ => {}
-            }
-            for hop in s.igp_cost.keys() {
-                if hop.parse::<IpAddr>().is_err() {
-                    bail!("{}: igp_cost key {hop:?} is not an IP address", at());
-                }
-            }
-        }
+        // Sites, server sites, service server lists and policies: the planner's rules.
+        self.plan.validate()?;
         if self.servers.len() >= MAX_SERVERS as usize {
             bail!(
                 "{} servers: at most {} fit the kernel's table",
@@ -766,16 +362,9 @@ impl Config {
                 MAX_SERVERS - 1
             );
         }
-        let mut servers = HashSet::new();
         for (i, s) in self.servers.iter().enumerate() {
             let at = || format!("[[server]] #{} ({:?})", i + 1, s.name);
             crate::checked::server_name(&s.name).with_context(at)?;
-            if !servers.insert(s.name.as_str()) {
-                bail!("{}: a server of that name is already defined", at());
-            }
-            if !sites.contains(s.site.as_str()) {
-                bail!("{}: unknown site {:?}", at(), s.site);
-            }
             if s.ipv4.is_none() && s.ipv6.is_none() {
                 bail!("{}: needs ipv4 and/or ipv6", at());
             }
@@ -799,10 +388,6 @@ impl Config {
                 self.services.len(),
                 MAX_SERVICES - 1
             );
-        }
-        if !(self.default_priority.is_empty() && self.default_weights.is_empty()) {
-            policy_of(&self.default_priority, &self.default_weights, 10, false)
-                .context("default_priority and default_weights")?;
         }
         self.steer.validate()?;
         let mut vips = HashSet::new();
@@ -828,29 +413,6 @@ impl Config {
                     s.answers
                 );
             }
-            if s.servers.is_empty() {
-                bail!("{}: lists no servers", at());
-            }
-            for n in &s.servers {
-                if !servers.contains(n.as_str()) {
-                    bail!("{}: unknown server {n:?}", at());
-                }
-            }
-            for (what, names) in [
-                ("admin", keys(&s.admin)),
-                ("portion", keys(&s.portion.each)),
-            ] {
-                for n in names {
-                    if !s.servers.contains(n) {
-                        bail!(
-                            "{}: {what} names {n:?}, which is not one of its servers",
-                            at()
-                        );
-                    }
-                }
-            }
-            let policy = s.policy(self).with_context(at)?;
-            s.select_mode(&policy).with_context(at)?;
             if let Some(c) = &s.health {
                 c.validate(&self.health).with_context(at)?;
             }
@@ -1013,29 +575,6 @@ impl Config {
     }
 }
 
-/// A policy from priority and weight tables as the config spells them (metric names).
-fn policy_of(
-    priority: &BTreeMap<String, u32>,
-    weights: &BTreeMap<String, f64>,
-    rtt_tolerance: u32,
-    med: bool,
-) -> Result<Policy> {
-    let metric = |m: &String| m.parse::<Metric>().map_err(|e| anyhow::anyhow!("{e}"));
-    let prio = priority
-        .iter()
-        .map(|(m, p)| Ok((metric(m)?, *p)))
-        .collect::<Result<Vec<_>>>()?;
-    let weights = weights
-        .iter()
-        .map(|(m, w)| Ok((metric(m)?, *w)))
-        .collect::<Result<Vec<_>>>()?;
-    Policy::new(&prio, &weights, rtt_tolerance, med).map_err(|e| anyhow::anyhow!(e))
-}
-
-fn keys<V>(m: &BTreeMap<String, V>) -> Vec<&String> {
-    m.keys().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1077,14 +616,15 @@ priority = { geo = 1, admin = 2 }
         for name in ["director.toml", "real-data.toml"] {
             let c = Config::load(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e:#}"));
             let files = c
+                .plan
                 .geo
                 .database
                 .iter()
-                .chain(&c.geo.locations)
-                .chain(&c.geo.graph);
+                .chain(&c.plan.geo.locations)
+                .chain(&c.plan.geo.graph);
             let files = files
-                .chain(c.sites.iter().flat_map(|s| &s.bgp))
-                .chain(&c.rtt.files);
+                .chain(c.plan.sites.iter().flat_map(|s| &s.bgp))
+                .chain(&c.plan.rtt.files);
             for f in files {
                 assert!(
                     f.is_file(),
@@ -1199,9 +739,9 @@ priority = { geo = 1, admin = 2 }
             Config::parse(&ok.replace("load_threshold", "portion = \"auto\"\nload_threshold"))
                 .unwrap();
         assert!(auto.services[0].portion.auto);
-        assert_eq!(auto_portion_target(0.2, 0.8), 75);
-        assert_eq!(auto_portion_target(0.9, 0.8), 1);
-        assert_eq!(auto_portion_target(0.0, 0.8), 100);
+        assert_eq!(director_plan::config::auto_portion_target(0.2, 0.8), 75);
+        assert_eq!(director_plan::config::auto_portion_target(0.9, 0.8), 1);
+        assert_eq!(director_plan::config::auto_portion_target(0.0, 0.8), 100);
         let u = HttpUrl::parse("http://[2001:db8::1]:8080/m?x=1").unwrap();
         assert_eq!((u.addr.port(), u.path.as_str()), (8080, "/m?x=1"));
         assert_eq!(HttpUrl::parse("http://192.0.2.1").unwrap().addr.port(), 80);
@@ -1351,8 +891,7 @@ priority = { geo = 1, admin = 2 }
     fn select_follows_the_policy() {
         let mode = |extra: &str| {
             let c = Config::parse(&with_service(extra)).unwrap();
-            let s = &c.services[0];
-            s.select_mode(&s.policy(&c).unwrap()).unwrap()
+            c.select_mode(0).unwrap()
         };
         assert_eq!(mode("priority = { geo = 1 }"), Mode::Client);
         assert_eq!(
@@ -1382,8 +921,11 @@ priority = { geo = 1, admin = 2 }
             with_service("admin = { \"fra-1\" = 7 }\nportion = { \"fra-1\" = 3 }")
         );
         let c = Config::parse(&text).unwrap();
-        let p = c.services[0].policy(&c).unwrap();
-        assert_eq!(p.levels(), vec![(101, vec![(Metric::Geo, 2.0)])]);
+        let p = c.plan.services[0].policy(&c.plan).unwrap();
+        assert_eq!(
+            p.levels(),
+            vec![(101, vec![(director_plan::engine::Metric::Geo, 2.0)])]
+        );
         assert_eq!(c.services[0].admin["fra-1"], 7);
         assert_eq!(c.services[0].portion.each["fra-1"], 3);
         let e = refused(&with_service("admin = { \"nyc-1\" = 7 }"));
@@ -1431,5 +973,90 @@ priority = { geo = 1, admin = 2 }
         let e = format!("{:#}", Config::load(&path).unwrap_err());
         let _ = std::fs::remove_dir_all(&dir);
         assert!(e.starts_with(&path.display().to_string()) && e.contains("[[service]] #1"));
+    }
+
+    const RRL_CONFIG: &str = r#"
+[rrl]
+rate = 50
+slip = 3
+ipv4_prefix = 22
+exempt = ["192.0.2.0/24", "2001:db8::/32"]
+
+[[site]]
+name = "fra"
+lat = 50.11
+lon = 8.68
+
+[[server]]
+name = "fra-1"
+site = "fra"
+ipv4 = "192.0.2.10"
+
+[[service]]
+name = "www.example.com"
+servers = ["fra-1"]
+priority = { geo = 1 }
+rrl = { rate = 100, burst = 200 }
+
+[[service]]
+name = "api.example.com"
+servers = ["fra-1"]
+priority = { geo = 1 }
+"#;
+
+    #[test]
+    fn the_rrl_keys_reach_the_limits() {
+        let c = Config::parse(RRL_CONFIG).unwrap();
+        let www = c.rrl.limit(c.services[0].rrl.as_ref());
+        assert_eq!(
+            (www.rate, www.burst, www.slip, www.v4_prefix),
+            (100, 200, 3, 22)
+        );
+        let api = c.rrl.limit(c.services[1].rrl.as_ref());
+        assert_eq!((api.rate, api.burst, api.v6_prefix), (50, 50, 56));
+        assert_eq!(c.rrl.exempt_prefixes().unwrap().len(), 2);
+        let bad = RRL_CONFIG.replace("slip = 3", "slip = 300");
+        let e = Config::parse(&bad).unwrap_err();
+        assert!(format!("{e:#}").contains("slip 300"), "{e:#}");
+        let unknown = RRL_CONFIG.replace("burst = 200", "bursts = 200");
+        assert!(Config::parse(&unknown).is_err());
+    }
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 256,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Mutation fuzzing of the config reader, as director-plan's inputs::fuzz does the
+        /// input readers: the example config with bytes flipped, replaced, inserted,
+        /// removed or cut off is read or refused with a message, never a panic.
+        #[test]
+        fn config_reader_never_panics(
+            edits in proptest::collection::vec(
+                (proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>(), 0u8..5),
+                1..6,
+            )
+        ) {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/director.toml");
+            let mut b = std::fs::read(path).unwrap();
+            for (i, v, kind) in edits {
+                if b.is_empty() {
+                    break;
+                }
+                let i = i % b.len();
+                match kind {
+                    0 => b[i] ^= 1 << (v % 8),
+                    1 => b[i] = v,
+                    2 => b.insert(i, v),
+                    3 => {
+                        b.remove(i);
+                    }
+                    _ => b.truncate(i),
+                }
+            }
+            if let Err(e) = Config::parse(&String::from_utf8_lossy(&b)) {
+                proptest::prop_assert!(!format!("{e:#}").is_empty(), "an error without a message");
+            }
+        }
     }
 }

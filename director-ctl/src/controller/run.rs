@@ -28,13 +28,15 @@ use anyhow::{anyhow, bail, Context, Result};
 use director_common::maps::Decision;
 use ipnet::IpNet;
 
+use director_plan::compile::{diff, replace_subtree, Diff, Table};
+use director_plan::data::{load_rtt, Data};
+use director_plan::decide::{compute, plans, subtree, Computed, Ids, Unavailable};
+use director_plan::guard::{self, Refusal, Removal};
+
 use super::apply::{assign_ids, publish_fronts, sync, update, write_objects};
-use super::compile::{diff, replace_subtree, Diff, Table};
+use super::checks::health_plan;
 use super::config::Config;
-use super::data::{load_rtt, Data};
-use super::decide::{compute, plans, subtree, Computed, Ids, Unavailable};
-use super::guard::{self, Refusal, Removal};
-use crate::api::{self, Event};
+use crate::api::{self, Event, Log};
 use crate::dns;
 use crate::health::{self, Runner, Shared};
 use crate::kernel::{DecisionChange, Maps, TableSource, WriteLock};
@@ -54,34 +56,6 @@ pub struct Options {
     /// Let the first apply remove more than that (a restart that confirms a removal).
     pub accept_removal: bool,
     pub log: Log,
-}
-
-/// How `run` logs its events (on stderr).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Log {
-    /// One line of text per event.
-    Text,
-    /// One [`api::RunEvent`] JSON object per line.
-    Json,
-}
-
-impl Log {
-    pub fn event(self, event: Event, message: String) {
-        match self {
-            Log::Text => eprintln!("director-ctl run: {message}"),
-            Log::Json => {
-                let e = api::RunEvent {
-                    version: api::VERSION,
-                    event,
-                    message,
-                };
-                match serde_json::to_string(&e) {
-                    Ok(line) => eprintln!("{line}"),
-                    Err(err) => eprintln!("director-ctl run: {} ({err})", e.message),
-                }
-            }
-        }
-    }
 }
 
 /// Writes one service's changed entries and logs them.
@@ -124,17 +98,18 @@ fn tables_of(c: &Computed) -> impl Iterator<Item = (u32, &[(IpNet, Decision)])> 
 fn watched(path: &Path, cfg: &Config) -> Vec<PathBuf> {
     let mut v = vec![path.to_path_buf()];
     v.extend(
-        cfg.geo
+        cfg.plan
+            .geo
             .database
             .iter()
-            .chain(&cfg.geo.locations)
-            .chain(&cfg.geo.graph)
+            .chain(&cfg.plan.geo.locations)
+            .chain(&cfg.plan.geo.graph)
             .cloned(),
     );
-    for s in &cfg.sites {
+    for s in &cfg.plan.sites {
         v.extend(s.bgp.iter().cloned());
     }
-    v.extend(cfg.rtt.files.iter().cloned());
+    v.extend(cfg.plan.rtt.files.iter().cloned());
     v
 }
 
@@ -230,7 +205,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     // overlaps it; nothing is published before that round is complete.
     let shared = Shared::default();
     let checks = start_checks(pin_dir, &m, &cfg, shared.clone(), log)?;
-    let data = Data::load(&cfg)?;
+    let data = Data::load(&cfg.plan)?;
     if let Some(r) = &checks {
         let limit = r.first_round_limit();
         if !r.wait_first_round(limit) {
@@ -249,7 +224,11 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     let (lock, ids, down, computed) = compute_for_kernel(&m, pin_dir, &cfg, &data, &shared)?;
     // On a restart, what the kernel holds is the last applied state; a config cut short
     // since would drop its services and servers.
-    let removals = guard::removals_from_kernel(&m, &cfg)?;
+    let removals = guard::removals_from_kernel(
+        m.services()?.into_iter().map(|s| s.name),
+        m.servers()?.into_iter().map(|s| s.name),
+        &cfg.plan,
+    );
     let share = (!o.accept_removal).then_some(o.max_removal_share);
     guard::check(&removals, share).map_err(|e| {
         anyhow!(
@@ -369,7 +348,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         let only_rtt = !hupped
             && !confirmed
             && !changed.is_empty()
-            && changed.iter().all(|f| state.cfg.rtt.files.contains(f));
+            && changed.iter().all(|f| state.cfg.plan.rtt.files.contains(f));
         // SIGUSR1 is the operator's confirmation: this one recompute may remove anything.
         let share = (!confirmed).then_some(o.max_removal_share);
         let t = Instant::now();
@@ -455,7 +434,7 @@ fn compute_for_kernel(
         };
         let ids = assign_ids(m, cfg)?;
         let down = down_servers(m, cfg, &ids, shared)?;
-        let computed = compute(cfg, data, &ids, &down)?;
+        let computed = compute(&cfg.plan, data, &ids, &down)?;
         let lock = match early {
             Some(l) => l,
             None => WriteLock::take(pin_dir)?,
@@ -499,7 +478,7 @@ fn start_http(
 ) -> Result<Option<(redirect::SharedSettings, Arc<redirect::Counters>)>> {
     let Some(h) = &cfg.http else { return Ok(None) };
     let listen = h.addresses()?;
-    let settings = redirect::SharedSettings::new(redirect::Settings::from_config(cfg)?.into());
+    let settings = redirect::SharedSettings::new(cfg.redirect()?.into());
     let counters = Arc::<redirect::Counters>::default();
     redirect::serve(&listen, pin_dir, settings.clone(), counters.clone())?;
     let list: Vec<String> = listen.iter().map(ToString::to_string).collect();
@@ -522,7 +501,7 @@ fn start_checks(
     log: Log,
 ) -> Result<Option<Runner>> {
     let ids = assign_ids(m, cfg)?;
-    let r = Runner::start(pin_dir, health::Plan::new(cfg, &ids), shared, log)?;
+    let r = Runner::start(pin_dir, health_plan(cfg, &ids), shared, log)?;
     Ok((!r.plan.is_empty()).then_some(r))
 }
 
@@ -681,7 +660,7 @@ impl State {
             return Ok(());
         }
         let t = Instant::now();
-        let new = compute(&self.cfg, &self.data, &self.ids, &down)?;
+        let new = compute(&self.cfg.plan, &self.data, &self.ids, &down)?;
         let _lock = WriteLock::take(&self.pin_dir)?;
         if down_servers(m, &self.cfg, &self.ids, &self.shared)? != down {
             // Changed again while sorting: the next look sorts for the newest states.
@@ -770,7 +749,7 @@ impl State {
     /// "do a full recompute" (a new prefix, a large subtree, a bad file, ids changed).
     fn rtt_changed(&mut self, m: &mut Maps, share: Option<f64>) -> Result<()> {
         let t = Instant::now();
-        let fresh = load_rtt(&self.cfg)?;
+        let fresh = load_rtt(&self.cfg.plan)?;
         let before = self.data.summary.rtt_measurements;
         let after = fresh.iter().map(Vec::len).sum();
         guard::check(&[Removal::count("RTT measurements", before, after)], share)?;
@@ -781,7 +760,7 @@ impl State {
             bail!("servers or services changed in the kernel");
         }
         let changed = self.data.replace_rtt(fresh);
-        let plans = plans(&self.cfg, &self.ids, &self.down)?;
+        let plans = plans(&self.cfg.plan, &self.ids, &self.down)?;
         // Only the outermost changed prefixes: their subtrees hold the rest.
         let mut roots: Vec<IpNet> = Vec::new();
         for p in changed {
@@ -811,16 +790,16 @@ impl State {
 /// of what the last applied state had (`None`: the operator confirmed it).
 fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -> Result<()> {
     let cfg = Config::load(path)?;
-    let data = Data::load(&cfg)?;
+    let data = Data::load(&cfg.plan)?;
     let (lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data, &state.shared)?;
     let removals = guard::removals(
         &guard::State {
-            cfg: &state.cfg,
+            cfg: &state.cfg.plan,
             data: &state.data,
             prefixes: &state.computed.all,
         },
         &guard::State {
-            cfg: &cfg,
+            cfg: &cfg.plan,
             data: &data,
             prefixes: &new.all,
         },
@@ -861,7 +840,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
     let (log, pin_dir) = (state.log, state.pin_dir.clone());
     // New or changed checks start from the kernel's verdicts (the old runner's); new
     // servers of a service are out until their first check.
-    let plan = health::Plan::new(&cfg, &ids);
+    let plan = health_plan(&cfg, &ids);
     let mut checks = state.checks.take();
     if checks
         .as_ref()
@@ -877,7 +856,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
     let dns = follow_zones(state.dns.take(), &cfg, &pin_dir, log)?;
     listeners_kept(&state.cfg, &cfg, log);
     if let Some(h) = &state.http {
-        let fresh = redirect::Settings::from_config(&cfg)?;
+        let fresh = cfg.redirect()?;
         *h.write().unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
     }
     *state = State {

@@ -10,12 +10,13 @@
 //! that was down stays out until its checks bring it back, and nothing is marked up by a
 //! restart. A check no verdict exists for is out until its first result.
 
+pub mod config;
 pub mod probe;
 pub mod track;
 
 use std::collections::{hash_map::RandomState, BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -25,13 +26,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use director_common::maps::HealthMask;
-use hickory_proto::rr::RecordType;
 
+use crate::api::Log;
 use crate::api::{self, Event};
-use crate::controller::config::{CheckKind, Config, HttpUrl, Timing};
-use crate::controller::decide::Ids;
-use crate::controller::run::Log;
 use crate::kernel::{Maps, WriteLock};
+use config::{HttpUrl, Timing};
 use probe::Probe;
 use track::{Track, Verdict};
 
@@ -85,103 +84,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn new(cfg: &Config, ids: &Ids) -> Plan {
-        let server_idx: HashMap<&str, usize> = cfg
-            .servers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.name.as_str(), i))
-            .collect();
-        let mut p = Plan {
-            names: cfg
-                .servers
-                .iter()
-                .zip(&ids.servers)
-                .map(|(s, &id)| (id, s.name.clone()))
-                .collect(),
-            ..Plan::default()
-        };
-        let mut loaded = HashSet::new();
-        for (si, svc) in cfg.services.iter().enumerate() {
-            let members: Vec<usize> = svc.servers.iter().map(|n| server_idx[n.as_str()]).collect();
-            p.services.push(Watched {
-                id: ids.services[si],
-                name: svc.name.trim_end_matches('.').to_string(),
-                servers: members.iter().map(|&i| ids.servers[i]).collect(),
-                checked: svc.health.is_some(),
-                fail_open: svc.fail_open,
-                load: svc.load_limits(),
-                degraded_ttl: svc.degraded_ttl(),
-                auto: svc.portion.auto,
-                fallback: if svc.alternate.is_some() {
-                    "alternate"
-                } else if !svc.origin.is_empty() {
-                    "origin"
-                } else {
-                    "pass"
-                },
-            });
-            if svc.load_limits().is_some() {
-                loaded.extend(members.iter().copied());
-            }
-            let Some(check) = &svc.health else { continue };
-            let probe = match check.kind {
-                CheckKind::Tcp => Probe::Tcp,
-                CheckKind::Http => Probe::Http {
-                    path: check.path.clone().unwrap_or_else(|| "/".into()),
-                    host: check
-                        .host
-                        .clone()
-                        .unwrap_or_else(|| svc.name.trim_end_matches('.').to_string()),
-                    status: check.status.unwrap_or(200),
-                    body: check.body.clone(),
-                },
-                CheckKind::Dns => Probe::Dns {
-                    name: check.query.clone().unwrap_or_default(),
-                    qtype: check
-                        .qtype
-                        .as_deref()
-                        .and_then(|t| t.to_ascii_uppercase().parse().ok())
-                        .unwrap_or(RecordType::A),
-                },
-            };
-            for &i in &members {
-                let s = &cfg.servers[i];
-                let Some(ip) = s
-                    .check_address
-                    .or(s.ipv4.map(IpAddr::V4))
-                    .or(s.ipv6.map(IpAddr::V6))
-                else {
-                    continue;
-                };
-                p.targets.push(Target {
-                    service: ids.services[si],
-                    server: ids.servers[i],
-                    addr: SocketAddr::new(ip, check.port),
-                    probe: probe.clone(),
-                    timing: check.timing(&cfg.health),
-                });
-            }
-        }
-        let mut loaded: Vec<usize> = loaded.into_iter().collect();
-        loaded.sort_unstable();
-        for i in loaded {
-            let s = &cfg.servers[i];
-            let Some(l) = &s.load else { continue };
-            let Ok(url) = HttpUrl::parse(&l.url) else {
-                continue;
-            };
-            p.loads.push(LoadTarget {
-                server: ids.servers[i],
-                url,
-                metric: l.metric.clone(),
-                interval: Duration::from_secs_f64(cfg.health.interval),
-                timeout: Duration::from_secs_f64(cfg.health.timeout),
-            });
-        }
-        p
-    }
-
     /// Whether anything is watched at all (else no threads are needed).
     pub fn is_empty(&self) -> bool {
         self.targets.is_empty() && self.loads.is_empty()
@@ -715,8 +617,8 @@ impl Publisher {
         load: f64,
         threshold: f64,
     ) {
-        let target = crate::controller::config::auto_portion_target(load, threshold);
-        let step = crate::controller::config::AUTO_PORTION_STEP;
+        let target = director_plan::config::auto_portion_target(load, threshold);
+        let step = director_plan::config::AUTO_PORTION_STEP;
         let mut sh = self
             .shared
             .lock()
@@ -724,7 +626,7 @@ impl Publisher {
         let now = *sh
             .auto
             .get(&(service, server))
-            .unwrap_or(&crate::controller::config::AUTO_PORTION_START);
+            .unwrap_or(&director_plan::config::AUTO_PORTION_START);
         let next = if target > now {
             now + (target - now).min(step)
         } else {

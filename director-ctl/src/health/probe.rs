@@ -9,7 +9,7 @@ use hickory_proto::rr::{Name, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
-use crate::controller::config::HttpUrl;
+use super::config::HttpUrl;
 
 /// What to ask a server, resolved from the config.
 #[derive(Clone, Debug, PartialEq, Eq)]

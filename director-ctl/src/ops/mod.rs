@@ -19,8 +19,8 @@ pub mod steer;
 
 use crate::api;
 use crate::checked;
-use crate::controller::{front16, minimal, sweep::sort_key};
 use crate::kernel::{host, program, DecisionChange, Maps, ServerEntry, ServiceEntry, TableSource};
+use director_plan::prefix::{cover16, order::sort_key, scopes::scopes};
 
 /// A route's servers: the first `primary` are equally good and share answers by weight;
 /// the rest are the next best, in order.
@@ -270,7 +270,7 @@ pub struct RrlSettings {
 impl RrlSettings {
     /// Checked before anything is written.
     pub fn limit(&self) -> Result<Limit> {
-        crate::controller::rrl::check_slip(self.slip)?;
+        crate::rrl::check_slip(self.slip)?;
         if self.ipv4_prefix > 32 || self.ipv6_prefix > 128 {
             bail!(
                 "--ipv4-prefix is 0 to 32 and --ipv6-prefix 0 to 128 (got {} and {})",
@@ -366,7 +366,7 @@ fn write_routes(
     table.sort_by_key(|(p, _)| sort_key(p));
     let prefixes: Vec<IpNet> = table.iter().map(|e| e.0).collect();
     let mut changed = Vec::new();
-    for ((p, mut d), scope) in table.into_iter().zip(minimal::scopes(&prefixes)) {
+    for ((p, mut d), scope) in table.into_iter().zip(scopes(&prefixes)) {
         if d.prefix_len != scope || Some(p) == put.map(|e| e.0) {
             d.prefix_len = scope;
             changed.push((p, d));
@@ -383,7 +383,7 @@ fn write_routes(
     // fronts follow them, all of them, since a compaction clears every service's slots.
     prefixes_of.insert(service, prefixes);
     for (s, prefixes) in &prefixes_of {
-        m.set_front16(*s, &front16::covers(prefixes), TableSource::Kernel)?;
+        m.set_front16(*s, &cover16::covers(prefixes), TableSource::Kernel)?;
     }
     Ok(())
 }

@@ -54,7 +54,7 @@ fn found(answer: Answer) -> Found {
         Answer::Alternate { target, ttl, .. } => {
             let text = name::decode(&target);
             let text = text.trim_end_matches('.').to_string();
-            match crate::controller::config::url_host(&text) {
+            match super::config::url_host(&text) {
                 Ok(()) => Found::Fallback {
                     target: Target::Name(text),
                     ttl,

@@ -10,6 +10,7 @@
 //! keep and gets 405.
 
 mod choose;
+pub mod config;
 pub mod request;
 
 use std::collections::HashMap;
@@ -27,7 +28,6 @@ use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, HOST, LOCATION};
 use hyper::{Method, Request, Response, StatusCode};
 use ipnet::IpNet;
 
-use crate::controller::config::Config;
 use crate::kernel::resolve::Resolver;
 use crate::kernel::Maps;
 use choose::Choice;
@@ -78,13 +78,12 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_config(cfg: &Config) -> Result<Settings> {
-        let hostnames = cfg
-            .servers
-            .iter()
-            .filter_map(|s| Some((s.name.clone(), s.hostname.clone()?)))
-            .collect();
-        let trusted = match &cfg.http {
+    /// From each server's `hostname` (by server name) and `[http]`, if configured.
+    pub fn new(
+        hostnames: HashMap<String, String>,
+        http: Option<&config::Http>,
+    ) -> Result<Settings> {
+        let trusted = match http {
             Some(h) => h.trusted()?,
             None => Vec::new(),
         };

@@ -16,9 +16,10 @@ use anyhow::{bail, Context, Result};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use director_common::maps::{Decision, DEC16_LANES, DEC16_SLOTS, MAX_CHOICES};
 use director_ctl::{
-    controller::{self, config::Config, inputs::sites::load_pops},
+    controller::{self, config::Config},
     kernel,
 };
+use director_plan::{data::Data, decide, inputs::sites::load_pops};
 use director_tests::fixture::{XDP_PASS, XDP_TX};
 use director_tests::netns::{self, workspace_root, Controller, Lab, EDGE_V4};
 use director_tests::packets::{self, Flow};
@@ -124,9 +125,9 @@ fn geo_alone(dir: &Path) -> Result<(usize, usize, usize)> {
     let path = dir.join("geo-alone.toml");
     std::fs::write(&path, c)?;
     let cfg = Config::load(&path)?;
-    let d = controller::data::Data::load(&cfg)?;
-    let ids = controller::decide::Ids::positional(&cfg);
-    let c = controller::decide::compute(&cfg, &d, &ids, &Default::default())?;
+    let d = Data::load(&cfg.plan)?;
+    let ids = decide::Ids::positional(&cfg.plan);
+    let c = decide::compute(&cfg.plan, &d, &ids, &Default::default())?;
     let entries = c.tables.iter().map(|t| t.2.entries.len()).sum();
     let saved = c.tables.iter().map(|t| t.2.saved).sum();
     Ok((d.summary.geo_networks, entries, saved))
@@ -157,10 +158,10 @@ fn print_table(title: &str, rows: &[Row]) {
 fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
     let t = Instant::now();
     let cfg = Config::load(config)?;
-    let d = controller::data::Data::load(&cfg)?;
+    let d = Data::load(&cfg.plan)?;
     let load = t.elapsed().as_secs_f64();
-    let ids = controller::decide::Ids::positional(&cfg);
-    let c = controller::decide::compute(&cfg, &d, &ids, &Default::default())?;
+    let ids = decide::Ids::positional(&cfg.plan);
+    let c = decide::compute(&cfg.plan, &d, &ids, &Default::default())?;
     let entries: usize = c.tables.iter().map(|t| t.2.entries.len()).sum();
     let saved: usize = c.tables.iter().map(|t| t.2.saved).sum();
     let peak = peak_rss_mb();

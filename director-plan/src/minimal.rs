@@ -27,6 +27,8 @@ use std::collections::HashMap;
 use director_common::maps::Decision;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
+use crate::prefix::scopes::scopes;
+
 /// A decision's index in an [`Interner`].
 pub type Id = u32;
 const NONE: u32 = u32::MAX;
@@ -368,24 +370,6 @@ pub fn set_scopes(entries: &mut [Entry]) {
     for (e, s) in entries.iter_mut().zip(scopes(&prefixes)) {
         e.2 = s;
     }
-}
-
-/// Each prefix's scope: max(its length, its longest directly nested prefix). `prefixes`
-/// are sorted by address then length (families apart: an IPv4 prefix never contains an
-/// IPv6 one).
-pub fn scopes(prefixes: &[IpNet]) -> Vec<u8> {
-    let mut out: Vec<u8> = prefixes.iter().map(IpNet::prefix_len).collect();
-    let mut stack: Vec<usize> = Vec::with_capacity(129);
-    for (i, p) in prefixes.iter().enumerate() {
-        while stack.last().is_some_and(|&t| !prefixes[t].contains(p)) {
-            stack.pop();
-        }
-        if let Some(&t) = stack.last() {
-            out[t] = out[t].max(p.prefix_len());
-        }
-        stack.push(i);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::controller::engine::Rtt;
-use crate::controller::model::{GeoPoint, IpNet, Location};
+use crate::engine::Rtt;
+use crate::model::{GeoPoint, IpNet, Location};
 
 /// `prefix,site,rtt_ms` lines.
 pub fn load_rtt(path: &Path) -> Result<Vec<(IpNet, String, Rtt)>> {

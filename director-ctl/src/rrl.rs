@@ -150,53 +150,6 @@ mod tests {
         assert!(!zero.is_limited(), "rate 0 is unlimited");
     }
 
-    const CONFIG: &str = r#"
-[rrl]
-rate = 50
-slip = 3
-ipv4_prefix = 22
-exempt = ["192.0.2.0/24", "2001:db8::/32"]
-
-[[site]]
-name = "fra"
-lat = 50.11
-lon = 8.68
-
-[[server]]
-name = "fra-1"
-site = "fra"
-ipv4 = "192.0.2.10"
-
-[[service]]
-name = "www.example.com"
-servers = ["fra-1"]
-priority = { geo = 1 }
-rrl = { rate = 100, burst = 200 }
-
-[[service]]
-name = "api.example.com"
-servers = ["fra-1"]
-priority = { geo = 1 }
-"#;
-
-    #[test]
-    fn the_config_keys_reach_the_limits() {
-        let c = crate::controller::config::Config::parse(CONFIG).unwrap();
-        let www = c.rrl.limit(c.services[0].rrl.as_ref());
-        assert_eq!(
-            (www.rate, www.burst, www.slip, www.v4_prefix),
-            (100, 200, 3, 22)
-        );
-        let api = c.rrl.limit(c.services[1].rrl.as_ref());
-        assert_eq!((api.rate, api.burst, api.v6_prefix), (50, 50, 56));
-        assert_eq!(c.rrl.exempt_prefixes().unwrap().len(), 2);
-        let bad = CONFIG.replace("slip = 3", "slip = 300");
-        let e = crate::controller::config::Config::parse(&bad).unwrap_err();
-        assert!(format!("{e:#}").contains("slip 300"), "{e:#}");
-        let unknown = CONFIG.replace("burst = 200", "bursts = 200");
-        assert!(crate::controller::config::Config::parse(&unknown).is_err());
-    }
-
     #[test]
     fn bad_settings_are_refused() {
         let mut d = Defaults {

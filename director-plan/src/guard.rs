@@ -11,10 +11,9 @@ use std::fmt;
 
 use ipnet::IpNet;
 
-use super::config::Config;
-use super::data::Data;
-use super::sweep::sort_key;
-use crate::kernel::Maps;
+use crate::config::Config;
+use crate::data::Data;
+use crate::prefix::order::sort_key;
 
 /// Something a change would remove part of.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,14 +203,18 @@ pub fn removals(old: &State<'_>, new: &State<'_>) -> Vec<Removal> {
 }
 
 /// What a first apply of `cfg` removes from what the kernel holds: its services and servers
-/// that the config does not have (a restart on a truncated config).
-pub fn removals_from_kernel(m: &Maps, cfg: &Config) -> anyhow::Result<Vec<Removal>> {
-    let services: BTreeSet<String> = m.services()?.iter().map(|s| service_key(&s.name)).collect();
-    let servers: BTreeSet<String> = m.servers()?.into_iter().map(|s| s.name).collect();
-    Ok(vec![
+/// (by name) that the config does not have (a restart on a truncated config).
+pub fn removals_from_kernel(
+    services: impl IntoIterator<Item = String>,
+    servers: impl IntoIterator<Item = String>,
+    cfg: &Config,
+) -> Vec<Removal> {
+    let services: BTreeSet<String> = services.into_iter().map(|s| service_key(&s)).collect();
+    let servers: BTreeSet<String> = servers.into_iter().collect();
+    vec![
         Removal::names("services", &services, &service_names(cfg)),
         Removal::names("servers", &servers, &server_names(cfg)),
-    ])
+    ]
 }
 
 #[cfg(test)]

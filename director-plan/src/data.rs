@@ -10,12 +10,12 @@ use std::{
 use anyhow::{bail, Context, Result};
 use ipnet::IpNet;
 
-use super::config::Config;
-use super::engine::Rtt;
-use super::inputs::{self, mrt::PeerSelector};
-use super::model::{GeoPoint, Location, Route};
-use super::sweep::{sort_key, sorted};
-use crate::api;
+use crate::config::Config;
+use crate::engine::Rtt;
+use crate::inputs::{self, mrt::PeerSelector};
+use crate::model::{GeoPoint, Location, Route};
+use crate::prefix::order::{sort_key, sorted};
+use crate::report;
 
 /// A site's best route per prefix, sorted.
 type Routes = Vec<(IpNet, Route)>;
@@ -41,7 +41,7 @@ pub struct Data {
     /// Graph nodes with coordinates: a client located by a point is placed at the nearest.
     pub graph_points: Vec<(String, GeoPoint)>,
     /// What was read, as `check` reports it.
-    pub summary: api::Inputs,
+    pub summary: report::Inputs,
     pub load_time: Duration,
 }
 
@@ -69,7 +69,7 @@ impl Data {
         geo: impl FnOnce() -> Result<Option<inputs::geo::GeoTable>>,
     ) -> Result<Data> {
         let start = Instant::now();
-        let mut summary = api::Inputs::default();
+        let mut summary = report::Inputs::default();
         let graph = match &cfg.geo.graph {
             Some(p) => Some(inputs::graph::load(p)?),
             None => None,
@@ -97,7 +97,7 @@ impl Data {
                 views.insert(key, view.routes.clone());
                 routes = view.routes;
             }
-            summary.bgp_routes.push(api::SiteRoutes {
+            summary.bgp_routes.push(report::SiteRoutes {
                 site: s.name.clone(),
                 routes: routes.len(),
             });

@@ -1,14 +1,14 @@
 //! The IPv4 /16 front of a service's table (`DIR_DEC16`, see `director_common::maps`):
 //! which /16s one entry answers whole, so the program can read a slot instead of walking
-//! the trie. Pure: `kernel::Maps::set_front16` writes it, with the trie's own values.
+//! the trie. Pure: director-ctl's `kernel::Maps::set_front16` writes it, with the trie's
+//! own values.
 
 use std::net::Ipv4Addr;
 
 use director_common::maps::{dec16_range, DEC16_SLOTS};
 use ipnet::{IpNet, Ipv4Net};
 
-use super::compile::subtree_range;
-use super::sweep::sort_key;
+use super::order::{sort_key, subtree_range};
 
 /// /16s in the IPv4 space.
 pub const SLOTS: usize = DEC16_SLOTS as usize;

@@ -1,6 +1,6 @@
 //! `explain`: for one client and service, every server's data and metric values with where
 //! each came from, the engine's sort replayed level by level and the kernel's pick among
-//! the winners, as the [`api::Explain`] document, with server names where the engine
+//! the winners, as the [`report::Explain`] document, with server names where the engine
 //! speaks of candidate indexes.
 
 use std::collections::BTreeMap;
@@ -11,17 +11,17 @@ use anyhow::{anyhow, Context, Result};
 use director_common::maps::{Decision, MAX_CANDIDATES};
 use director_common::{name, select};
 
-use super::config::Config;
-use super::data::Data;
-use super::decide::{candidates, plans, Ids, SiteView};
-use super::engine::{self, Explanation, Metric, Metrics, Rtt};
-use super::inputs;
-use super::model::{IpNet, Location};
-use super::sweep::{covering, host};
-use crate::api;
+use crate::config::Config;
+use crate::data::Data;
+use crate::decide::{candidates, plans, Ids, SiteView};
+use crate::engine::{self, Explanation, Metric, Metrics, Rtt};
+use crate::inputs;
+use crate::model::{IpNet, Location};
+use crate::prefix::sweep::{covering, host};
+use crate::report;
 use director_common::select::Mode;
 
-pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result<api::Explain> {
+pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result<report::Explain> {
     let plans = plans(cfg, &Ids::positional(cfg), &Default::default())?;
     let wire = name::encode(service).map_err(|e| anyhow!("bad DNS name {service:?}: {e}"))?;
     let plan = plans
@@ -53,14 +53,14 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
     let location = loc.map(|(prefix, l)| {
         let file = location_file(cfg, prefix)?;
         Ok::<_, anyhow::Error>(match l {
-            Location::Point(p) => api::ClientLocation {
+            Location::Point(p) => report::ClientLocation {
                 prefix: *prefix,
                 lat: Some(p.lat),
                 lon: Some(p.lon),
                 node: None,
                 file,
             },
-            Location::Named(n) => api::ClientLocation {
+            Location::Named(n) => report::ClientLocation {
                 prefix: *prefix,
                 lat: None,
                 lon: None,
@@ -84,10 +84,10 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         .map(|(s, c)| {
             let (route, rtt) = found[s.site];
             let site = &cfg.sites[s.site];
-            api::ExplainServer {
+            report::ExplainServer {
                 server: server_name(s.id),
                 site: site.name.clone(),
-                bgp: route.map(|(prefix, r)| api::BgpSource {
+                bgp: route.map(|(prefix, r)| report::BgpSource {
                     prefix: *prefix,
                     files: site.bgp.clone(),
                     next_hop: r.next_hop,
@@ -97,7 +97,7 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
                     med: r.med,
                 }),
                 location: location.clone(),
-                rtt: rtt.map(|&(prefix, rtt)| api::RttMeasurement {
+                rtt: rtt.map(|&(prefix, rtt)| report::RttMeasurement {
                     prefix,
                     ms: rtt.ms(),
                     file: rtt_file(&rtt_files, &site.name, &prefix),
@@ -113,14 +113,12 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         .services
         .iter()
         .find(|s| s.name.trim_end_matches('.') == plan.name.trim_end_matches('.'));
-    let vips = svc.map(super::config::Service::vips).unwrap_or_default();
-    Ok(api::Explain {
-        mode: svc
-            .filter(|_| !vips.is_empty())
-            .map(super::config::Service::forward),
-        dns: svc.is_none_or(super::config::Service::answers_dns),
-        vips,
-        version: api::VERSION,
+    Ok(report::Explain {
+        // How the service is reached (VIPs, DNS) is not the sort's: director-ctl adds it.
+        vips: Vec::new(),
+        mode: None,
+        dns: true,
+        version: report::VERSION,
         service: plan.name.clone(),
         client: addr,
         select: plan.select,
@@ -157,8 +155,8 @@ fn rtt_file(files: &[RttFile<'_>], site: &str, prefix: &IpNet) -> Option<PathBuf
         .map(|(f, _)| (*f).clone())
 }
 
-fn metric_values(m: &Metrics) -> api::MetricValues {
-    api::MetricValues {
+fn metric_values(m: &Metrics) -> report::MetricValues {
+    report::MetricValues {
         ext: m.ext,
         int: m.int,
         ser: m.ser,
@@ -177,7 +175,7 @@ fn pick(
     wire: &[u8],
     addr: IpAddr,
     name_of: &dyn Fn(u16) -> String,
-) -> api::Pick {
+) -> report::Pick {
     let primary = &d.servers[..usize::from(d.primary).min(MAX_CANDIDATES)];
     let weights = &d.weights[..primary.len()];
     let total: u32 = weights.iter().map(|&w| u32::from(w)).sum();
@@ -185,7 +183,7 @@ fn pick(
     let odds = primary
         .iter()
         .zip(weights)
-        .map(|(&s, &w)| api::Odds {
+        .map(|(&s, &w)| report::Odds {
             server: name_of(s),
             share: if total == 0 {
                 1.0 / primary.len() as f64
@@ -195,11 +193,11 @@ fn pick(
         })
         .collect();
     let rule = match (primary.len(), mode, e.draw) {
-        (1, _, _) => api::PickRule::Single,
-        (_, Mode::Random, Some(Metric::Random)) => api::PickRule::UniformDraw,
-        (_, Mode::Random, _) => api::PickRule::PortionDraw,
-        (_, Mode::Client, _) => api::PickRule::ClientHash,
-        (_, Mode::Name, _) => api::PickRule::NameHash,
+        (1, _, _) => report::PickRule::Single,
+        (_, Mode::Random, Some(Metric::Random)) => report::PickRule::UniformDraw,
+        (_, Mode::Random, _) => report::PickRule::PortionDraw,
+        (_, Mode::Client, _) => report::PickRule::ClientHash,
+        (_, Mode::Name, _) => report::PickRule::NameHash,
     };
     let key = match mode {
         Mode::Random => None,
@@ -218,7 +216,7 @@ fn pick(
         select::select(d, key, 1, |_| true, |s| got.get_or_insert(s) == &s);
         got.map(name_of)
     });
-    api::Pick {
+    report::Pick {
         rule,
         odds,
         this_client,
@@ -226,15 +224,15 @@ fn pick(
 }
 
 /// The engine's replay with server names.
-pub fn sort(e: &Explanation, name: &dyn Fn(u16) -> String) -> api::Sort {
-    api::Sort {
+pub fn sort(e: &Explanation, name: &dyn Fn(u16) -> String) -> report::Sort {
+    report::Sort {
         draw: e.draw,
         rtt_tolerance_percent: e.rtt_tolerance_percent,
         med: e.med,
         levels: e
             .levels
             .iter()
-            .map(|l| api::Level {
+            .map(|l| report::Level {
                 priority: l.priority,
                 metrics: l.metrics.clone(),
             })
@@ -242,20 +240,20 @@ pub fn sort(e: &Explanation, name: &dyn Fn(u16) -> String) -> api::Sort {
         tiers: e
             .tiers
             .iter()
-            .map(|t| api::Tier {
+            .map(|t| report::Tier {
                 tier: t.tier,
                 med: t.med.as_ref().map(|m| {
                     m.rows
                         .iter()
-                        .map(|r| api::MedRow {
+                        .map(|r| report::MedRow {
                             server: name(r.server),
                             site_as: r.route.map(|m| m.site_as),
                             exit_point: r.route.map(|m| m.exit),
                             med: r.route.map(|m| m.med),
                             result: if r.survived {
-                                api::RowResult::Kept
+                                report::RowResult::Kept
                             } else {
-                                api::RowResult::Out
+                                report::RowResult::Out
                             },
                         })
                         .collect()
@@ -264,7 +262,7 @@ pub fn sort(e: &Explanation, name: &dyn Fn(u16) -> String) -> api::Sort {
                 chosen: t
                     .chosen
                     .iter()
-                    .map(|c| api::Chosen {
+                    .map(|c| report::Chosen {
                         server: name(c.server),
                         portion: c.portion,
                     })
@@ -274,8 +272,8 @@ pub fn sort(e: &Explanation, name: &dyn Fn(u16) -> String) -> api::Sort {
     }
 }
 
-fn step(s: &engine::Step, name: &dyn Fn(u16) -> String) -> api::Step {
-    api::Step {
+fn step(s: &engine::Step, name: &dyn Fn(u16) -> String) -> report::Step {
+    report::Step {
         priority: s.priority,
         metrics: s.metrics.clone(),
         outcome: s.outcome,
@@ -291,14 +289,14 @@ fn step(s: &engine::Step, name: &dyn Fn(u16) -> String) -> api::Step {
                     .zip(&r.values)
                     .map(|(t, v)| (t.metric, *v))
                     .collect();
-                api::Row {
+                report::Row {
                     server: name(r.server),
                     values,
                     key: r.key,
                     result: match (r.survived, r.key.is_none()) {
-                        (true, _) => api::RowResult::Kept,
-                        (false, true) => api::RowResult::OutNoData,
-                        (false, false) => api::RowResult::Out,
+                        (true, _) => report::RowResult::Kept,
+                        (false, true) => report::RowResult::OutNoData,
+                        (false, false) => report::RowResult::Out,
                     },
                 }
             })

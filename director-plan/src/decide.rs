@@ -15,14 +15,15 @@ use director_common::maps::{Decision, MAX_DECISIONS};
 use director_common::select::Mode;
 use ipnet::IpNet;
 
-use super::compile::{Compressor, Interned, Table};
-use super::config::{self, Config};
-use super::data::{Data, SiteData};
-use super::engine::{self, Candidate, MedRoute, Metrics, Policy, Ranking, Rtt};
-use super::minimal;
-use super::model::Route;
-use super::sweep::{self, sort_key, Sweep};
-use crate::api;
+use crate::compile::{Compressor, Interned, Table};
+use crate::config::{self, Config};
+use crate::data::{Data, SiteData};
+use crate::engine::{self, Candidate, MedRoute, Metrics, Policy, Ranking, Rtt};
+use crate::minimal;
+use crate::model::Route;
+use crate::prefix::order::sort_key;
+use crate::prefix::sweep::{self, Sweep};
+use crate::report;
 
 /// One service's sort settings and servers, resolved against the config.
 pub struct ServicePlan {
@@ -180,10 +181,10 @@ impl Computed {
         Ok(())
     }
 
-    pub fn summary(&self) -> Vec<api::TableSummary> {
+    pub fn summary(&self) -> Vec<report::TableSummary> {
         self.tables
             .iter()
-            .map(|(_, n, t)| api::TableSummary {
+            .map(|(_, n, t)| report::TableSummary {
                 service: n.clone(),
                 entries: t.entries.len(),
                 saved: t.saved,
@@ -457,38 +458,52 @@ pub fn subtree(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::model::{GeoPoint, Location};
+    use crate::model::{GeoPoint, Location};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
-    const CONFIG: &str = r#"
-[[site]]
-name = "a"
-[[site]]
-name = "b"
-[[site]]
-name = "c"
-[[server]]
-name = "a-1"
-site = "a"
-ipv4 = "198.51.100.1"
-[[server]]
-name = "b-1"
-site = "b"
-ipv4 = "198.51.100.2"
-[[server]]
-name = "c-1"
-site = "c"
-ipv4 = "198.51.100.3"
-[[service]]
-name = "www.example.com"
-servers = ["a-1", "b-1", "c-1"]
-priority = { rtt = 1, geo = 2 }
-[[service]]
-name = "api.example.com"
-servers = ["a-1", "b-1", "c-1"]
-priority = { geo = 1 }
-"#;
+    /// Three sites with a server each, and two services over all three servers.
+    fn config() -> Config {
+        let site = |name: &str| config::Site {
+            name: name.into(),
+            lat: None,
+            lon: None,
+            location: None,
+            bgp: Vec::new(),
+            bgp_peer: None,
+            igp_cost: Default::default(),
+            asn: None,
+        };
+        let server = |name: &str, site: &str| config::Server {
+            name: name.into(),
+            site: site.into(),
+            preference: 0,
+            portion: 0,
+            agent_distance: 0,
+        };
+        let service = |name: &str, priority: &[(&str, u32)]| config::Service {
+            name: name.into(),
+            servers: vec!["a-1".into(), "b-1".into(), "c-1".into()],
+            priority: priority.iter().map(|&(m, p)| (m.to_string(), p)).collect(),
+            weights: Default::default(),
+            rtt_tolerance: 10,
+            med: false,
+            select: None,
+            admin: Default::default(),
+            portion: Default::default(),
+        };
+        let c = Config {
+            sites: vec![site("a"), site("b"), site("c")],
+            servers: vec![server("a-1", "a"), server("b-1", "b"), server("c-1", "c")],
+            services: vec![
+                service("www.example.com", &[("rtt", 1), ("geo", 2)]),
+                service("api.example.com", &[("geo", 1)]),
+            ],
+            ..Config::default()
+        };
+        c.validate().expect("the test config");
+        c
+    }
 
     /// Nested and neighbouring prefixes of both families, each once, in sweep order, with
     /// a value each.
@@ -541,7 +556,7 @@ priority = { geo = 1 }
                 })
                 .collect(),
             graph_points: Vec::new(),
-            summary: api::Inputs::default(),
+            summary: report::Inputs::default(),
             load_time: std::time::Duration::ZERO,
         }
     }
@@ -557,7 +572,7 @@ priority = { geo = 1 }
             locations in arb_prefixes((any::<i16>(), any::<i16>())),
             runs in 2usize..9,
         ) {
-            let cfg = Config::parse(CONFIG).expect("the test config");
+            let cfg = config();
             let ids = Ids::positional(&cfg);
             let d = data([rtt_a, rtt_b, rtt_c], locations);
             let one = compute_in(&cfg, &d, &ids, &Default::default(), 1).expect("one run");

@@ -4,14 +4,7 @@
 
 use ipnet::IpNet;
 
-/// The order prefixes are visited in: every prefix before the prefixes it covers, siblings
-/// in address order, IPv4 first. Sources, compressed tables and the sweep all use it.
-pub fn sort_key(p: &IpNet) -> (u8, u128, u8) {
-    match p {
-        IpNet::V4(n) => (4, u128::from(u32::from(n.network())), n.prefix_len()),
-        IpNet::V6(n) => (6, u128::from(n.network()), n.prefix_len()),
-    }
-}
+use super::order::sort_key;
 
 pub struct Sweep<'a, V> {
     source: &'a [(IpNet, V)],
@@ -73,23 +66,10 @@ pub fn host(addr: std::net::IpAddr) -> IpNet {
     IpNet::from(addr)
 }
 
-/// Sorts a source the way [`Sweep`] needs, keeping the last value given for a prefix.
-pub fn sorted<V>(mut v: Vec<(IpNet, V)>) -> Vec<(IpNet, V)> {
-    // Stable, so among duplicates the later one stays last; keep it.
-    v.sort_by_key(|(p, _)| sort_key(p));
-    let mut out: Vec<(IpNet, V)> = Vec::with_capacity(v.len());
-    for e in v {
-        match out.last_mut() {
-            Some(last) if last.0 == e.0 => *last = e,
-            _ => out.push(e),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prefix::order::sorted;
 
     #[test]
     fn finds_the_most_specific_cover_in_one_pass() {

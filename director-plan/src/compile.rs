@@ -7,8 +7,9 @@
 
 use director_common::maps::Decision;
 
-use super::minimal::{self, Interner};
-use super::sweep::{sort_key, Sweep};
+use crate::minimal::{self, Interner};
+use crate::prefix::order::{sort_key, subtree_range};
+use crate::prefix::sweep::Sweep;
 use ipnet::IpNet;
 
 /// What an entry answers, without the prefix length it is stored under (entries for
@@ -311,17 +312,6 @@ impl Diff {
     }
 }
 
-/// Where the entries under `root` sit in a table (they are contiguous in its order).
-pub fn subtree_range<V>(entries: &[(IpNet, V)], root: &IpNet) -> std::ops::Range<usize> {
-    let start = entries.partition_point(|(p, _)| sort_key(p) < sort_key(root));
-    let end = start
-        + entries[start..]
-            .iter()
-            .take_while(|(p, _)| root.contains(p))
-            .count();
-    start..end
-}
-
 /// What turns `old` into `new`: both in [`sort_key`] order, each prefix once (as tables
 /// are), so one merge walk finds it, with no hashing: a full table is hundreds of
 /// thousands of entries, and a first start diffs it against an empty kernel.
@@ -365,7 +355,7 @@ pub fn diff(old: &[(IpNet, Decision)], new: &[(IpNet, Decision)]) -> Diff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::sweep::lookup;
+    use crate::prefix::sweep::lookup;
     use proptest::prelude::*;
 
     fn dec(server: u16) -> Decision {
@@ -434,7 +424,7 @@ mod tests {
             (net("0.0.0.0/0"), dec(1)),
             (net("203.0.113.0/24"), dec(2)),
         ]);
-        let host = crate::controller::sweep::host("203.0.0.1".parse().unwrap());
+        let host = crate::prefix::sweep::host("203.0.0.1".parse().unwrap());
         let d = lookup(&t.entries, &host).unwrap();
         assert_eq!((d.servers[0], d.prefix_len), (1, 24));
     }
@@ -514,7 +504,7 @@ mod tests {
             prop_assert_eq!(&applied, &table.entries);
             for x in probes {
                 let a = std::net::Ipv4Addr::from(0x0a00_0000u32 | x);
-                let host = crate::controller::sweep::host(a.into());
+                let host = crate::prefix::sweep::host(a.into());
                 let want = lookup(&after, &host).unwrap();
                 let got = lookup(&table.entries, &host).unwrap();
                 prop_assert!(same_ranking(want, got), "{a}: {got:?} != {want:?}");
@@ -523,7 +513,7 @@ mod tests {
                 let first = u64::from(u32::from(a)) & !(span - 1);
                 for k in 0..16u64 {
                     let b = (first + (span - 1) * k / 15) as u32;
-                    let hb = crate::controller::sweep::host(std::net::Ipv4Addr::from(b).into());
+                    let hb = crate::prefix::sweep::host(std::net::Ipv4Addr::from(b).into());
                     prop_assert!(same_ranking(lookup(&table.entries, &hb).unwrap(), got));
                 }
             }
@@ -577,7 +567,7 @@ mod tests {
             prop_assert_eq!(t.entries.len() + t.saved, full.len());
             for x in probes {
                 let addr = std::net::Ipv4Addr::from(0x0a00_0000u32 | x);
-                let host = crate::controller::sweep::host(addr.into());
+                let host = crate::prefix::sweep::host(addr.into());
                 let want = lookup(&full, &host).unwrap();
                 let got = lookup(&t.entries, &host).unwrap();
                 prop_assert!(same_ranking(want, got));

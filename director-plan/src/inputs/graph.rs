@@ -29,7 +29,7 @@ use anyhow::{bail, Result};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::controller::model::GeoPoint;
+use crate::model::GeoPoint;
 
 /// A place of the graph.
 #[derive(Clone, Debug, PartialEq)]

@@ -26,7 +26,7 @@ use maxminddb::{Reader, WithinOptions};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 
-use crate::controller::model::{GeoPoint, IpNet};
+use crate::model::{GeoPoint, IpNet};
 
 /// What a GeoIP database gave.
 #[derive(Clone, Debug, Default)]
@@ -292,7 +292,7 @@ impl<'de> Deserialize<'de> for Number {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::inputs::test_data;
+    use crate::inputs::test_data;
     use std::collections::BTreeMap;
     use std::net::Ipv6Addr;
 
@@ -410,7 +410,7 @@ mod tests {
             t.networks.len(),
             t.without_location,
             t0.elapsed(),
-            crate::controller::inputs::peak_rss()
+            crate::inputs::peak_rss()
         );
         let v4 = t.networks.iter().filter(|n| n.0.addr().is_ipv4()).count();
         let v6 = t.networks.len() - v4;

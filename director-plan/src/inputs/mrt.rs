@@ -56,7 +56,7 @@ use bgpkit_parser::models::{
 use bgpkit_parser::parser::iters::{RecoveryConfig, RecoveryEvent};
 use bgpkit_parser::BgpkitParser;
 
-use crate::controller::model::{IpNet, Route};
+use crate::model::{IpNet, Route};
 
 /// Which peer's view to take: its address, or its AS number (all sessions of that AS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -595,7 +595,7 @@ fn route_attrs(attributes: &Attributes, peer_as: u32) -> Attrs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::inputs::test_data;
+    use crate::inputs::test_data;
     use bgpkit_parser::models::{
         Afi, Asn, Attributes, Bgp4MpMessage, Bgp4MpStateChange, CommonHeader, ElemType, EntryType,
         MrtRecord, Nlri,
@@ -865,7 +865,7 @@ mod tests {
             "updates.et-header.2015.gz: {} routes, {} records in {took:?}, peak RSS {}",
             v.routes.len(),
             v.records,
-            crate::controller::inputs::peak_rss()
+            crate::inputs::peak_rss()
         );
         // 577,706 distinct prefixes are announced; 3 of them are withdrawn later in the file
         // (84.205.78.0/24, 202.155.148.0/24, 114.57.40.0/22), so the final table has 577,703.

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::controller::model::GeoPoint;
+use crate::model::GeoPoint;
 
 /// A point of presence.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,10 +180,7 @@ mod tests {
 
     #[test]
     fn inputs_sites_cloudflare_colos() {
-        let pops = load_pops(&crate::controller::inputs::test_data(
-            "sites/cloudflare-colos.csv",
-        ))
-        .unwrap();
+        let pops = load_pops(&crate::inputs::test_data("sites/cloudflare-colos.csv")).unwrap();
         // 339 rows, 31 of them without coordinates (left out).
         assert_eq!(pops.len(), 308);
         assert!(!pops.iter().any(|p| p.code == "SHA" || p.code == "KIV"));

@@ -1,9 +1,9 @@
 //! Input readers: files in, plain data (the [`crate::model`] types) out.
 //!
 //! - [`mrt`]: MRT RIB and update files (bgpkit-parser) to one best
-//!   [`crate::controller::model::Route`] per prefix;
+//!   [`crate::model::Route`] per prefix;
 //! - [`geo`]: a MaxMind DB GeoIP database to (network,
-//!   [`crate::controller::model::GeoPoint`]) pairs;
+//!   [`crate::model::GeoPoint`]) pairs;
 //! - [`csv`]: measured RTTs and operator-given client locations;
 //! - [`graph`]: the operator's weighted location graph (TOML), with shortest paths;
 //! - [`sites`]: real points of presence, to place sites in tests and benchmarks.

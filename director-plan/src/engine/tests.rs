@@ -503,26 +503,18 @@ fn explain_replays_the_sort_readably() {
         sum.rows.iter().map(|r| r.key).collect::<Vec<_>>(),
         [Some(50.0), Some(70.0)]
     );
-    // As `explain` prints it, with the server ids for names.
-    let sort = crate::controller::explain::sort(&e, &|id| format!("#{id}"));
-    let text = crate::cli::print::sort(&sort);
-    for want in [
-        "sort by 1: ext, 3: int, 101: 2*rtt + 0.1*geo, after the med step (rtt tolerance 10%)",
-        "tier 0",
-        "exit point",
-        "out (no data)",
-        "lowest rtt 20 ms, up to 22 ms counts as 20",
-        "=> #1",
-    ] {
-        assert!(text.contains(want), "{want:?} not in\n{text}");
-    }
-    let named = crate::controller::explain::sort(&e, &|id| format!("srv-{id}"));
-    let named = crate::cli::print::sort(&named);
-    assert!(named.contains("srv-2"), "{named}");
+    // As `explain` reports it, with the server ids for names (director-ctl's
+    // cli::print tests check how it is printed).
+    let sort = crate::explain::sort(&e, &|id| format!("#{id}"));
+    assert_eq!(sort.tiers[0].chosen[0].server, "#1");
+    let named = crate::explain::sort(&e, &|id| format!("srv-{id}"));
+    assert!(named.tiers.iter().any(|t| t
+        .steps
+        .iter()
+        .any(|s| s.rows.iter().any(|r| r.server == "srv-2"))));
     let json = serde_json::to_value(&sort).unwrap();
     assert_eq!(json["levels"][1]["metrics"][0]["metric"], "int");
     assert_eq!(json["med"], true);
-    println!("{text}");
 }
 
 // ---- properties --------------------------------------------------------------------
