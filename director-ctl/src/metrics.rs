@@ -3,7 +3,6 @@
 //! checks found. Served by `run` on a thread of its own (tokio, hyper), so a slow scraper
 //! never delays a recompute.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -57,25 +56,12 @@ pub fn serve(listen: SocketAddr, src: Sources) -> Result<()> {
 }
 
 async fn accept(l: std::net::TcpListener, src: Sources) {
-    let Ok(l) = tokio::net::TcpListener::from_std(l) else {
-        return;
-    };
-    loop {
-        let Ok((stream, _)) = l.accept().await else {
-            continue;
-        };
+    crate::runtime::accept(l, move |stream, _| {
         let src = src.clone();
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let svc = hyper::service::service_fn(move |req| {
-                let src = src.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &src)) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, svc)
-                .await;
-        });
-    }
+        let respond = move |req: &Request<hyper::body::Incoming>| respond(req, &src);
+        Some(crate::runtime::http1(stream, None, respond))
+    })
+    .await;
 }
 
 fn respond(req: &Request<hyper::body::Incoming>, src: &Sources) -> Response<Full<Bytes>> {

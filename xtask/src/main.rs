@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod layers;
 mod setup;
 
 use anyhow::Result;
@@ -19,7 +20,8 @@ enum Cmd {
     BuildEbpf,
     /// Everything a fresh machine needs: Debian packages and the eBPF toolchain.
     Setup,
-    /// rustfmt and clippy (warnings denied) on both workspaces, as CI runs them.
+    /// The layer check (ARCHITECTURE.md's rules, no import cycles), then rustfmt and
+    /// clippy (warnings denied) on both workspaces, as CI runs them.
     Lint,
     /// Set up, lint, then run every test (unit, BPF_PROG_TEST_RUN fixtures, namespaces).
     Test,
@@ -42,8 +44,11 @@ fn main() {
     let r: Result<()> = match cli.cmd {
         Cmd::BuildEbpf => setup::build_ebpf().map(|p| println!("XDP object: {}", p.display())),
         Cmd::Setup => setup::all(),
-        Cmd::Lint => setup::all().and_then(|_| setup::lint()),
+        Cmd::Lint => setup::all()
+            .and_then(|_| layers::check())
+            .and_then(|_| setup::lint()),
         Cmd::Test => setup::all()
+            .and_then(|_| layers::check())
             .and_then(|_| setup::lint())
             .and_then(|_| setup::run_tests()),
         Cmd::Demo => setup::all().and_then(|_| demo::run_demo()),

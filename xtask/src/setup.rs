@@ -202,8 +202,9 @@ pub fn all() -> Result<()> {
     Ok(())
 }
 
-/// Formatting and lints, as CI checks them: rustfmt on both workspaces, clippy on the
-/// workspace (every target) and on the XDP program for the BPF target, warnings denied.
+/// Formatting and lints, as CI checks them (after the layer check, which main runs first):
+/// rustfmt on both workspaces, clippy on the workspace (every target) and on the XDP program
+/// for the BPF target, warnings denied.
 pub fn lint() -> Result<()> {
     let cargo =
         |dir: PathBuf, args: &[&str]| run(Command::new("cargo").current_dir(dir).args(args));

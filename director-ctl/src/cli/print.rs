@@ -752,5 +752,8 @@ mod tests {
         let named = director_plan::explain::sort(&e, &|id| format!("srv-{id}"));
         let named = super::sort(&named);
         assert!(named.contains("srv-2"), "{named}");
+        let json = serde_json::to_value(&sort).unwrap();
+        assert_eq!(json["levels"][1]["metrics"][0]["metric"], "int");
+        assert_eq!(json["med"], true);
     }
 }

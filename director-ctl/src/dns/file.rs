@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
-use super::{ZoneConfig, Zones};
+use super::answer::Zones;
+use super::zone::ZoneConfig;
 
 /// The parts of a config (or zones file) the zones need; every other key is left to the
 /// config's own loader.

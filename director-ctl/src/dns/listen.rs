@@ -237,34 +237,22 @@ async fn serve_udp(sock: std::net::UdpSocket, shared: Arc<Shared>) {
 }
 
 async fn serve_tcp(l: std::net::TcpListener, shared: Arc<Shared>) {
-    let Ok(l) = tokio::net::TcpListener::from_std(l) else {
-        return;
-    };
-    loop {
-        let Ok((stream, peer)) = l.accept().await else {
-            // Out of file descriptors, most likely: give the connections open a moment to
-            // finish instead of spinning.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+    crate::runtime::accept(l, move |stream, peer| {
         let peer = peer.ip().to_canonical();
         // Past the bounds the connection is closed at once: the client retries elsewhere or
         // later, and the connections already open keep being served.
-        let Ok(permit) = Arc::clone(&shared.tcp_slots).try_acquire_owned() else {
-            drop(stream);
-            continue;
-        };
+        let permit = Arc::clone(&shared.tcp_slots).try_acquire_owned().ok()?;
         if !shared.peer_open(peer) {
-            drop(stream);
-            continue;
+            return None;
         }
         let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
+        Some(async move {
             let _permit = permit;
             let _ = connection(stream, peer, &shared).await;
             shared.peer_closed(peer);
-        });
-    }
+        })
+    })
+    .await;
 }
 
 impl Shared {

@@ -14,7 +14,6 @@ pub mod config;
 pub mod request;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -145,35 +144,20 @@ impl Drop for Slot {
 }
 
 async fn accept(l: std::net::TcpListener, r: Arc<Redirector>) {
-    let Ok(l) = tokio::net::TcpListener::from_std(l) else {
-        return;
-    };
-    loop {
-        let Ok((stream, peer)) = l.accept().await else {
-            // Out of descriptors, most likely: give the connections time to end.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+    crate::runtime::accept(l, move |stream, peer| {
         if r.active.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
             r.active.fetch_sub(1, Ordering::Relaxed);
-            continue;
+            return None;
         }
         let slot = Slot(r.clone());
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
+        Some(async move {
             let r = slot.0.clone();
-            let svc = hyper::service::service_fn(move |req| {
-                let r = r.clone();
-                async move { Ok::<_, Infallible>(respond(&req, peer.ip(), &r)) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEAD_TIMEOUT)
-                .serve_connection(io, svc)
-                .await;
+            let respond = move |req: &Request<hyper::body::Incoming>| respond(req, peer.ip(), &r);
+            crate::runtime::http1(stream, Some(HEAD_TIMEOUT), respond).await;
             drop(slot);
-        });
-    }
+        })
+    })
+    .await;
 }
 
 /// The status a found service's redirect has for a method; `None`: the method cannot be

@@ -503,18 +503,7 @@ fn explain_replays_the_sort_readably() {
         sum.rows.iter().map(|r| r.key).collect::<Vec<_>>(),
         [Some(50.0), Some(70.0)]
     );
-    // As `explain` reports it, with the server ids for names (director-ctl's
-    // cli::print tests check how it is printed).
-    let sort = crate::explain::sort(&e, &|id| format!("#{id}"));
-    assert_eq!(sort.tiers[0].chosen[0].server, "#1");
-    let named = crate::explain::sort(&e, &|id| format!("srv-{id}"));
-    assert!(named.tiers.iter().any(|t| t
-        .steps
-        .iter()
-        .any(|s| s.rows.iter().any(|r| r.server == "srv-2"))));
-    let json = serde_json::to_value(&sort).unwrap();
-    assert_eq!(json["levels"][1]["metrics"][0]["metric"], "int");
-    assert_eq!(json["med"], true);
+    // How the replay is reported and printed: director-ctl's cli::print tests.
 }
 
 // ---- properties --------------------------------------------------------------------
