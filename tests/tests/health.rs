@@ -433,6 +433,16 @@ fn load_thresholds_and_metrics() {
         "status shows the load: {st:?}\n{}",
         ctl.log()
     );
+    // 0.1 has no exact f32: it shows as read, not as the widened 0.10000000149011612.
+    assert_eq!(st.load.get("nyc-1"), Some(&0.1), "status: {st:?}");
+    let listed: api::ServerList =
+        serde_json::from_str(&lab.ctl_ok(&["server", "list", "--json"])).unwrap();
+    let nyc_load = listed
+        .servers
+        .iter()
+        .find(|s| s.name == "nyc-1")
+        .map(|s| s.load);
+    assert_eq!(nyc_load, Some(Some(0.1)), "server list: {listed:?}");
     assert!(sample(&m, "director_decision_entries", &[]) >= 4.0);
     // run set the /16 slots after writing the table: AUTO's default route answers whole
     // every /16 its table does not split.

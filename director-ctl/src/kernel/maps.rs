@@ -212,8 +212,15 @@ fn server_entry(id: u16, s: &ServerRecord) -> ServerEntry {
         drained: s.flags & SERVER_DRAINED != 0,
         load: Some(f32::from_bits(s.load))
             .filter(|l| !l.is_nan())
-            .map(f64::from),
+            .map(load_as_read),
     }
+}
+
+/// The kernel keeps a load as f32; widening it bit for bit would show 0.4 as
+/// 0.4000000059604645. The shortest decimal that reads back as the same f32 is what the
+/// operator wrote (or the load file said), so that is what JSON and text show.
+fn load_as_read(load: f32) -> f64 {
+    load.to_string().parse().unwrap_or(f64::from(load))
 }
 
 fn wire_name(text: &str) -> Result<Vec<u8>> {
@@ -2003,6 +2010,23 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_load_reads_back_as_written_not_as_the_widened_f32() {
+        assert_eq!(load_as_read(0.4), 0.4);
+        assert_eq!(load_as_read(0.75), 0.75);
+        assert_eq!(load_as_read(12.3), 12.3);
+        assert_ne!(f64::from(0.4f32), 0.4, "the defect this guards against");
+    }
+
+    proptest! {
+        #[test]
+        fn a_load_keeps_its_f32_value(bits in any::<u32>()) {
+            let l = f32::from_bits(bits);
+            prop_assume!(l.is_finite());
+            prop_assert_eq!(load_as_read(l) as f32, l);
+        }
+    }
 
     #[test]
     fn a_pin_set_of_another_version_is_named_as_such() {
