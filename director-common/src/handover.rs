@@ -10,8 +10,9 @@
 
 use crate::dns;
 use crate::headers::{eth, ipv6, udp, vlan};
-use crate::maps::MAX_CANDIDATES;
-use crate::name::MAX_WIRE_LEN;
+use crate::limits::{MAX_CANDIDATES, MAX_WIRE_LEN};
+// The program and tests name it from here, beside the slots it sizes.
+pub use crate::limits::HIDDEN_WORDS;
 
 /// The words of `Scratch::hidden`, each with one meaning. A hand-over takes `WORDS`
 /// consecutive words from its slot.
@@ -39,9 +40,6 @@ pub enum Slot {
     /// Policy → rewrite: the `Plan`.
     Plan = 10,
 }
-
-/// Words of `Scratch::hidden` (a power of two: indexes are masked with `HIDDEN_WORDS - 1`).
-pub const HIDDEN_WORDS: usize = 16;
 
 impl Slot {
     pub const ALL: [Slot; 10] = [

@@ -12,6 +12,7 @@ pub mod headers;
 pub mod maps;
 pub mod name;
 pub mod peers;
+pub mod limits;
 pub mod rrl;
 pub mod select;
 pub mod steer;

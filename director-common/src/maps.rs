@@ -3,7 +3,11 @@
 //! Index 0 of the id-indexed arrays is reserved so that a zeroed id never means a real
 //! service or server. All layouts are `#[repr(C)]` with their padding spelled out.
 
-use crate::handover::HIDDEN_WORDS;
+use crate::limits::HIDDEN_WORDS;
+// Limits other crates (and the program) have always named from here.
+pub use crate::limits::{
+    LOCAL_SLOTS, LOCAL_SLOT_BITS, MAX_CANDIDATES, MAX_SERVERS, NAME_SLOTS, NAME_SLOT_BITS,
+};
 
 /// Where the maps (and the program's link) are pinned by default.
 pub const PIN_DIR: &str = "/sys/fs/bpf/director";
@@ -44,8 +48,6 @@ pub const PROGRAM: &str = "director";
 
 /// Service ids are 1..MAX_SERVICES.
 pub const MAX_SERVICES: u32 = 8192;
-/// Server ids are 1..MAX_SERVERS (they are u16 in decisions).
-pub const MAX_SERVERS: u32 = 8192;
 /// Decision entries per family, all services together (the tries allocate per
 /// entry, so the bound costs nothing until used). Three services over a full table and
 /// GeoLite2 City write about 3 M IPv4 entries.
@@ -61,25 +63,17 @@ pub const MAX_DECISIONS: u32 = 1 << 23;
 pub const MAX_CHOICES: u32 = 1 << 17;
 /// The edge's own addresses (`DIR_LOCAL`): the host's and configured ones.
 pub const MAX_LOCAL: u32 = 4096;
-/// Slots per copy of `DIR_LOCAL_SLOTS` (`peers::local_slot` picks one from the address).
-pub const LOCAL_SLOT_BITS: u32 = 8;
-pub const LOCAL_SLOTS: u32 = 1 << LOCAL_SLOT_BITS;
 /// Interfaces director is attached to (`DIR_IFACES`), indexed by ifindex: an array, whose
 /// lookup the verifier inlines (a hash lookup per query cost tens of ns), 512 KB in all.
 pub const MAX_IFACES: u32 = 1 << 16;
 /// DNS names owned (one per DNS service).
 pub const MAX_NAMES: u32 = 8192;
-/// Slots per copy of `DIR_NAME_SLOTS` (`name::slot` picks one from the name's hash).
-pub const NAME_SLOT_BITS: u32 = 10;
-pub const NAME_SLOTS: u32 = 1 << NAME_SLOT_BITS;
 /// Rate-limit buckets (`DIR_RRL_BUCKETS`, an LRU hash of `rrl::Key` -> `rrl::Bucket`):
 /// one per (service, client prefix) that got answers lately. 40 bytes each with the key;
 /// the least recently used go first, which only forgets a quiet prefix's state.
 pub const MAX_RRL_BUCKETS: u32 = 1 << 18;
 /// Prefixes never rate limited (`DIR_RRL_EXEMPT`).
 pub const MAX_RRL_EXEMPT: u32 = 4096;
-/// Candidates per decision.
-pub const MAX_CANDIDATES: usize = 8;
 /// Bytes of a server's display name.
 pub const SERVER_NAME_LEN: usize = 32;
 /// A wire-format name (at most 255 bytes) in a buffer padded for 8-byte word compares.

@@ -2,7 +2,8 @@
 //! the controller ranks, the kernel shares answers among the equally good by weight and
 //! skips servers that are down or lack the asked address family.
 
-use crate::maps::{Decision, MAX_CANDIDATES};
+use crate::limits::MAX_CANDIDATES;
+use crate::maps::Decision;
 
 /// How a service picks among its equally good servers. Its names (`name`, `FromStr`, serde)
 /// are the ones the CLI, the config and `--json` output use.

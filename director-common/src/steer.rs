@@ -9,7 +9,8 @@
 
 use core::num::NonZeroU64;
 
-use crate::maps::{Decision, MAX_CANDIDATES};
+use crate::limits::MAX_CANDIDATES;
+use crate::maps::Decision;
 
 pub const MAP_VIPS: &str = "DIR_VIPS";
 pub const MAP_FLOWS: &str = "DIR_FLOWS";
