@@ -9,6 +9,7 @@ pub mod counters;
 pub mod dns;
 pub mod handover;
 pub mod headers;
+pub mod fallback;
 pub mod maps;
 pub mod name;
 pub mod peers;

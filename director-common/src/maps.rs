@@ -3,6 +3,7 @@
 //! Index 0 of the id-indexed arrays is reserved so that a zeroed id never means a real
 //! service or server. All layouts are `#[repr(C)]` with their padding spelled out.
 
+use crate::fallback::Kinds;
 use crate::limits::HIDDEN_WORDS;
 // Limits other crates (and the program) have always named from here.
 pub use crate::limits::{
@@ -227,18 +228,16 @@ impl HealthMask {
 /// whole words.
 pub const CNAME_RECORD_BUF: usize = 272;
 
-pub const FALLBACK_ALTERNATE: u32 = 1;
-pub const FALLBACK_ORIGIN4: u32 = 2;
-pub const FALLBACK_ORIGIN6: u32 = 4;
-
 /// Value of `DIR_FALLBACK`, indexed by service id: what the kernel answers when none of a
 /// decision's servers can be (the CDS service router's order): a CNAME to an alternate
 /// domain, else the origin's address, else nothing (the query is passed).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fallback {
-    /// `FALLBACK_*` bits.
-    pub flags: u32,
+    /// The kinds the service has. A byte and explicit padding where a `u32` of the same
+    /// bits was: entries pinned by either layout read the same (BPF is little-endian here).
+    pub kinds: Kinds,
+    pub _pad: [u8; 3],
     /// Bytes of `cname`: the whole record (pointer to the question, type, class, TTL,
     /// length, the alternate's wire name).
     pub cname_len: u32,
@@ -254,7 +253,8 @@ pub struct Fallback {
 impl Fallback {
     pub const fn none() -> Fallback {
         Fallback {
-            flags: 0,
+            kinds: Kinds::NONE,
+            _pad: [0; 3],
             cname_len: 0,
             cname_sum: 0,
             ttl: 0,
@@ -276,18 +276,18 @@ impl Fallback {
         f.ttl = ttl;
         if let Some(target) = alternate {
             let (len, sum) = crate::dns::cname_record(ttl, target, &mut f.cname)?;
-            f.flags |= FALLBACK_ALTERNATE;
+            f.kinds |= Kinds::ALTERNATE;
             f.cname_len = len as u32;
             f.cname_sum = sum;
         }
         for a in origin {
             match a {
                 core::net::IpAddr::V4(v4) => {
-                    f.flags |= FALLBACK_ORIGIN4;
+                    f.kinds |= Kinds::ORIGIN4;
                     f.origin4 = v4.octets();
                 }
                 core::net::IpAddr::V6(v6) => {
-                    f.flags |= FALLBACK_ORIGIN6;
+                    f.kinds |= Kinds::ORIGIN6;
                     f.origin6 = v6.octets();
                 }
             }
@@ -631,6 +631,8 @@ mod tests {
         assert_eq!(size_of::<TableSwitch>(), 16);
         assert_eq!(size_of::<HealthMask>(), 8 + 3 * MAX_SERVERS as usize / 8);
         assert_eq!(size_of::<Fallback>(), 40 + CNAME_RECORD_BUF);
+        // Where the kinds' byte and the `u32` flags before it start the same.
+        assert_eq!(core::mem::offset_of!(Fallback, cname_len), 4);
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),
