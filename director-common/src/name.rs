@@ -136,10 +136,10 @@ pub fn hash(wire: &[u8]) -> u64 {
     hash_finish(h, wire.len())
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 pub use text::*;
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 mod text {
     use super::*;
 
@@ -197,7 +197,7 @@ mod text {
     }
 }
 
-#[cfg(all(test, feature = "user"))]
+#[cfg(all(test, feature = "host"))]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -10,7 +10,7 @@ use crate::maps::Decision;
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(
-    feature = "user",
+    feature = "host",
     derive(serde::Serialize, serde::Deserialize),
     serde(rename_all = "lowercase")
 )]
@@ -44,7 +44,7 @@ impl Mode {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 impl core::str::FromStr for Mode {
     type Err = String;
 
@@ -59,7 +59,7 @@ impl core::str::FromStr for Mode {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 impl core::fmt::Display for Mode {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())

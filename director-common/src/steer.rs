@@ -36,7 +36,7 @@ pub const FAMILY_V6: u8 = 6;
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(
-    feature = "user",
+    feature = "host",
     derive(serde::Serialize, serde::Deserialize),
     serde(rename_all = "lowercase")
 )]
@@ -78,7 +78,7 @@ impl Forward {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 impl core::str::FromStr for Forward {
     type Err = String;
 
@@ -90,7 +90,7 @@ impl core::str::FromStr for Forward {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 impl core::fmt::Display for Forward {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
