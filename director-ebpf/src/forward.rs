@@ -14,10 +14,10 @@ use director_common::{
     steer::{self, Count, Forward, Hop, VipRecord},
 };
 
+use crate::counter::count;
 use crate::l4::{self, TCP_LEN};
 use crate::maps::{DIR_HOPS, DIR_SERVERS, DIR_STEER_COUNTERS};
 use crate::packet::{at, at_fenced, be16, header_sum, ld, put16, put32, st};
-use crate::steer::count;
 
 const IPIP4: u8 = 4;
 const IPIP6: u8 = 41;

@@ -8,6 +8,7 @@
 #![feature(asm_experimental_arch)]
 #![no_main]
 
+mod counter;
 mod decap;
 mod forward;
 mod l4;
@@ -29,6 +30,7 @@ use director_common::{
     handover::{Plan, Query, Slot},
 };
 
+use counter::count;
 use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
 
 #[xdp]
@@ -113,13 +115,6 @@ fn answer(ctx: &XdpContext) -> Result<(u32, u16, Kinds, bool), Reason> {
     let plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
     rewrite::answer(ctx, &q, &plan, s)?;
     Ok((plan.service, plan.first, plan.fallback, plan.truncate))
-}
-
-#[inline(always)]
-fn count(map: &aya_ebpf::maps::PerCpuArray<u64>, key: u32) {
-    if let Some(c) = map.get_ptr_mut(key) {
-        unsafe { *c += 1 };
-    }
 }
 
 #[cfg(not(test))]
