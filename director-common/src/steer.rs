@@ -28,7 +28,8 @@ pub const MAX_VIPS: u32 = 4096;
 /// all allocated when the object loads: 262,144 flows take about 26 MB.
 pub const MAX_FLOWS: u32 = 1 << 18;
 
-pub const TCP_PROTOCOL: u8 = 6;
+/// The only protocol steered: a `FlowKey`'s `proto`.
+pub use crate::headers::tcp::PROTOCOL as TCP_PROTOCOL;
 pub const FAMILY_V4: u8 = 4;
 pub const FAMILY_V6: u8 = 6;
 
