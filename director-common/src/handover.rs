@@ -9,9 +9,11 @@
 //! on each) and does not mask them again: that would cost instructions on every packet.
 
 use crate::dns;
+use crate::fallback::Kinds;
 use crate::headers::{eth, ipv6, udp, vlan};
-use crate::maps::MAX_CANDIDATES;
-use crate::name::MAX_WIRE_LEN;
+use crate::limits::{MAX_CANDIDATES, MAX_SERVERS, MAX_WIRE_LEN};
+// The program and tests name it from here, beside the slots it sizes.
+pub use crate::limits::HIDDEN_WORDS;
 
 /// The words of `Scratch::hidden`, each with one meaning. A hand-over takes `WORDS`
 /// consecutive words from its slot.
@@ -39,9 +41,6 @@ pub enum Slot {
     /// Policy → rewrite: the `Plan`.
     Plan = 10,
 }
-
-/// Words of `Scratch::hidden` (a power of two: indexes are masked with `HIDDEN_WORDS - 1`).
-pub const HIDDEN_WORDS: usize = 16;
 
 impl Slot {
     pub const ALL: [Slot; 10] = [
@@ -143,6 +142,8 @@ const _: () = {
     let question_end = dns + dns::HEADER_LEN + MAX_WIRE_LEN + dns::QUESTION_FIXED_LEN;
     assert!(question_end <= Query::MAX_QUESTION_END);
     assert!(MAX_CANDIDATES <= Plan::MAX_N);
+    assert!(MAX_SERVERS as u64 - 1 <= plan_words::FIRST.max());
+    assert!(Kinds::ALL.bits() as u64 <= plan_words::FALLBACK.max());
 };
 
 /// The headers in front of the DNS message, as parse found them.
@@ -307,19 +308,17 @@ pub struct Plan {
     pub scope: u8,
     /// How many addresses were put in `Scratch::addrs`: 0..=15 (at most `MAX_CANDIDATES`).
     pub n: usize,
-    /// The server id of the first address (counted as the one the client was sent to).
+    /// The server id of the first address (counted as the one the client was sent to):
+    /// one found in `DIR_SERVERS`, so below `MAX_SERVERS`.
     pub first: u16,
-    /// `FALLBACK_NONE`, `_ALTERNATE` (one CNAME record from `DIR_FALLBACK`) or `_ORIGIN`
-    /// (the origin's address in `Scratch::addrs[0]`).
-    pub fallback: u8,
+    /// The one kind that answered instead of the decision's servers, or none:
+    /// `ALTERNATE` (one CNAME record from `DIR_FALLBACK`) or the origin of the asked
+    /// family (its address in `Scratch::addrs[0]`).
+    pub fallback: Kinds,
     /// Over the rate limit and slipped (`rrl`): the answer is truncated (TC=1) with no
     /// records; `n` is 0 and `fallback` none.
     pub truncate: bool,
 }
-
-pub const FALLBACK_NONE: u8 = 0;
-pub const FALLBACK_ALTERNATE: u8 = 1;
-pub const FALLBACK_ORIGIN: u8 = 2;
 
 mod plan_words {
     use super::*;
@@ -327,8 +326,10 @@ mod plan_words {
     pub const TTL: Field = SERVICE.next(32);
     pub const SCOPE: Field = Field::at(0, 8);
     pub const N: Field = SCOPE.next(4);
-    pub const FIRST: Field = N.next(16);
-    pub const FALLBACK: Field = FIRST.next(2);
+    // 15 bits, not 16, leave the last field below bit 31: the program's masks of the word
+    // then fit an instruction's 32-bit immediate (bit 31 took two more on every answer).
+    pub const FIRST: Field = N.next(15);
+    pub const FALLBACK: Field = FIRST.next(3);
     pub const TRUNCATE: Field = FALLBACK.next(1);
 }
 
@@ -344,7 +345,7 @@ impl Plan {
             SCOPE.put(self.scope as u64)
                 | N.put(self.n as u64)
                 | FIRST.put(self.first as u64)
-                | FALLBACK.put(self.fallback as u64)
+                | FALLBACK.put(self.fallback.bits() as u64)
                 | TRUNCATE.flag(self.truncate),
         ]
     }
@@ -359,7 +360,7 @@ impl Plan {
             scope: SCOPE.get(b) as u8,
             n: N.get(b) as usize,
             first: FIRST.get(b) as u16,
-            fallback: FALLBACK.get(b) as u8,
+            fallback: Kinds::from_bits(FALLBACK.get(b) as u8),
             truncate: TRUNCATE.is_set(b),
         }
     }
@@ -408,9 +409,11 @@ mod tests {
 
     prop_compose! {
         fn plans()(
-            service: u32, ttl: u32, scope: u8, n in 0..=Plan::MAX_N, first: u16,
-            fallback in 0u8..=2, truncate: bool,
+            service: u32, ttl: u32, scope: u8, n in 0..=Plan::MAX_N,
+            first in 0..MAX_SERVERS as u16,
+            fallback in 0..=Kinds::ALL.bits(), truncate: bool,
         ) -> Plan {
+            let fallback = Kinds::from_bits(fallback);
             Plan { service, ttl, scope, n, first, fallback, truncate }
         }
     }
@@ -441,7 +444,8 @@ mod tests {
             let q = Query::unpack([a, b]);
             prop_assert!(q.l3 <= Layout::MAX_L3 && q.dns <= Layout::MAX_DNS);
             prop_assert!(q.question_end <= Query::MAX_QUESTION_END && q.name_len <= 255);
-            prop_assert!(Plan::unpack([a, b]).n <= Plan::MAX_N);
+            let p = Plan::unpack([a, b]);
+            prop_assert!(p.n <= Plan::MAX_N && Kinds::ALL.contains(p.fallback));
         }
     }
 }

@@ -1,14 +1,18 @@
 //! Map layouts and pure packet/selection logic shared by the XDP program and userspace.
 //!
-//! Everything here is `no_std` and allocation-free so the kernel program can call it; the
-//! `user` feature adds host-only helpers (text names, full-message parsing for tests).
-#![cfg_attr(not(any(feature = "user", test)), no_std)]
+//! Everything here is `no_std` and allocation-free so the kernel program can call it. The
+//! `host` feature adds std helpers (text names, full-message parsing for tests, serde, the
+//! userspace rate limiter) for crates that never touch the kernel, such as the planner;
+//! `user` adds aya's `Pod` impls on top, for the crates that read and write the maps.
+#![cfg_attr(not(any(feature = "host", test)), no_std)]
 
 pub mod checksum;
 pub mod counters;
 pub mod dns;
+pub mod fallback;
 pub mod handover;
 pub mod headers;
+pub mod limits;
 pub mod maps;
 pub mod name;
 pub mod peers;
@@ -16,5 +20,5 @@ pub mod rrl;
 pub mod select;
 pub mod steer;
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 pub mod query;

@@ -3,7 +3,12 @@
 //! Index 0 of the id-indexed arrays is reserved so that a zeroed id never means a real
 //! service or server. All layouts are `#[repr(C)]` with their padding spelled out.
 
-use crate::handover::HIDDEN_WORDS;
+use crate::fallback::Kinds;
+use crate::limits::HIDDEN_WORDS;
+// Limits other crates (and the program) have always named from here.
+pub use crate::limits::{
+    LOCAL_SLOTS, LOCAL_SLOT_BITS, MAX_CANDIDATES, MAX_SERVERS, NAME_SLOTS, NAME_SLOT_BITS,
+};
 
 /// Where the maps (and the program's link) are pinned by default.
 pub const PIN_DIR: &str = "/sys/fs/bpf/director";
@@ -44,8 +49,6 @@ pub const PROGRAM: &str = "director";
 
 /// Service ids are 1..MAX_SERVICES.
 pub const MAX_SERVICES: u32 = 8192;
-/// Server ids are 1..MAX_SERVERS (they are u16 in decisions).
-pub const MAX_SERVERS: u32 = 8192;
 /// Decision entries per family, all services together (the tries allocate per
 /// entry, so the bound costs nothing until used). Three services over a full table and
 /// GeoLite2 City write about 3 M IPv4 entries.
@@ -61,25 +64,17 @@ pub const MAX_DECISIONS: u32 = 1 << 23;
 pub const MAX_CHOICES: u32 = 1 << 17;
 /// The edge's own addresses (`DIR_LOCAL`): the host's and configured ones.
 pub const MAX_LOCAL: u32 = 4096;
-/// Slots per copy of `DIR_LOCAL_SLOTS` (`peers::local_slot` picks one from the address).
-pub const LOCAL_SLOT_BITS: u32 = 8;
-pub const LOCAL_SLOTS: u32 = 1 << LOCAL_SLOT_BITS;
 /// Interfaces director is attached to (`DIR_IFACES`), indexed by ifindex: an array, whose
 /// lookup the verifier inlines (a hash lookup per query cost tens of ns), 512 KB in all.
 pub const MAX_IFACES: u32 = 1 << 16;
 /// DNS names owned (one per DNS service).
 pub const MAX_NAMES: u32 = 8192;
-/// Slots per copy of `DIR_NAME_SLOTS` (`name::slot` picks one from the name's hash).
-pub const NAME_SLOT_BITS: u32 = 10;
-pub const NAME_SLOTS: u32 = 1 << NAME_SLOT_BITS;
 /// Rate-limit buckets (`DIR_RRL_BUCKETS`, an LRU hash of `rrl::Key` -> `rrl::Bucket`):
 /// one per (service, client prefix) that got answers lately. 40 bytes each with the key;
 /// the least recently used go first, which only forgets a quiet prefix's state.
 pub const MAX_RRL_BUCKETS: u32 = 1 << 18;
 /// Prefixes never rate limited (`DIR_RRL_EXEMPT`).
 pub const MAX_RRL_EXEMPT: u32 = 4096;
-/// Candidates per decision.
-pub const MAX_CANDIDATES: usize = 8;
 /// Bytes of a server's display name.
 pub const SERVER_NAME_LEN: usize = 32;
 /// A wire-format name (at most 255 bytes) in a buffer padded for 8-byte word compares.
@@ -233,18 +228,16 @@ impl HealthMask {
 /// whole words.
 pub const CNAME_RECORD_BUF: usize = 272;
 
-pub const FALLBACK_ALTERNATE: u32 = 1;
-pub const FALLBACK_ORIGIN4: u32 = 2;
-pub const FALLBACK_ORIGIN6: u32 = 4;
-
 /// Value of `DIR_FALLBACK`, indexed by service id: what the kernel answers when none of a
 /// decision's servers can be (the CDS service router's order): a CNAME to an alternate
 /// domain, else the origin's address, else nothing (the query is passed).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fallback {
-    /// `FALLBACK_*` bits.
-    pub flags: u32,
+    /// The kinds the service has. A byte and explicit padding where a `u32` of the same
+    /// bits was: entries pinned by either layout read the same (BPF is little-endian here).
+    pub kinds: Kinds,
+    pub _pad: [u8; 3],
     /// Bytes of `cname`: the whole record (pointer to the question, type, class, TTL,
     /// length, the alternate's wire name).
     pub cname_len: u32,
@@ -260,7 +253,8 @@ pub struct Fallback {
 impl Fallback {
     pub const fn none() -> Fallback {
         Fallback {
-            flags: 0,
+            kinds: Kinds::NONE,
+            _pad: [0; 3],
             cname_len: 0,
             cname_sum: 0,
             ttl: 0,
@@ -282,18 +276,18 @@ impl Fallback {
         f.ttl = ttl;
         if let Some(target) = alternate {
             let (len, sum) = crate::dns::cname_record(ttl, target, &mut f.cname)?;
-            f.flags |= FALLBACK_ALTERNATE;
+            f.kinds |= Kinds::ALTERNATE;
             f.cname_len = len as u32;
             f.cname_sum = sum;
         }
         for a in origin {
             match a {
                 core::net::IpAddr::V4(v4) => {
-                    f.flags |= FALLBACK_ORIGIN4;
+                    f.kinds |= Kinds::ORIGIN4;
                     f.origin4 = v4.octets();
                 }
                 core::net::IpAddr::V6(v6) => {
-                    f.flags |= FALLBACK_ORIGIN6;
+                    f.kinds |= Kinds::ORIGIN6;
                     f.origin6 = v6.octets();
                 }
             }
@@ -637,6 +631,8 @@ mod tests {
         assert_eq!(size_of::<TableSwitch>(), 16);
         assert_eq!(size_of::<HealthMask>(), 8 + 3 * MAX_SERVERS as usize / 8);
         assert_eq!(size_of::<Fallback>(), 40 + CNAME_RECORD_BUF);
+        // Where the kinds' byte and the `u32` flags before it start the same.
+        assert_eq!(core::mem::offset_of!(Fallback, cname_len), 4);
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),

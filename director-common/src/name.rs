@@ -2,8 +2,8 @@
 //! text-to-wire encoding the CLI uses. Both lower-case and hash the same way, so a name the
 //! CLI stores is found by the kernel whatever case a client (or a 0x20 resolver) sends.
 
-/// Longest wire-format name, root label included (RFC 1035 §3.1).
-pub const MAX_WIRE_LEN: usize = 255;
+// Named from here by the program's name walk, beside the other name bounds.
+pub use crate::limits::MAX_WIRE_LEN;
 /// Longest label (RFC 1035 §2.3.4).
 pub const MAX_LABEL_LEN: usize = 63;
 
@@ -32,7 +32,7 @@ pub fn hash_finish(h: u64, len: usize) -> u64 {
 /// The `DIR_NAME_SLOTS` slot of a name, from its `hash`: the top bits of a multiply.
 #[inline(always)]
 pub fn slot(hash: u64) -> u32 {
-    (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - crate::maps::NAME_SLOT_BITS)) as u32
+    (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - crate::limits::NAME_SLOT_BITS)) as u32
 }
 
 /// ASCII lower-casing of 8 bytes at once. Length bytes (at most 63) are never letters, so a
@@ -136,10 +136,10 @@ pub fn hash(wire: &[u8]) -> u64 {
     hash_finish(h, wire.len())
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 pub use text::*;
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 mod text {
     use super::*;
 
@@ -197,7 +197,7 @@ mod text {
     }
 }
 
-#[cfg(all(test, feature = "user"))]
+#[cfg(all(test, feature = "host"))]
 mod tests {
     use super::*;
     use proptest::prelude::*;

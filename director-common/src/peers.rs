@@ -84,7 +84,7 @@ pub fn local_words(key: &[u8; 16]) -> [u64; 2] {
 #[inline(always)]
 pub fn local_slot(words: [u64; 2]) -> u32 {
     let x = words[0] ^ words[1].rotate_left(29);
-    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - crate::maps::LOCAL_SLOT_BITS)) as u32
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - crate::limits::LOCAL_SLOT_BITS)) as u32
 }
 
 #[cfg(test)]
@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn neighbouring_addresses_spread_over_the_slots() {
-        use crate::maps::LOCAL_SLOTS;
+        use crate::limits::LOCAL_SLOTS;
         let mut used = std::collections::HashSet::new();
         for last in 1..=64u8 {
             let w = local_words(&local_key_v4([192, 0, 2, last]));

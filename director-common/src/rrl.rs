@@ -274,7 +274,7 @@ fn bytes(lo: u64, hi: u64) -> [u8; 16] {
 /// The same rule for a userspace server (UDP answers given outside the kernel): its own
 /// buckets, its own clock, the limits and exemptions read from the kernel's maps (or the
 /// config). TCP answers need no limit: a TCP client has shown it owns its address.
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 pub mod user {
     use super::{Bucket, Key, Limit, Verdict};
     use std::collections::HashMap;
@@ -507,7 +507,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, feature = "user"))]
+#[cfg(all(test, feature = "host"))]
 mod user_tests {
     use super::*;
     use proptest::prelude::*;

@@ -2,14 +2,15 @@
 //! the controller ranks, the kernel shares answers among the equally good by weight and
 //! skips servers that are down or lack the asked address family.
 
-use crate::maps::{Decision, MAX_CANDIDATES};
+use crate::limits::MAX_CANDIDATES;
+use crate::maps::Decision;
 
 /// How a service picks among its equally good servers. Its names (`name`, `FromStr`, serde)
 /// are the ones the CLI, the config and `--json` output use.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(
-    feature = "user",
+    feature = "host",
     derive(serde::Serialize, serde::Deserialize),
     serde(rename_all = "lowercase")
 )]
@@ -43,7 +44,7 @@ impl Mode {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 impl core::str::FromStr for Mode {
     type Err = String;
 
@@ -58,7 +59,7 @@ impl core::str::FromStr for Mode {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 impl core::fmt::Display for Mode {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())

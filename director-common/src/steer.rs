@@ -9,7 +9,8 @@
 
 use core::num::NonZeroU64;
 
-use crate::maps::{Decision, MAX_CANDIDATES};
+use crate::limits::MAX_CANDIDATES;
+use crate::maps::Decision;
 
 pub const MAP_VIPS: &str = "DIR_VIPS";
 pub const MAP_FLOWS: &str = "DIR_FLOWS";
@@ -27,7 +28,8 @@ pub const MAX_VIPS: u32 = 4096;
 /// all allocated when the object loads: 262,144 flows take about 26 MB.
 pub const MAX_FLOWS: u32 = 1 << 18;
 
-pub const TCP_PROTOCOL: u8 = 6;
+/// The only protocol steered: a `FlowKey`'s `proto`.
+pub use crate::headers::tcp::PROTOCOL as TCP_PROTOCOL;
 pub const FAMILY_V4: u8 = 4;
 pub const FAMILY_V6: u8 = 6;
 
@@ -35,7 +37,7 @@ pub const FAMILY_V6: u8 = 6;
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(
-    feature = "user",
+    feature = "host",
     derive(serde::Serialize, serde::Deserialize),
     serde(rename_all = "lowercase")
 )]
@@ -77,7 +79,7 @@ impl Forward {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 impl core::str::FromStr for Forward {
     type Err = String;
 
@@ -89,7 +91,7 @@ impl core::str::FromStr for Forward {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "host")]
 impl core::fmt::Display for Forward {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())

@@ -15,16 +15,12 @@ use aya_ebpf::{helpers::bpf_xdp_adjust_head, programs::XdpContext};
 use director_common::{
     checksum::fold,
     counters::Reason,
-    headers::{eth, ipv4, ipv6},
+    headers::{eth, ipip, ipv4, ipv6},
 };
 
 use crate::packet::{at, at_fenced, be16, header_sum, ld, put16, st};
 
-const IPIP4: u8 = 4;
-const IPIP6: u8 = 41;
-/// IHL is 4 bits of 32-bit words.
-const IPV4_MAX_LEN: usize = 60;
-const IPV4_MAX_WORDS: usize = IPV4_MAX_LEN / 4;
+const IPV4_MAX_WORDS: usize = ipv4::MAX_LEN / 4;
 
 /// Removes the outer header if the frame is a tunnelled packet of ours; an error means
 /// the frame was not touched.
@@ -69,7 +65,7 @@ fn outer4(ctx: &XdpContext) -> Result<usize, Reason> {
     if vihl >> 4 != ipv4::VERSION || vihl & 0xf < ipv4::IHL_MIN {
         return Err(Reason::Malformed);
     }
-    if proto != IPIP4 {
+    if proto != ipip::V4 {
         return Err(Reason::NotDns);
     }
     // A fragment's inner packet is incomplete: the stack reassembles, then a tunnel would
@@ -98,7 +94,7 @@ fn outer4(ctx: &XdpContext) -> Result<usize, Reason> {
         return Err(Reason::BadChecksum);
     }
     // Forgotten and bounded again, so the verifier sees one offset range, not 11 paths.
-    let hlen = core::hint::black_box(hlen).min(IPV4_MAX_LEN);
+    let hlen = core::hint::black_box(hlen).min(ipv4::MAX_LEN);
     let inner = at_fenced::<{ ipv4::LEN }>(ctx, eth::LEN + hlen, Reason::Malformed)?;
     // SAFETY: `at` checked the inner header's fixed part.
     let ivihl = unsafe { (*inner)[ipv4::VERSION_IHL] };
@@ -131,7 +127,7 @@ fn outer6(ctx: &XdpContext) -> Result<usize, Reason> {
     if v >> 4 != ipv6::VERSION {
         return Err(Reason::Malformed);
     }
-    if next != IPIP6 {
+    if next != ipip::V6 {
         return Err(Reason::NotDns);
     }
     // A payload length of 0 (a jumbogram) falls out here as too short.

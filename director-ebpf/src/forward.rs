@@ -10,22 +10,16 @@ use aya_ebpf::{
 use director_common::{
     checksum::{finish_ip, fold},
     counters::Reason,
-    headers::{eth, ipv4, ipv6},
+    headers::{eth, ipip, ipv4, ipv6, tcp},
     steer::{self, Count, Forward, Hop, VipRecord},
 };
 
-use crate::l4::{self, TCP_LEN};
+use crate::counter::count;
+use crate::l4;
 use crate::maps::{DIR_HOPS, DIR_SERVERS, DIR_STEER_COUNTERS};
 use crate::packet::{at, at_fenced, be16, header_sum, ld, put16, put32, st};
-use crate::steer::count;
 
-const IPIP4: u8 = 4;
-const IPIP6: u8 = 41;
 const OUTER_TTL: u8 = 64;
-const TCP_CHECKSUM: usize = 16;
-const TCP_DATA_OFFSET: usize = 12;
-const MSS_KIND: u8 = 2;
-const MSS_LEN: u8 = 4;
 /// Options a SYN may carry before its MSS: 40 bytes of options hold at most this many
 /// that are not NOPs, and NOPs are stepped over in the same count.
 const OPTION_STEPS: usize = 12;
@@ -49,8 +43,8 @@ pub fn to_server(
         return Err(Some(Count::NoHop));
     }
     if p.syn && vip.mss != 0 {
-        let tcp = p.l3 + if p.v6 { ipv6::LEN } else { ipv4::LEN };
-        if clamp_mss(ctx.ctx, tcp as u64, vip.mss as u64) != 0 {
+        let tcp_at = p.l3 + if p.v6 { ipv6::LEN } else { ipv4::LEN };
+        if clamp_mss(ctx.ctx, tcp_at as u64, vip.mss as u64) != 0 {
             count(&DIR_STEER_COUNTERS, Count::MssClamped as u32);
         }
     }
@@ -145,7 +139,7 @@ fn encap4(ctx: &XdpContext, src: &[u8; 16], dst: &[u8; 16]) -> Result<(), Reason
     // No identification, fragments allowed: the inner packet's own DF and the clamped
     // MSS are what keep it whole.
     st::<u32, L>(ip, 4, 0);
-    put16(ip, ipv4::TTL, (OUTER_TTL as u16) << 8 | IPIP4 as u16);
+    put16(ip, ipv4::TTL, (OUTER_TTL as u16) << 8 | ipip::V4 as u16);
     put16(ip, ipv4::CHECKSUM, 0);
     // SAFETY: 4-byte reads of the 16-byte addresses.
     unsafe {
@@ -183,7 +177,7 @@ fn encap6(ctx: &XdpContext, src: &[u8; 16], dst: &[u8; 16], flow: u32) -> Result
     put16(
         ip,
         ipv6::NEXT_HEADER,
-        (IPIP6 as u16) << 8 | OUTER_TTL as u16,
+        (ipip::V6 as u16) << 8 | OUTER_TTL as u16,
     );
     // SAFETY: 8-byte reads of the 16-byte addresses.
     unsafe {
@@ -197,37 +191,37 @@ fn encap6(ctx: &XdpContext, src: &[u8; 16], dst: &[u8; 16], flow: u32) -> Result
 }
 
 /// Lowers a SYN's MSS option to `limit` and corrects the TCP checksum (RFC 1624); 1 if it
-/// changed. The TCP header is at `tcp`.
+/// changed. The TCP header is at `tcp_at`.
 ///
 /// Not inlined: the option walk is verified once, as a function of its own, whichever
 /// path reached it.
 #[inline(never)]
-fn clamp_mss(raw: *mut xdp_md, tcp: u64, limit: u64) -> u64 {
+fn clamp_mss(raw: *mut xdp_md, tcp_at: u64, limit: u64) -> u64 {
     let ctx = XdpContext::new(raw);
     // Bounded for the verifier: an Ethernet and an IPv6 header are all that come before.
-    let tcp = core::hint::black_box(tcp as usize).min(eth::LEN + ipv6::LEN);
-    let Ok(h) = at::<TCP_LEN>(&ctx, tcp, Reason::NotDns) else {
+    let tcp_at = core::hint::black_box(tcp_at as usize).min(eth::LEN + ipv6::LEN);
+    let Ok(h) = at::<{ tcp::LEN }>(&ctx, tcp_at, Reason::NotDns) else {
         return 0;
     };
     // SAFETY: `at` checked the header.
-    let end = (unsafe { (*h)[TCP_DATA_OFFSET] } >> 4) as usize * 4;
-    let mut off = TCP_LEN;
+    let end = (unsafe { (*h)[tcp::DATA_OFFSET] } >> 4) as usize * 4;
+    let mut off = tcp::LEN;
     for _ in 0..OPTION_STEPS {
-        if off + MSS_LEN as usize > end {
+        if off + tcp::OPT_MSS_LEN as usize > end {
             return 0;
         }
-        // The option's offset forgotten and bounded again: 60 is the longest TCP header.
-        let o = core::hint::black_box(off).min(60 - MSS_LEN as usize);
-        let Ok(opt) = at::<4>(&ctx, tcp + o, Reason::NotDns) else {
+        // The option's offset forgotten and bounded again, within the longest header.
+        let o = core::hint::black_box(off).min(tcp::MAX_LEN - tcp::OPT_MSS_LEN as usize);
+        let Ok(opt) = at::<4>(&ctx, tcp_at + o, Reason::NotDns) else {
             return 0;
         };
         // SAFETY: `at` checked the 4 bytes.
         let (kind, len) = unsafe { ((*opt)[0], (*opt)[1]) };
         match kind {
-            0 => return 0,
-            1 => off += 1,
-            MSS_KIND => {
-                if len != MSS_LEN {
+            tcp::OPT_END => return 0,
+            tcp::OPT_NOP => off += 1,
+            tcp::OPT_MSS => {
+                if len != tcp::OPT_MSS_LEN {
                     return 0;
                 }
                 let old = be16(opt, 2);
@@ -243,11 +237,11 @@ fn clamp_mss(raw: *mut xdp_md, tcp: u64, limit: u64) -> u64 {
                 } else {
                     (old, new)
                 };
-                let Ok(h) = at::<TCP_LEN>(&ctx, tcp, Reason::NotDns) else {
+                let Ok(h) = at::<{ tcp::LEN }>(&ctx, tcp_at, Reason::NotDns) else {
                     return 0;
                 };
-                let sum = !be16(h, TCP_CHECKSUM) as u64 + !o16 as u64 + n16 as u64;
-                put16(h, TCP_CHECKSUM, !fold(sum));
+                let sum = !be16(h, tcp::CHECKSUM) as u64 + !o16 as u64 + n16 as u64;
+                put16(h, tcp::CHECKSUM, !fold(sum));
                 return 1;
             }
             _ => {

@@ -5,28 +5,11 @@
 use aya_ebpf::programs::XdpContext;
 use director_common::{
     counters::Reason,
-    headers::{eth, ipv4, ipv6},
+    headers::{eth, icmp, icmpv6, ipv4, ipv6, tcp},
     steer::{FlowKey, FAMILY_V4, FAMILY_V6, TCP_PROTOCOL},
 };
 
 use crate::packet::{at, be16, ld};
-
-const ICMP: u8 = 1;
-const ICMPV6: u8 = 58;
-/// ICMP destination unreachable, code fragmentation needed (RFC 792, RFC 1191).
-const ICMP_UNREACHABLE: u8 = 3;
-const ICMP_FRAG_NEEDED: u8 = 4;
-/// ICMPv6 packet too big (RFC 4443).
-const ICMPV6_TOO_BIG: u8 = 2;
-/// An ICMP error header: type, code, checksum, 4 bytes; then the packet it is about.
-const ICMP_LEN: usize = 8;
-
-pub const TCP_LEN: usize = 20;
-const TCP_SRC_PORT: usize = 0;
-const TCP_DST_PORT: usize = 2;
-const TCP_FLAGS: usize = 13;
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
 
 /// A packet that may belong to a VIP.
 pub struct Packet {
@@ -69,51 +52,51 @@ fn v4(ctx: &XdpContext, l3: usize) -> Option<Packet> {
         proto: TCP_PROTOCOL,
         ..FlowKey::default()
     };
-    if proto == TCP_PROTOCOL {
-        let tcp = at::<TCP_LEN>(ctx, l4, Reason::NotDns).ok()?;
+    if proto == tcp::PROTOCOL {
+        let hdr = at::<{ tcp::LEN }>(ctx, l4, Reason::NotDns).ok()?;
         put_v4(&mut key.client, ld::<u32, { ipv4::LEN }>(ip, ipv4::SRC));
         put_v4(&mut key.vip, ld::<u32, { ipv4::LEN }>(ip, ipv4::DST));
-        key.client_port = ld(tcp, TCP_SRC_PORT);
-        key.vip_port = ld(tcp, TCP_DST_PORT);
+        key.client_port = ld(hdr, tcp::SRC_PORT);
+        key.vip_port = ld(hdr, tcp::DST_PORT);
         return Some(Packet {
             v6: false,
             l3,
-            syn: is_syn(tcp),
+            syn: is_syn(hdr),
             icmp: false,
             key,
         });
     }
-    if proto != ICMP {
+    if proto != icmp::PROTOCOL {
         return None;
     }
     // The error quotes the server's packet: VIP → client. Its header and the first 8
     // bytes of TCP (the ports) are all an ICMP error must carry.
-    const QUOTE: usize = ICMP_LEN + ipv4::LEN + 8;
-    let icmp = at::<QUOTE>(ctx, l4, Reason::NotDns).ok()?;
+    const QUOTE: usize = icmp::LEN + ipv4::LEN + 8;
+    let quote = at::<QUOTE>(ctx, l4, Reason::NotDns).ok()?;
     // SAFETY: `at` checked the quote is in the packet.
     let (ty, code, ivihl, iproto) = unsafe {
         (
-            (*icmp)[0],
-            (*icmp)[1],
-            (*icmp)[ICMP_LEN + ipv4::VERSION_IHL],
-            (*icmp)[ICMP_LEN + ipv4::PROTOCOL],
+            (*quote)[icmp::TYPE],
+            (*quote)[icmp::CODE],
+            (*quote)[icmp::LEN + ipv4::VERSION_IHL],
+            (*quote)[icmp::LEN + ipv4::PROTOCOL],
         )
     };
-    if ty != ICMP_UNREACHABLE
-        || code != ICMP_FRAG_NEEDED
+    if ty != icmp::UNREACHABLE
+        || code != icmp::FRAG_NEEDED
         || ivihl != (ipv4::VERSION << 4 | ipv4::IHL_MIN)
-        || iproto != TCP_PROTOCOL
+        || iproto != tcp::PROTOCOL
     {
         return None;
     }
-    put_v4(&mut key.vip, ld::<u32, QUOTE>(icmp, ICMP_LEN + ipv4::SRC));
+    put_v4(&mut key.vip, ld::<u32, QUOTE>(quote, icmp::LEN + ipv4::SRC));
     put_v4(
         &mut key.client,
-        ld::<u32, QUOTE>(icmp, ICMP_LEN + ipv4::DST),
+        ld::<u32, QUOTE>(quote, icmp::LEN + ipv4::DST),
     );
-    let tcp = ICMP_LEN + ipv4::LEN;
-    key.vip_port = ld(icmp, tcp + TCP_SRC_PORT);
-    key.client_port = ld(icmp, tcp + TCP_DST_PORT);
+    let quoted_tcp = icmp::LEN + ipv4::LEN;
+    key.vip_port = ld(quote, quoted_tcp + tcp::SRC_PORT);
+    key.client_port = ld(quote, quoted_tcp + tcp::DST_PORT);
     Some(Packet {
         v6: false,
         l3,
@@ -137,41 +120,41 @@ fn v6(ctx: &XdpContext, l3: usize) -> Option<Packet> {
         proto: TCP_PROTOCOL,
         ..FlowKey::default()
     };
-    if next == TCP_PROTOCOL {
-        let tcp = at::<TCP_LEN>(ctx, l4, Reason::NotDns).ok()?;
+    if next == tcp::PROTOCOL {
+        let hdr = at::<{ tcp::LEN }>(ctx, l4, Reason::NotDns).ok()?;
         put_v6(&mut key.client, ip, ipv6::SRC);
         put_v6(&mut key.vip, ip, ipv6::DST);
-        key.client_port = ld(tcp, TCP_SRC_PORT);
-        key.vip_port = ld(tcp, TCP_DST_PORT);
+        key.client_port = ld(hdr, tcp::SRC_PORT);
+        key.vip_port = ld(hdr, tcp::DST_PORT);
         return Some(Packet {
             v6: true,
             l3,
-            syn: is_syn(tcp),
+            syn: is_syn(hdr),
             icmp: false,
             key,
         });
     }
-    if next != ICMPV6 {
+    if next != icmpv6::PROTOCOL {
         return None;
     }
-    const QUOTE: usize = ICMP_LEN + ipv6::LEN + 8;
-    let icmp = at::<QUOTE>(ctx, l4, Reason::NotDns).ok()?;
+    const QUOTE: usize = icmpv6::LEN + ipv6::LEN + 8;
+    let quote = at::<QUOTE>(ctx, l4, Reason::NotDns).ok()?;
     // SAFETY: `at` checked the quote is in the packet.
     let (ty, iversion, inext) = unsafe {
         (
-            (*icmp)[0],
-            (*icmp)[ICMP_LEN + ipv6::VERSION_BYTE] >> 4,
-            (*icmp)[ICMP_LEN + ipv6::NEXT_HEADER],
+            (*quote)[icmpv6::TYPE],
+            (*quote)[icmpv6::LEN + ipv6::VERSION_BYTE] >> 4,
+            (*quote)[icmpv6::LEN + ipv6::NEXT_HEADER],
         )
     };
-    if ty != ICMPV6_TOO_BIG || iversion != ipv6::VERSION || inext != TCP_PROTOCOL {
+    if ty != icmpv6::TOO_BIG || iversion != ipv6::VERSION || inext != tcp::PROTOCOL {
         return None;
     }
-    put_v6(&mut key.vip, icmp, ICMP_LEN + ipv6::SRC);
-    put_v6(&mut key.client, icmp, ICMP_LEN + ipv6::DST);
-    let tcp = ICMP_LEN + ipv6::LEN;
-    key.vip_port = ld(icmp, tcp + TCP_SRC_PORT);
-    key.client_port = ld(icmp, tcp + TCP_DST_PORT);
+    put_v6(&mut key.vip, quote, icmpv6::LEN + ipv6::SRC);
+    put_v6(&mut key.client, quote, icmpv6::LEN + ipv6::DST);
+    let quoted_tcp = icmpv6::LEN + ipv6::LEN;
+    key.vip_port = ld(quote, quoted_tcp + tcp::SRC_PORT);
+    key.client_port = ld(quote, quoted_tcp + tcp::DST_PORT);
     Some(Packet {
         v6: true,
         l3,
@@ -182,10 +165,10 @@ fn v6(ctx: &XdpContext, l3: usize) -> Option<Packet> {
 }
 
 #[inline(always)]
-fn is_syn(tcp: *const [u8; TCP_LEN]) -> bool {
+fn is_syn(hdr: *const [u8; tcp::LEN]) -> bool {
     // SAFETY: `at` checked the header is in the packet.
-    let flags = unsafe { (*tcp)[TCP_FLAGS] };
-    flags & (SYN | ACK) == SYN
+    let flags = unsafe { (*hdr)[tcp::FLAGS] };
+    flags & (tcp::SYN | tcp::ACK) == tcp::SYN
 }
 
 /// Word copies into the key: byte copies would be a load and a store per byte.

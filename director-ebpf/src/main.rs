@@ -8,6 +8,7 @@
 #![feature(asm_experimental_arch)]
 #![no_main]
 
+mod counter;
 mod decap;
 mod forward;
 mod l4;
@@ -25,9 +26,11 @@ use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::debug;
 use director_common::{
     counters::Reason,
-    handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
+    fallback::Kinds,
+    handover::{Plan, Query, Slot},
 };
 
+use counter::count;
 use maps::{DIR_COUNTERS, DIR_SCRATCH, DIR_SRV_STATS, DIR_SVC_STATS};
 
 #[xdp]
@@ -59,10 +62,12 @@ fn dns(raw: *mut aya_ebpf::bindings::xdp_md) -> u32 {
             // (`DIR_SVC_STATS`, which `director-ctl` reads as `answered`), and every answer
             // saves a counter update, 3 % of its cost.
             count(&DIR_SVC_STATS, service);
-            match fallback {
-                FALLBACK_ALTERNATE => count(&DIR_COUNTERS, Reason::FallbackAlternate as u32),
-                FALLBACK_ORIGIN => count(&DIR_COUNTERS, Reason::FallbackOrigin as u32),
-                _ => count(&DIR_SRV_STATS, server as u32),
+            if fallback == Kinds::ALTERNATE {
+                count(&DIR_COUNTERS, Reason::FallbackAlternate as u32);
+            } else if fallback.is_origin() {
+                count(&DIR_COUNTERS, Reason::FallbackOrigin as u32);
+            } else {
+                count(&DIR_SRV_STATS, server as u32);
             }
             return xdp_action::XDP_TX;
         }
@@ -87,7 +92,7 @@ fn dns(raw: *mut aya_ebpf::bindings::xdp_md) -> u32 {
 #[inline(always)]
 /// Answers the query in place; returns the service, the server it was sent to, whether a
 /// fallback answered instead, and whether the answer was truncated by the rate limit.
-fn answer(ctx: &XdpContext) -> Result<(u32, u16, u8, bool), Reason> {
+fn answer(ctx: &XdpContext) -> Result<(u32, u16, Kinds, bool), Reason> {
     let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Reason::Malformed)?;
     // Each stage starts from what the last one stored (see `opaque`).
     opaque::put_words(s, Slot::Query, parse::query(ctx, s)?.pack());
@@ -100,7 +105,7 @@ fn answer(ctx: &XdpContext) -> Result<(u32, u16, u8, bool), Reason> {
         rrl::SLIP => {
             // The question alone (and the OPT): a real resolver retries over TCP.
             plan.n = 0;
-            plan.fallback = FALLBACK_NONE;
+            plan.fallback = Kinds::NONE;
             plan.truncate = true;
         }
         _ => return Err(Reason::RateLimitedDropped),
@@ -110,13 +115,6 @@ fn answer(ctx: &XdpContext) -> Result<(u32, u16, u8, bool), Reason> {
     let plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
     rewrite::answer(ctx, &q, &plan, s)?;
     Ok((plan.service, plan.first, plan.fallback, plan.truncate))
-}
-
-#[inline(always)]
-fn count(map: &aya_ebpf::maps::PerCpuArray<u64>, key: u32) {
-    if let Some(c) = map.get_ptr_mut(key) {
-        unsafe { *c += 1 };
-    }
 }
 
 #[cfg(not(test))]

@@ -4,12 +4,12 @@
 use aya_ebpf::maps::lpm_trie::Key;
 use director_common::{
     counters::Reason,
-    handover::{Plan, Query, Slot, FALLBACK_ALTERNATE, FALLBACK_NONE, FALLBACK_ORIGIN},
+    fallback::Kinds,
+    handover::{Plan, Query, Slot},
     maps::{
         dec16_index, DecCacheSlot, DecisionKeyV4, DecisionKeyV6, DecisionRef, Scratch,
-        ServerRecord, DEC_CACHE_BLOCKS, DEC_CACHE_SLOTS, FALLBACK_ALTERNATE as HAS_ALTERNATE,
-        FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS, MAX_CANDIDATES, NAME_BUF, NAME_SLOTS,
-        SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
+        ServerRecord, DEC_CACHE_BLOCKS, DEC_CACHE_SLOTS, KIND_DNS, MAX_CANDIDATES, NAME_BUF,
+        NAME_SLOTS, SERVICE_ACTIVE, SERVICE_BITS, SLOT_OVERFLOW, SLOT_USED,
     },
     name,
     select::{self, Mode},
@@ -64,7 +64,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
                         scope,
                         n: 1,
                         first: id,
-                        fallback: FALLBACK_NONE,
+                        fallback: Kinds::NONE,
                         truncate: false,
                     });
                 }
@@ -132,7 +132,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         scope,
         n,
         first: unsafe { core::ptr::read_volatile(&(*s).ids[0]) },
-        fallback: FALLBACK_NONE,
+        fallback: Kinds::NONE,
         truncate: false,
     })
 }
@@ -199,18 +199,14 @@ fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan
         scope,
         n: 0,
         first: 0,
-        fallback: FALLBACK_ALTERNATE,
+        fallback: Kinds::ALTERNATE,
         truncate: false,
     };
-    if fb.flags & HAS_ALTERNATE != 0 {
+    if fb.kinds.contains(Kinds::ALTERNATE) {
         return Ok(plan);
     }
-    let have = if aaaa {
-        FALLBACK_ORIGIN6
-    } else {
-        FALLBACK_ORIGIN4
-    };
-    if fb.flags & have == 0 {
+    let origin = Kinds::origin(aaaa);
+    if !fb.kinds.contains(origin) {
         return Err(Reason::NoServer);
     }
     unsafe {
@@ -225,7 +221,7 @@ fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan
         core::ptr::write_volatile(dst.add(1), hi);
     }
     plan.n = 1;
-    plan.fallback = FALLBACK_ORIGIN;
+    plan.fallback = origin;
     Ok(plan)
 }
 

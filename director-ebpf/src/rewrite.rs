@@ -9,7 +9,8 @@ use director_common::{
     checksum::{finish_ip, finish_udp, halves, le_to_network, shift_odd},
     counters::Reason,
     dns::{self, record, Ecs},
-    handover::{Plan, Query, Slot, FALLBACK_ALTERNATE},
+    fallback::Kinds,
+    handover::{Plan, Query, Slot},
     headers::{eth, ipv4, ipv6, udp},
     maps::{Fallback, Scratch, CNAME_RECORD_BUF, MAX_CANDIDATES},
 };
@@ -27,7 +28,7 @@ const MAX_MOVE: usize = 0x1ff;
 pub fn answer(ctx: &XdpContext, q: &Query, plan: &Plan, s: *mut Scratch) -> Result<(), Reason> {
     let n = plan.n & (MAX_CANDIDATES * 2 - 1);
     // A CNAME to the alternate is the one record, as the controller built it.
-    let cname = if plan.fallback == FALLBACK_ALTERNATE {
+    let cname = if plan.fallback == Kinds::ALTERNATE {
         Some(DIR_FALLBACK.get(plan.service).ok_or(Reason::NoServer)?)
     } else {
         None

@@ -17,6 +17,7 @@ use director_common::{
     steer::{self, Count, Flow, Forward, VipKey, FLOW_FROM_MIDSTREAM, FLOW_MOVED},
 };
 
+use crate::counter::count;
 use crate::maps::*;
 use crate::{forward, l4, opaque};
 
@@ -242,12 +243,4 @@ fn for_this_edge(ctx: &XdpContext) -> bool {
         return true;
     };
     forward::dst_mac_is(ctx, &iface.mac)
-}
-
-#[inline(always)]
-pub fn count(map: &aya_ebpf::maps::PerCpuArray<u64>, key: u32) {
-    if let Some(c) = map.get_ptr_mut(key) {
-        // SAFETY: this CPU's slot.
-        unsafe { *c += 1 };
-    }
 }

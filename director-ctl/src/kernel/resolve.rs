@@ -9,12 +9,13 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData, MapError};
 use director_common::{
+    fallback::Kinds,
     maps::Decision,
     maps::{
         DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, HealthMask, NameEntry, ServerRecord,
-        ServiceRecord, FALLBACK_ALTERNATE, FALLBACK_ORIGIN4, FALLBACK_ORIGIN6, KIND_DNS,
-        MAP_CHOICES, MAP_DEC4, MAP_DEC6, MAP_FALLBACK, MAP_HEALTH, MAP_NAMES, MAP_SERVERS,
-        MAP_SERVICES, MAX_CANDIDATES, NAME_BUF, SERVICE_ACTIVE, SERVICE_BITS,
+        ServiceRecord, KIND_DNS, MAP_CHOICES, MAP_DEC4, MAP_DEC6, MAP_FALLBACK, MAP_HEALTH,
+        MAP_NAMES, MAP_SERVERS, MAP_SERVICES, MAX_CANDIDATES, NAME_BUF, SERVICE_ACTIVE,
+        SERVICE_BITS,
     },
     name,
     select::{self, Mode},
@@ -241,7 +242,7 @@ impl Resolver {
             .fallback
             .get(&service, 0)
             .with_context(|| format!("reading the fallback of service {service}"))?;
-        if fb.flags & FALLBACK_ALTERNATE != 0 {
+        if fb.kinds.contains(Kinds::ALTERNATE) {
             // The prebuilt record: 12 fixed bytes (owner pointer, type, class, TTL, length),
             // then the alternate's wire name.
             let end = (fb.cname_len as usize).min(fb.cname.len());
@@ -251,11 +252,13 @@ impl Resolver {
                 scope,
             });
         }
-        let origin = if aaaa {
-            (fb.flags & FALLBACK_ORIGIN6 != 0).then(|| IpAddr::V6(Ipv6Addr::from(fb.origin6)))
-        } else {
-            (fb.flags & FALLBACK_ORIGIN4 != 0).then(|| IpAddr::V4(Ipv4Addr::from(fb.origin4)))
-        };
+        let origin = fb.kinds.contains(Kinds::origin(aaaa)).then(|| {
+            if aaaa {
+                IpAddr::V6(Ipv6Addr::from(fb.origin6))
+            } else {
+                IpAddr::V4(Ipv4Addr::from(fb.origin4))
+            }
+        });
         Ok(match origin {
             Some(a) => Answer::Addresses {
                 addrs: vec![a],
