@@ -21,7 +21,7 @@ use director_common::{
     select::{self, Mode},
 };
 
-use super::maps::open;
+use super::pins::open;
 
 /// The client a query is answered for: the ECS address and its source length when the
 /// query carries one, else the packet's source address at full length.

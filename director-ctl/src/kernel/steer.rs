@@ -17,7 +17,7 @@ use director_common::{
     },
 };
 
-use super::maps::open;
+use super::pins::open;
 
 /// A VIP as the kernel's table holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use aya::maps::MapData;
 use director_common::maps::{dec16_index, dec16_range, DEC16_LANES, DEC16_SLOTS, MAP_DEC16};
 use ipnet::IpNet;
 
-pub struct Front16 {
+pub struct Dec16Mmap {
     words: *const AtomicU64,
     len: usize,
     /// One bit per slot cleared (or about to be) by this process since the slot was last
@@ -23,12 +23,12 @@ pub struct Front16 {
 }
 
 // SAFETY: the mapping is shared memory read and written only through atomics.
-unsafe impl Send for Front16 {}
-unsafe impl Sync for Front16 {}
+unsafe impl Send for Dec16Mmap {}
+unsafe impl Sync for Dec16Mmap {}
 
-impl Front16 {
-    pub fn open(dir: &Path) -> Result<Front16> {
-        let map = super::maps::open_pinned(dir, MAP_DEC16)?;
+impl Dec16Mmap {
+    pub fn open(dir: &Path) -> Result<Dec16Mmap> {
+        let map = super::pins::open_pinned(dir, MAP_DEC16)?;
         let path = dir.join(MAP_DEC16);
         let len = (DEC16_LANES * DEC16_SLOTS) as usize;
         // The mapping below is sized from this build's layout: the pinned map must have it.
@@ -54,7 +54,7 @@ impl Front16 {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("mapping {} into memory", path.display()));
         }
-        Ok(Front16 {
+        Ok(Dec16Mmap {
             words: p as *const AtomicU64,
             len,
             touched: vec![0; len / 64],
@@ -122,7 +122,7 @@ impl Front16 {
     }
 }
 
-impl Drop for Front16 {
+impl Drop for Dec16Mmap {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `open`, unmapped once.
         unsafe { libc::munmap(self.words as *mut libc::c_void, self.len * 8) };
