@@ -1,4 +1,5 @@
 //! Helpers for the end-to-end tests.
+pub mod bench;
 pub mod config;
 pub mod farm;
 pub mod fixture;
