@@ -1,4 +1,6 @@
 //! Helpers for the end-to-end tests.
+pub mod bench;
+pub mod config;
 pub mod farm;
 pub mod fixture;
 pub mod metrics;

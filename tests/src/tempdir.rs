@@ -1,7 +1,10 @@
 //! A directory of a test's own under the system temp dir, removed on drop (also when the
 //! test fails).
 
-use std::{fs, path::PathBuf};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
 
 pub struct TempDir(PathBuf);
 
@@ -12,6 +15,10 @@ impl TempDir {
         let _ = fs::remove_dir_all(&p);
         fs::create_dir_all(&p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
         TempDir(p)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.0
     }
 
     pub fn path(&self, name: &str) -> PathBuf {

@@ -26,6 +26,7 @@ use std::{
 };
 
 use director_ctl::api;
+use director_tests::config::Doc;
 use director_tests::netns::{
     ctl_binary, describe, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
 };
@@ -666,6 +667,8 @@ fn run_on_real_data_answers_the_nearest_site() {
 // ---------------------------------------------------------------------------------------
 // 3. servers changed under concurrent queries
 
+/// x's and y's addresses, as tests/data/two_sites.toml gives them (swap_config writes
+/// its own servers with the same ones).
 const X_V4: &str = "198.51.100.10";
 const X_V6: &str = "2001:db8:100::10";
 const Y_V4: &str = "198.51.100.20";
@@ -1009,21 +1012,16 @@ fn run_killed_and_restarted_never_breaks_answers() {
 
 /// Two sites with a server each; the lowest RTT wins, then the lower preference (y has 10).
 fn rtt_config(rtt: &Path, extra_server: Option<&str>, x_preference: u32) -> String {
-    let servers = match extra_server {
-        Some(s) => format!("\"x\", \"y\", {s:?}"),
-        None => "\"x\", \"y\"".to_string(),
-    };
-    format!(
-        "[[site]]\nname = \"a\"\n\n[[site]]\nname = \"b\"\n\n\
-         [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = {X_V4:?}\nipv6 = {X_V6:?}\n\
-         preference = {x_preference}\n\n\
-         [[server]]\nname = \"y\"\nsite = \"b\"\nipv4 = {Y_V4:?}\nipv6 = {Y_V6:?}\n\
-         preference = 10\n\n\
-         [[service]]\nname = {WWW:?}\nttl = 30\nservers = [{servers}]\n\
-         priority = {{ rtt = 1, admin = 2 }}\n\n\
-         [rtt]\nfiles = [{:?}]\n",
+    let mut c = Doc::two_sites();
+    c.set("server", "x", "preference", i64::from(x_preference));
+    if let Some(s) = extra_server {
+        c.set("service", WWW, "servers", vec!["x", "y", s]);
+    }
+    c.add(&format!(
+        "[rtt]\nfiles = [{:?}]\n",
         rtt.display().to_string()
-    )
+    ));
+    c.text()
 }
 
 #[test]

@@ -15,6 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use director_tests::config::Doc;
 use director_tests::metrics;
 use director_tests::netns::{describe, Controller, Lab, Reply, CLIENT_V4, EDGE_V4, EDGE_V6};
 use director_tests::tempdir::TempDir;
@@ -22,6 +23,7 @@ use director_tests::tempdir::TempDir;
 const WWW: &str = "www.example.com";
 const API: &str = "api.example.com";
 const LONE: &str = "lone.example.com";
+/// x's and y's addresses, as tests/data/two_sites.toml gives them.
 const X_V4: &str = "198.51.100.10";
 const Y_V4: &str = "198.51.100.20";
 const Y_V6: &str = "2001:db8:100::20";
@@ -35,24 +37,22 @@ const METRICS: &str = "127.0.0.1:9273";
 /// wins. x has a hostname, y none. api falls back to an alternate domain; lone has no
 /// fallback.
 fn config(rtt: &Path, y_hostname: Option<&str>) -> String {
-    let y_host = y_hostname.map_or(String::new(), |h| format!("hostname = {h:?}\n"));
-    format!(
+    let mut c = Doc::two_sites();
+    c.set("server", "x", "hostname", X_HOST);
+    if let Some(h) = y_hostname {
+        c.set("server", "y", "hostname", h);
+    }
+    c.add(&format!(
         "[http]\nlisten = [\"{EDGE_V4}:80\", \"[{EDGE_V6}]:80\"]\n\
          trusted_proxies = [\"192.0.2.192/26\"]\n\n\
          [metrics]\nlisten = {METRICS:?}\n\n\
-         [[site]]\nname = \"a\"\n\n[[site]]\nname = \"b\"\n\n\
-         [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = {X_V4:?}\nipv6 = \"2001:db8:100::10\"\n\
-         preference = 20\nhostname = {X_HOST:?}\n\n\
-         [[server]]\nname = \"y\"\nsite = \"b\"\nipv4 = {Y_V4:?}\nipv6 = {Y_V6:?}\n\
-         preference = 10\n{y_host}\n\
-         [[service]]\nname = {WWW:?}\nservers = [\"x\", \"y\"]\n\
-         priority = {{ rtt = 1, admin = 2 }}\n\n\
          [[service]]\nname = {API:?}\nservers = [\"y\"]\npriority = {{ admin = 1 }}\n\
          alternate = \"www.backup.example.net\"\n\n\
          [[service]]\nname = {LONE:?}\nservers = [\"y\"]\npriority = {{ admin = 1 }}\n\n\
          [rtt]\nfiles = [{:?}]\n",
         rtt.display().to_string()
-    )
+    ));
+    c.text()
 }
 
 /// What curl saw: the status and the Location header (if any).

@@ -5,6 +5,8 @@
 //! every second), printed as tables
 //! (the bench programs of the test crate). Issue 8's starting program is built from its
 //! commit beside ours, so that its cost per answer is measured in the same run.
+//! `--only <section>` runs one part, e.g. `--only testrun` for the per-packet cost alone
+//! (bench's section 1 and 1b, bench_steer's S1): minutes where the whole takes much longer.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -50,8 +52,19 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
     Ok(bin)
 }
 
-pub fn run_bench(seconds: u32, baseline: Option<&str>) -> Result<()> {
-    let bench = |bin: &str, args: &[&str]| {
+/// The sections `--only` takes, as the bench binaries name them (director_tests::bench::args).
+pub const SECTIONS: [&str; 4] = ["testrun", "wire", "controller", "health"];
+
+/// Each bench binary with the sections it has, in the order they run.
+const BINARIES: [(&str, &[&str]); 4] = [
+    ("bench", &["testrun", "wire"]),
+    ("bench_steer", &["testrun", "wire"]),
+    ("bench_controller", &["controller"]),
+    ("bench_health", &["health"]),
+];
+
+pub fn run_bench(seconds: u32, baseline: Option<&str>, only: Option<&str>) -> Result<()> {
+    let bench = |bin: &str, args: &[String]| {
         run(Command::new("cargo")
             .current_dir(root())
             .args([
@@ -66,19 +79,32 @@ pub fn run_bench(seconds: u32, baseline: Option<&str>) -> Result<()> {
             ])
             .args(args))
     };
-    let mut args = vec!["--seconds".to_string(), seconds.to_string()];
-    if let Some(rev) = baseline {
-        args.push("--baseline".into());
-        let dir = build_baseline(rev).with_context(|| {
-            format!("building the starting program of commit {rev} (--baseline none skips it)")
-        })?;
-        args.push(dir.display().to_string());
+    for (bin, sections) in BINARIES {
+        if only.is_some_and(|s| !sections.contains(&s)) {
+            continue;
+        }
+        let mut args: Vec<String> = match bin {
+            "bench" | "bench_steer" => vec!["--seconds".into(), seconds.to_string()],
+            // Health checks run once a second: ten seconds of them, whatever a load run takes.
+            "bench_health" => vec!["--seconds".into(), "10".into()],
+            _ => Vec::new(),
+        };
+        // A binary with more than one section is told which one; the others have only it.
+        if let Some(s) = only.filter(|_| sections.len() > 1) {
+            args.extend(["--only".into(), s.into()]);
+        }
+        // The starting program's cost is set beside section 1's, so only where it runs.
+        if bin == "bench" && only.is_none_or(|s| s == "testrun") {
+            if let Some(rev) = baseline {
+                let dir = build_baseline(rev).with_context(|| {
+                    format!(
+                        "building the starting program of commit {rev} (--baseline none skips it)"
+                    )
+                })?;
+                args.extend(["--baseline".into(), dir.display().to_string()]);
+            }
+        }
+        bench(bin, &args)?;
     }
-    bench(
-        "bench",
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-    )?;
-    bench("bench_steer", &["--seconds", &seconds.to_string()])?;
-    bench("bench_controller", &[])?;
-    bench("bench_health", &["--seconds", "10"])
+    Ok(())
 }

@@ -664,7 +664,7 @@ mod tests {
             children: &children,
             refs: Vec::new(),
         };
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let s = |v: &[&str]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
         assert_eq!(
             c.absolute(&s(&["super", "kernel", "Maps"])),
             Some(s(&["kernel", "Maps"]))

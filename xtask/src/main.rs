@@ -36,6 +36,10 @@ enum Cmd {
         /// target/baseline/); "none" skips it.
         #[arg(long, default_value = bench::ISSUE8_START)]
         baseline: String,
+        /// One section alone: testrun (per-packet cost from BPF_PROG_TEST_RUN, of bench and
+        /// bench_steer), wire (load on a veth), controller or health.
+        #[arg(long, value_parser = bench::SECTIONS)]
+        only: Option<String>,
     },
 }
 
@@ -52,9 +56,13 @@ fn main() {
             .and_then(|_| setup::lint())
             .and_then(|_| setup::run_tests()),
         Cmd::Demo => setup::all().and_then(|_| demo::run_demo()),
-        Cmd::Bench { seconds, baseline } => setup::all().and_then(|_| {
+        Cmd::Bench {
+            seconds,
+            baseline,
+            only,
+        } => setup::all().and_then(|_| {
             let rev = (baseline != "none").then_some(baseline.as_str());
-            bench::run_bench(seconds, rev)
+            bench::run_bench(seconds, rev, only.as_deref())
         }),
     };
     if let Err(e) = r {

@@ -6,6 +6,7 @@
 //! socket on a veth.
 
 use std::{
+    borrow::Cow,
     fmt::Write as _,
     path::{Path, PathBuf},
     thread::sleep,
@@ -13,14 +14,15 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use aya::programs::{TestRun, TestRunOptions, Xdp};
 use director_common::maps::{Decision, DEC16_LANES, DEC16_SLOTS, MAX_CHOICES};
 use director_ctl::{
     controller::{self, config::Config},
     kernel,
 };
 use director_plan::{data::Data, decide, inputs::sites::load_pops};
-use director_tests::fixture::{XDP_PASS, XDP_TX};
+use director_tests::bench::sys;
+use director_tests::bench::table::{print_pairs, Pair};
+use director_tests::bench::testrun::{self as tr, EMPTY, XDP_PASS, XDP_TX};
 use director_tests::netns::{self, workspace_root, Controller, Lab, EDGE_V4};
 use director_tests::packets::{self, Flow};
 use director_tests::pins::PinDir;
@@ -41,12 +43,7 @@ fn data(rel: &str) -> Result<PathBuf> {
 }
 
 fn peak_rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    sys::proc_kb("/proc/self/status", "VmHWM").map_or(0.0, |kb| kb as f64 / 1024.0)
 }
 
 /// The benchmark's config: five PoPs, one server each, three services sorting differently.
@@ -144,18 +141,8 @@ fn rtt_file(fra_ms: f64) -> String {
     s
 }
 
-struct Row(&'static str, String);
-
-fn print_table(title: &str, rows: &[Row]) {
-    println!("\n{title}");
-    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-    for r in rows {
-        println!("  {:<w$}  {}", r.0, r.1);
-    }
-}
-
 /// Compile and apply in this process, on pins of its own.
-fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
+fn compile_and_apply(config: &Path) -> Result<Vec<Pair>> {
     let t = Instant::now();
     let cfg = Config::load(config)?;
     let d = Data::load(&cfg.plan)?;
@@ -238,7 +225,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
         .filter(|(a, b)| **a != *b)
         .count();
     let mut rows = vec![
-        Row(
+        Pair(
             "inputs",
             format!(
                 "{} BGP routes per site x {}, {} GeoIP networks",
@@ -247,8 +234,8 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
                 d.summary.geo_networks
             ),
         ),
-        Row("read inputs", format!("{load:.2} s")),
-        Row(
+        Pair("read inputs", format!("{load:.2} s")),
+        Pair(
             "compute (sort + compress)",
             format!(
                 "{:.2} s for {} client prefixes x {} services",
@@ -257,19 +244,19 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
                 c.tables.len()
             ),
         ),
-        Row(
+        Pair(
             "load + compute",
             format!("{:.2} s (aim <= 10 s)", load + c.seconds),
         ),
-        Row("peak memory", format!("{peak:.0} MB (aim <= 2048 MB)")),
-        Row(
+        Pair("peak memory", format!("{peak:.0} MB (aim <= 2048 MB)")),
+        Pair(
             "entries written",
             format!(
                 "{entries} ({saved} saved by compression, {:.0} %)",
                 100.0 * saved as f64 / (entries + saved) as f64
             ),
         ),
-        Row(
+        Pair(
             "apply to the kernel",
             format!(
                 "{apply:.2} s for {written} entries, in place into an empty table (aim <= \
@@ -277,7 +264,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
                  the other half of the stored decisions: only when decision ids run out)"
             ),
         ),
-        Row(
+        Pair(
             "kernel memory (slab)",
             format!(
                 "{one_table:.0} MB for the table ({:.0} B per entry); {compacting:.0} MB \
@@ -288,7 +275,7 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
                 (2 * MAX_CHOICES as usize * size_of::<Decision>()) as f64 / (1024.0 * 1024.0)
             ),
         ),
-        Row(
+        Pair(
             "IPv4 /16 front (DIR_DEC16)",
             format!(
                 "of the 65,536 /16s, answered whole by one entry: {}; set from empty in \
@@ -299,10 +286,10 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
                 (DEC16_LANES * DEC16_SLOTS * 8) as f64 / (1024.0 * 1024.0),
             ),
         ),
-        Row("per answer, full table (PROG_TEST_RUN)", lookup),
-        Row("per answer, full table, new clients, /16 front", front),
-        Row("per answer, full table, new clients, trie", walk),
-        Row(
+        Pair("per answer, full table (PROG_TEST_RUN)", lookup),
+        Pair("per answer, full table, new clients, /16 front", front),
+        Pair("per answer, full table, new clients, trie", walk),
+        Pair(
             "restart on the same inputs",
             format!(
                 "{resync} entries written, {front_changed} /16 slots changed, {resync_s:.2} s \
@@ -311,14 +298,14 @@ fn compile_and_apply(config: &Path) -> Result<Vec<Row>> {
         ),
     ];
     for (_, name, t) in &c.tables {
-        rows.push(Row(
+        rows.push(Pair(
             "  per service",
             format!("{name}: {} entries", t.entries.len()),
         ));
     }
     let dir = config.parent().context("the config has no directory")?;
     let (networks, entries, saved) = geo_alone(dir)?;
-    rows.push(Row(
+    rows.push(Pair(
         "GeoLite2 City alone, 3 sites, 1 service",
         format!(
             "{entries} entries for {networks} networks ({saved} saved; {:.1}x fewer, aim >= 10x)",
@@ -339,11 +326,7 @@ fn per_packet_full_table(
     m: &kernel::Maps,
 ) -> Result<(String, String, String)> {
     const CALLS: u32 = 20_000;
-    let pass: &mut Xdp = ebpf
-        .program_mut("director_pass")
-        .context("no director_pass program")?
-        .try_into()?;
-    pass.load().context("loading director_pass")?;
+    tr::load_extra(ebpf, EMPTY)?;
     let subnets = [
         "1.1.1.0",
         "8.8.8.0",
@@ -391,27 +374,20 @@ fn per_packet_full_table(
     }
     let front_share = front.len() as f64 / f64::from(sampled);
     let mean = |name: &str, want: u32, frames: &[Vec<u8>]| -> Result<f64> {
-        let prog: &Xdp = ebpf
+        let prog: &aya::programs::Xdp = ebpf
             .program(name)
             .with_context(|| format!("no program {name}"))?
             .try_into()?;
-        let mut total = 0u128;
-        for k in 0..CALLS {
-            let r = prog.test_run(TestRunOptions {
-                data_in: Some(&frames[k as usize % frames.len()]),
-                ..TestRunOptions::new()
-            })?;
-            if r.return_value != want {
-                bail!(
-                    "{name}: verdict {} where {want} was expected",
-                    r.return_value
-                );
-            }
-            total += r.duration.as_nanos();
-        }
-        Ok(total as f64 / f64::from(CALLS))
+        let each = tr::calls(
+            prog,
+            CALLS,
+            |k| Cow::Borrowed(&frames[k as usize % frames.len()]),
+            want,
+        )
+        .with_context(|| format!("running {name}"))?;
+        Ok(each.iter().map(|&ns| u128::from(ns)).sum::<u128>() as f64 / f64::from(CALLS))
     };
-    let floor = mean("director_pass", XDP_PASS, &few)?;
+    let floor = mean(EMPTY, XDP_PASS, &few)?;
     let director = mean(director_common::maps::PROGRAM, XDP_TX, &few)?;
     let by_front = mean(director_common::maps::PROGRAM, XDP_TX, &front)?;
     let by_trie = mean(director_common::maps::PROGRAM, XDP_TX, &walk)?;
@@ -440,13 +416,9 @@ fn per_packet_full_table(
     ))
 }
 
-/// The kernel's slab memory, kB (/proc/meminfo): BPF map elements live there.
+/// The kernel's slab memory, kB: BPF map elements live there.
 fn slab_kb() -> Result<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo")?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("Slab:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no Slab line in /proc/meminfo")
+    sys::proc_kb("/proc/meminfo", "Slab")
 }
 
 /// Polls the edge with `video.example.com A` from a socket in the client's namespace until
@@ -510,7 +482,7 @@ fn poll_answer(
 }
 
 /// `run` on the config in a lab; one RTT value changes; how long until a client on the veth sees it.
-fn change_latency(config: &Path) -> Result<Vec<Row>> {
+fn change_latency(config: &Path) -> Result<Vec<Pair>> {
     let lab = Lab::new();
     lab.attach();
     let run = Controller::start_polling(&lab, config, &config.with_extension("log"), 10);
@@ -591,40 +563,40 @@ fn change_latency(config: &Path) -> Result<Vec<Row>> {
     let log = run.log();
     drop(run);
     Ok(vec![
-        Row(
+        Pair(
             "start to first answer",
             format!(
                 "{first:.1} s (read, compute, then the first entries written; aim: read + \
                  compute + <= 1 s, see run's first apply)"
             ),
         ),
-        Row(
+        Pair(
             "start to table complete",
             format!("{complete:.1} s (every entry written)"),
         ),
-        Row(
+        Pair(
             "one RTT changed -> answer changed",
             format!(
                 "{:.0} ms ({before} -> {after}; aim <= 50 ms)",
                 latency * 1000.0
             ),
         ),
-        Row(
+        Pair(
             "server set --down -> answer off it",
             format!("{:.0} ms (the kernel skips a down server)", skip * 1000.0),
         ),
-        Row(
+        Pair(
             "server set --down -> table re-sorted",
             format!("{converged:.2} s (every decision sorted again without it)"),
         ),
-        Row(
+        Pair(
             "run's first apply",
             log.lines()
                 .find(|l| l.contains("entries written"))
                 .unwrap_or("")
                 .to_string(),
         ),
-        Row("run's log", log.lines().last().unwrap_or("").to_string()),
+        Pair("run's log", log.lines().last().unwrap_or("").to_string()),
     ])
 }
 
@@ -634,14 +606,14 @@ fn main() -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let config = write_config(&dir)?;
     let r = compile_and_apply(&config).and_then(|rows| {
-        print_table(
+        print_pairs(
             "controller: full-scale compile (5 sites, 3 services; RouteViews, GeoLite2 City)",
             &rows,
         );
         change_latency(&config)
     });
     let _ = std::fs::remove_dir_all(&dir);
-    print_table(
+    print_pairs(
         "controller: a change reaching the kernel (director-ctl run, queries from a socket on a veth every ms)",
         &r?,
     );

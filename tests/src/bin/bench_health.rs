@@ -5,12 +5,13 @@
 //!
 //! Run as root: `cargo run --release -p director-tests --bin bench_health [-- --seconds N]`.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+use director_tests::bench::args::Parser;
+use director_tests::bench::sys;
 use director_tests::farm::Farm;
 use director_tests::metrics;
 use director_tests::netns::{Controller, Lab};
@@ -36,22 +37,6 @@ fn config(addrs: &[String]) -> String {
         ));
     }
     c + &format!("[metrics]\nlisten = \"{LISTEN}\"\n")
-}
-
-/// CPU time (ns) of each thread of `pid`, by thread name.
-fn threads(pid: u32) -> Result<BTreeMap<String, u64>> {
-    let mut out = BTreeMap::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let t = t?.path();
-        let name = std::fs::read_to_string(t.join("comm"))?.trim().to_string();
-        let ns: u64 = std::fs::read_to_string(t.join("schedstat"))?
-            .split_whitespace()
-            .next()
-            .context("schedstat")?
-            .parse()?;
-        *out.entry(name).or_default() += ns;
-    }
-    Ok(out)
 }
 
 /// `director_health_checks_total` by result (ok, failed), from the metrics endpoint.
@@ -83,11 +68,11 @@ fn run(seconds: u64) -> Result<()> {
     sleep(Duration::from_secs(3));
     let pid = ctl.pid();
     let (ok0, failed0) = checks(&lab)?;
-    let cpu0 = threads(pid)?;
+    let cpu0 = sys::cpu_ns_by_name(pid)?;
     let t0 = Instant::now();
     sleep(Duration::from_secs(seconds));
     let (ok1, failed1) = checks(&lab)?;
-    let cpu1 = threads(pid)?;
+    let cpu1 = sys::cpu_ns_by_name(pid)?;
     let wall = t0.elapsed().as_secs_f64();
     ctl.assert_alive();
     let done = (ok1 + failed1) - (ok0 + failed0);
@@ -135,9 +120,12 @@ fn run(seconds: u64) -> Result<()> {
 
 fn main() -> Result<()> {
     let mut seconds = 10;
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--seconds") {
-        seconds = args.get(i + 1).context("--seconds N")?.parse()?;
+    let mut p = Parser::new("bench_health [--seconds N]");
+    while let Some(flag) = p.next_flag() {
+        match flag.as_str() {
+            "--seconds" => seconds = p.positive(&flag)?,
+            other => return Err(p.unknown(other)),
+        }
     }
     run(seconds)
 }

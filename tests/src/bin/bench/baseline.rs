@@ -12,8 +12,8 @@ use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::table::{thousands, Spread, Table};
 use crate::testrun::{self, ANSWERS};
+use director_tests::bench::table::{thousands, Spread, Table};
 
 /// Where the starting commit was built: its release `bench` and `director-ctl`, and a
 /// `REV` file naming the commit.

@@ -11,19 +11,20 @@
 //! removes it, also on a panic. Options: `--seconds N` (per load run, default 5),
 //! `--runs N` (default 3), `--packets N` (per test-run measurement, default 1000000),
 //! `--generator auto|kxdpgun|dnsperf` (default auto: kxdpgun, dnsperf if it cannot run),
-//! `--only testrun` (section 1 alone: minutes shorter when only the program changed),
+//! `--only testrun` (section 1 alone: minutes shorter when only the program changed) or
+//! `--only wire` (sections 2 and 3),
 //! `--baseline DIR` (section 1b: issue 8's starting program, built in DIR by
 //! `cargo xtask bench`, measured in turns with today's).
 
 mod baseline;
-mod sys;
-mod table;
 mod testrun;
 mod wire;
 
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+use director_tests::bench::args::{Only, Parser, Section};
+use director_tests::bench::sys;
 use director_tests::netns::Lab;
 
 use wire::{Generator, Load, Pace, Server};
@@ -38,8 +39,7 @@ struct Args {
     runs: usize,
     packets: u32,
     generator: Option<Generator>,
-    /// Section 1 only: no load runs against knotd.
-    testrun_only: bool,
+    only: Only,
     baseline: Option<baseline::Baseline>,
 }
 
@@ -49,45 +49,34 @@ fn args() -> Result<Args> {
         runs: 3,
         packets: 1_000_000,
         generator: None,
-        testrun_only: false,
+        only: Only::default(),
         baseline: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+    let mut p = Parser::new(
+        "bench [--seconds N] [--runs N] [--packets N] [--generator auto|kxdpgun|dnsperf] \
+         [--only testrun|wire] [--baseline DIR]",
+    );
+    while let Some(flag) = p.next_flag() {
         match flag.as_str() {
-            "--seconds" => a.seconds = value()?.parse().context("--seconds")?,
-            "--runs" => a.runs = value()?.parse().context("--runs")?,
-            "--packets" => a.packets = value()?.parse().context("--packets")?,
+            "--seconds" => a.seconds = p.positive(&flag)?,
+            "--runs" => a.runs = p.positive(&flag)?,
+            "--packets" => a.packets = p.positive(&flag)?,
             "--generator" => {
-                a.generator = match value()?.as_str() {
+                a.generator = match p.value::<String>(&flag)?.as_str() {
                     "auto" => None,
                     "kxdpgun" => Some(Generator::Kxdpgun),
                     "dnsperf" => Some(Generator::Dnsperf),
                     other => bail!("--generator {other}: auto, kxdpgun or dnsperf"),
                 }
             }
-            "--only" => match value()?.as_str() {
-                "testrun" => a.testrun_only = true,
-                other => bail!("--only {other}: only testrun"),
-            },
+            "--only" => a.only = p.only(&flag, &[Section::Testrun, Section::Wire])?,
             "--baseline" => {
                 a.baseline = Some(baseline::Baseline {
-                    dir: value()?.into(),
+                    dir: p.value(&flag)?,
                 });
             }
-            "-h" | "--help" => {
-                println!(
-                    "bench [--seconds N] [--runs N] [--packets N] \
-                     [--generator auto|kxdpgun|dnsperf] [--only testrun] [--baseline DIR]"
-                );
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other} (see --help)"),
+            other => return Err(p.unknown(other)),
         }
-    }
-    if a.seconds == 0 || a.runs == 0 || a.packets == 0 {
-        bail!("--seconds, --runs and --packets must be positive");
     }
     Ok(a)
 }
@@ -95,9 +84,7 @@ fn args() -> Result<Args> {
 fn main() -> Result<()> {
     let a = args()?;
     let start = Instant::now();
-    if std::thread::available_parallelism().map_or(0, std::num::NonZero::get) < 2 {
-        bail!("the bench places the generator on CPU 0 and the server on CPU 1: it needs 2 CPUs");
-    }
+    sys::require_two_cpus("the generator and the server")?;
     // The lab runs director-ctl from a debug build it makes (or $DIRECTOR_CTL): say so, as
     // that build waits for cargo's lock while another cargo command holds it.
     eprintln!("building director-ctl for the lab (cargo build -p director-ctl, or $DIRECTOR_CTL)");
@@ -120,7 +107,7 @@ fn main() -> Result<()> {
         }
         Ok(())
     };
-    if a.testrun_only {
+    if !a.only.wants(Section::Wire) {
         // As wire::prepare does: live frames sent out of the edge veth need its peer's XDP.
         lab.attach();
         testrun::run(&opts)?.print();
@@ -131,8 +118,10 @@ fn main() -> Result<()> {
     }
     let w = wire::prepare(&mut lab)?;
 
-    testrun::run(&opts)?.print();
-    beside(&opts)?;
+    if a.only.wants(Section::Testrun) {
+        testrun::run(&opts)?.print();
+        beside(&opts)?;
+    }
 
     let mut gen = a.generator.unwrap_or(Generator::Kxdpgun);
     let mut log = String::new();

@@ -16,28 +16,27 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use std::borrow::Cow;
+
 use anyhow::{ensure, Context, Result};
 use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp};
-use aya::Ebpf;
 use director_common::counters::Reason;
 use director_common::maps::PROGRAM;
 use director_common::select::Mode;
-use director_ctl::kernel::{program, Maps};
+use director_ctl::kernel::Maps;
 use director_ctl::ops;
+use director_tests::bench::sys;
+use director_tests::bench::table::{thousands, Spread, Table};
+use director_tests::bench::testrun::{
+    self as tr, Loaded, CALLS_LABEL, EMPTY, REPEAT_LABEL, XDP_DROP, XDP_PASS, XDP_TX,
+};
 use director_tests::fixture::route_set;
-use director_tests::netns;
 use director_tests::packets::{self, Flow};
-use director_tests::pins::PinDir;
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
 
-use crate::sys;
-use crate::table::{thousands, Spread, Table};
 use crate::{FRA_V4, FRA_V6, NAME};
 
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
 /// Frames per batch in live-frames mode (the kernel's default is 64, NAPI's budget).
 const LIVE_BATCH: u32 = 64;
 /// Live-frames calls per measurement when each call runs one batch (each call takes ~20 ms
@@ -58,55 +57,30 @@ pub struct Options {
 
 /// The program loaded on its own, maps pinned in a directory of ours, so nothing here
 /// touches the director attached in the lab.
-struct Loaded {
-    ebpf: Ebpf,
-    maps: Maps,
-    // Last: the pins go after the descriptors are closed.
-    pins: PinDir,
+fn load() -> Result<Loaded> {
+    let mut l = Loaded::new("bench", &[EMPTY])?;
+    configure(&mut l.maps)?;
+    Ok(l)
 }
 
-impl Loaded {
-    fn new() -> Result<Loaded> {
-        // Named like the lab's pins, so that the lab's sweep removes them if this process is
-        // killed before its drop runs.
-        let pins = PinDir::new(netns::PREFIX, "bench");
-        let mut ebpf = program::load(pins.path(), 0)?;
-        let pass: &mut Xdp = ebpf
-            .program_mut("director_pass")
-            .context("no director_pass program")?
-            .try_into()?;
-        pass.load().context("loading director_pass")?;
-        let maps = Maps::open(pins.path())?;
-        Ok(Loaded { ebpf, maps, pins })
-    }
+/// The same service as the lab's: one server, a default route for each family.
+fn configure(m: &mut Maps) -> Result<()> {
+    // The frames are sent to the packets module's server address: the edge's.
+    m.set_configured_address(packets::SERVER_V4.into(), true)?;
+    m.set_configured_address(packets::SERVER_V6.into(), true)?;
+    ops::server_add(m, "fra-1", Some(FRA_V4.parse()?), Some(FRA_V6.parse()?))?;
+    ops::service_add(m, NAME, 60, 1, Mode::Random)?;
+    route_set(m, NAME, "0.0.0.0/0", "fra-1")?;
+    route_set(m, NAME, "::/0", "fra-1")
+}
 
-    fn xdp(&self, name: &str) -> Result<&Xdp> {
-        Ok(self
-            .ebpf
-            .program(name)
-            .with_context(|| format!("no program {name}"))?
-            .try_into()?)
-    }
-
-    /// The same service as the lab's: one server, a default route for each family.
-    fn configure(&mut self) -> Result<()> {
-        let m = &mut self.maps;
-        // The frames are sent to the packets module's server address: the edge's.
-        m.set_configured_address(packets::SERVER_V4.into(), true)?;
-        m.set_configured_address(packets::SERVER_V6.into(), true)?;
-        ops::server_add(m, "fra-1", Some(FRA_V4.parse()?), Some(FRA_V6.parse()?))?;
-        ops::service_add(m, NAME, 60, 1, Mode::Random)?;
-        route_set(m, NAME, "0.0.0.0/0", "fra-1")?;
-        route_set(m, NAME, "::/0", "fra-1")
-    }
-
-    fn answered(&self) -> Result<u64> {
-        let s = ops::stats(&self.maps)?;
-        Ok(s.counters
-            .get(Reason::Answered.name())
-            .copied()
-            .unwrap_or(0))
-    }
+/// director's own count of answers so far.
+fn answered(l: &Loaded) -> Result<u64> {
+    let s = ops::stats(&l.maps)?;
+    Ok(s.counters
+        .get(Reason::Answered.name())
+        .copied()
+        .unwrap_or(0))
 }
 
 /// The frames timed: what a resolver sends (EDNS, 1232-byte payload), from documentation
@@ -147,23 +121,12 @@ fn frames() -> Frames {
     }
 }
 
-fn expect_verdict(got: u32, want: u32) -> Result<()> {
-    ensure!(got == want, "verdict {got} where {want} was expected");
-    Ok(())
-}
-
 /// One run with the output kept: the verdict must be `want`, and an answer must be a
 /// well-formed reply with an address, so that the timings are of the path we think.
 fn check(prog: &Xdp, frame: &[u8], want: u32) -> Result<()> {
-    let mut out = vec![0u8; 4096];
-    let r = prog.test_run(TestRunOptions {
-        data_in: Some(frame),
-        data_out: Some(&mut out),
-        ..TestRunOptions::new()
-    })?;
-    expect_verdict(r.return_value, want)?;
+    let (verdict, out) = tr::output(prog, frame)?;
+    tr::expect_verdict(verdict, want)?;
     if want == XDP_TX {
-        out.truncate(r.data_size_out as usize);
         packets::verify_checksums(&out).map_err(anyhow::Error::msg)?;
         let reply = Message::from_vec(
             &packets::parse_udp(&out)
@@ -194,8 +157,8 @@ enum Method {
 impl Method {
     fn label(self) -> String {
         match self {
-            Method::Repeat => "repeat N".into(),
-            Method::Calls => "repeat=1, N calls".into(),
+            Method::Repeat => REPEAT_LABEL.into(),
+            Method::Calls => CALLS_LABEL.into(),
             Method::LiveOneCall => "live, 1 call of N".into(),
             Method::LiveBatches => format!("live, {LIVE_CALLS} calls of {LIVE_BATCH}"),
         }
@@ -213,30 +176,8 @@ impl Method {
     /// reports one (live mode does not).
     fn time(self, prog: &Xdp, frame: &[u8], n: u32, ifindex: u32, want: u32) -> Result<f64> {
         match self {
-            Method::Repeat => {
-                let r = prog.test_run(TestRunOptions {
-                    data_in: Some(frame),
-                    repeat: n,
-                    ..TestRunOptions::new()
-                })?;
-                expect_verdict(r.return_value, want)?;
-                Ok(r.duration.as_nanos() as f64)
-            }
-            Method::Calls => {
-                // The median call, not the mean: on a shared machine a few calls are
-                // interrupted or preempted inside the timed window and would dominate a mean.
-                let mut each = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    let r = prog.test_run(TestRunOptions {
-                        data_in: Some(frame),
-                        ..TestRunOptions::new()
-                    })?;
-                    expect_verdict(r.return_value, want)?;
-                    each.push(r.duration.as_nanos() as u64);
-                }
-                let mid = each.len() / 2;
-                Ok(*each.select_nth_unstable(mid).1 as f64)
-            }
+            Method::Repeat => tr::repeat(prog, frame, n, want),
+            Method::Calls => tr::median_call(prog, n, |_| Cow::Borrowed(frame), want),
             Method::LiveOneCall => live(prog, frame, n, ifindex),
             Method::LiveBatches => {
                 let mut total = 0.0;
@@ -300,20 +241,16 @@ impl Bench<'_> {
         floor: Option<f64>,
     ) -> Result<Row> {
         let director = prog == PROGRAM;
-        let before = self.l.answered()?;
+        let before = answered(self.l)?;
         let xdp = self.l.xdp(prog)?;
-        let ns = spread(self.runs, || {
+        let ns = tr::spread(self.runs, || {
             method.time(xdp, frame, self.n, self.ifindex, want)
         })?;
         let frames = method.frames(self.n);
-        let counted = (self.l.answered()? - before) as f64;
+        let counted = (answered(self.l)? - before) as f64;
         Ok(Row {
             packet,
-            verdict: match want {
-                XDP_TX => "TX",
-                XDP_DROP => "DROP",
-                _ => "PASS",
-            },
+            verdict: tr::verdict_name(want),
             method,
             frames,
             ns,
@@ -321,11 +258,6 @@ impl Bench<'_> {
             floor,
         })
     }
-}
-
-fn spread(runs: usize, mut f: impl FnMut() -> Result<f64>) -> Result<Spread> {
-    let v = (0..runs).map(|_| f()).collect::<Result<Vec<f64>>>()?;
-    Ok(Spread::of(&v))
 }
 
 /// What the live-frames runs did to the edge veth, to show the kernel took the ifindex.
@@ -338,19 +270,14 @@ struct LiveCheck {
 pub fn run(opts: &Options) -> Result<Table> {
     let opts = opts.clone();
     // In a thread of its own: it enters the edge namespace (live frames look the ingress
-    // ifindex up in the caller's namespace) and sits on the server CPU; the rest of the
-    // bench stays where it was.
-    std::thread::spawn(move || measure(&opts))
-        .join()
-        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    // ifindex up in the caller's namespace); the rest of the bench stays where it was.
+    tr::on_cpu(CPU, move || measure(&opts))
 }
 
 fn measure(o: &Options) -> Result<Table> {
-    sys::pin_to_cpu(0, CPU)?;
     sys::enter_netns(&o.edge_ns)?;
     let ifindex = sys::ifindex(&o.edge_if)?;
-    let mut l = Loaded::new()?;
-    l.configure()?;
+    let l = load()?;
     let f = frames();
     for (frame, want) in [
         (&f.a4, XDP_TX),
@@ -368,12 +295,11 @@ fn measure(o: &Options) -> Result<Table> {
         ifindex,
     };
     let mut rows = Vec::new();
-    const PASS: &str = "director_pass";
 
     eprintln!("section 1: repeat");
     let floor = b.row(
         "empty program (director_pass)",
-        PASS,
+        EMPTY,
         Method::Repeat,
         &f.a4,
         XDP_PASS,
@@ -401,7 +327,7 @@ fn measure(o: &Options) -> Result<Table> {
     eprintln!("section 1: repeat = 1 over {} calls", o.packets);
     let floor = b.row(
         "empty program (director_pass)",
-        PASS,
+        EMPTY,
         Method::Calls,
         &f.a4,
         XDP_PASS,
@@ -467,26 +393,22 @@ fn measure(o: &Options) -> Result<Table> {
 /// and the program's verified instructions.
 pub fn answers_net(o: &Options) -> Result<([f64; 3], Option<u32>)> {
     let (edge_ns, packets) = (o.edge_ns.clone(), o.packets);
-    std::thread::spawn(move || -> Result<([f64; 3], Option<u32>)> {
-        sys::pin_to_cpu(0, CPU)?;
+    tr::on_cpu(CPU, move || -> Result<([f64; 3], Option<u32>)> {
         sys::enter_netns(&edge_ns)?;
-        let mut l = Loaded::new()?;
-        l.configure()?;
+        let l = load()?;
         let f = frames();
         let time = |prog: &str, frame: &[u8], want: u32| {
             let xdp = l.xdp(prog)?;
             check(xdp, frame, want)?;
             Method::Calls.time(xdp, frame, packets, 0, want)
         };
-        let floor = time("director_pass", &f.a4, XDP_PASS)?;
+        let floor = time(EMPTY, &f.a4, XDP_PASS)?;
         let mut net = [0.0; 3];
         for (n, (_, frame)) in net.iter_mut().zip(answer_frames(&f)) {
             *n = time(PROGRAM, frame, XDP_TX)? - floor;
         }
         Ok((net, l.xdp(PROGRAM)?.info()?.verified_instruction_count()))
     })
-    .join()
-    .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// Rows for `frame` answered with the service unlimited and limited, measured in turn.
@@ -497,7 +419,7 @@ fn paired_rrl(
     floor: Option<f64>,
 ) -> Result<[Row; 2]> {
     let xdp = b.l.xdp(PROGRAM)?;
-    let before = b.l.answered()?;
+    let before = answered(b.l)?;
     let mut each = [Vec::new(), Vec::new()];
     for _ in 0..b.runs {
         for (on, times) in each.iter_mut().enumerate() {
@@ -510,7 +432,7 @@ fn paired_rrl(
         }
     }
     set_rrl(b.l, 0, 0, 0)?;
-    let share = (b.l.answered()? - before) as f64 / (2.0 * b.n as f64 * b.runs as f64);
+    let share = (answered(b.l)? - before) as f64 / (2.0 * b.n as f64 * b.runs as f64);
     let row = |i: usize| Row {
         packet: packets[i],
         verdict: "TX",
@@ -533,8 +455,7 @@ fn set_rrl(l: &Loaded, rate: u32, burst: u32, slip: u32) -> Result<()> {
         ipv6_prefix: 56,
     };
     // Maps are shared descriptors: a second handle writes the same pinned maps.
-    let mut m = Maps::open(l.pins.path())?;
-    ops::rrl_set(&mut m, NAME, &r)
+    ops::rrl_set(&mut l.reopen()?, NAME, &r)
 }
 
 /// Schedules the source's bucket far ahead, so that no answer refills it however long the
@@ -543,10 +464,11 @@ fn exhaust_bucket(l: &Loaded, source: Ipv4Addr) -> Result<()> {
     use aya::maps::{HashMap, Map, MapData};
     use director_common::maps::MAP_RRL_BUCKETS;
     use director_common::rrl::{Bucket, Key};
-    let svc = Maps::open(l.pins.path())?
+    let svc = l
+        .reopen()?
         .find_service(NAME)?
         .context("the bench's service")?;
-    let limit = Maps::open(l.pins.path())?.rrl(svc)?;
+    let limit = l.reopen()?.rrl(svc)?;
     let data = MapData::from_pin(l.pins.path().join(MAP_RRL_BUCKETS))?;
     let mut buckets: HashMap<MapData, Key, Bucket> = Map::from_map_data(data)?.try_into()?;
     let far = Bucket {

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use director_tests::netns::{ctl_binary, Lab, Reply, Stats, Zone, CLIENT_V4, EDGE_V4};
 
-use crate::sys::{self, TempDir};
-use crate::table::{thousands, Spread, Table};
 use crate::{FRA_V4, FRA_V6, NAME};
+use director_tests::bench::sys;
+use director_tests::bench::table::{thousands, Spread, Table};
+use director_tests::tempdir::TempDir;
 
 const GEN_CPU: usize = 0;
 const SERVER_CPU: usize = 1;
@@ -248,8 +249,8 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
         other => bail!("expected one knotd in {edge_ns}, found {other:?}"),
     };
 
-    let dir = TempDir::new(&format!("{}-bench", lab.id))?;
-    let query_file = dir.0.join("queries.txt");
+    let dir = TempDir::new(&lab.id, "bench");
+    let query_file = dir.path("queries.txt");
     std::fs::write(&query_file, format!("{NAME} A\n"))?;
     Ok(Wire {
         lab,
@@ -397,7 +398,7 @@ impl Wire<'_> {
         .args(["-L", &self.client_mac, "-R", &self.edge_mac, EDGE_V4]);
         let done = sys::run_bounded(
             cmd,
-            &self.dir.0,
+            self.dir.root(),
             "kxdpgun",
             Duration::from_secs(seconds as u64 + 20),
         );
@@ -462,7 +463,7 @@ impl Wire<'_> {
         }
         let done = sys::run_bounded(
             cmd,
-            &self.dir.0,
+            self.dir.root(),
             "dnsperf",
             Duration::from_secs(seconds as u64 + 20),
         )?;

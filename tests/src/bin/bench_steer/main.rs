@@ -12,26 +12,21 @@
 //! `--packets N` (repeat per test-run measurement, default 1000000), `--calls N` (calls per
 //! repeat=1 measurement, default 200000), `--only testrun|wire`.
 
-#[allow(dead_code)]
-#[path = "../bench/sys.rs"]
-mod sys;
-#[allow(dead_code)]
-#[path = "../bench/table.rs"]
-mod table;
 mod testrun;
 mod wire;
 
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
+use director_tests::bench::args::{Only, Parser, Section};
+use director_tests::bench::sys;
 
 struct Args {
     seconds: u32,
     runs: usize,
     packets: u32,
     calls: u32,
-    testrun: bool,
-    wire: bool,
+    only: Only,
 }
 
 fn args() -> Result<Args> {
@@ -40,34 +35,20 @@ fn args() -> Result<Args> {
         runs: 3,
         packets: 1_000_000,
         calls: 200_000,
-        testrun: true,
-        wire: true,
+        only: Only::default(),
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+    let mut p = Parser::new(
+        "bench_steer [--seconds N] [--runs N] [--packets N] [--calls N] [--only testrun|wire]",
+    );
+    while let Some(flag) = p.next_flag() {
         match flag.as_str() {
-            "--seconds" => a.seconds = value()?.parse().context("--seconds")?,
-            "--runs" => a.runs = value()?.parse().context("--runs")?,
-            "--packets" => a.packets = value()?.parse().context("--packets")?,
-            "--calls" => a.calls = value()?.parse().context("--calls")?,
-            "--only" => match value()?.as_str() {
-                "testrun" => a.wire = false,
-                "wire" => a.testrun = false,
-                other => bail!("--only {other}: testrun or wire"),
-            },
-            "-h" | "--help" => {
-                println!(
-                    "bench_steer [--seconds N] [--runs N] [--packets N] [--calls N] \
-                     [--only testrun|wire]"
-                );
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other} (see --help)"),
+            "--seconds" => a.seconds = p.positive(&flag)?,
+            "--runs" => a.runs = p.positive(&flag)?,
+            "--packets" => a.packets = p.positive(&flag)?,
+            "--calls" => a.calls = p.positive(&flag)?,
+            "--only" => a.only = p.only(&flag, &[Section::Testrun, Section::Wire])?,
+            other => return Err(p.unknown(other)),
         }
-    }
-    if a.seconds == 0 || a.runs == 0 || a.packets == 0 || a.calls == 0 {
-        bail!("--seconds, --runs, --packets and --calls must be positive");
     }
     Ok(a)
 }
@@ -75,10 +56,8 @@ fn args() -> Result<Args> {
 fn main() -> Result<()> {
     let a = args()?;
     let start = Instant::now();
-    if std::thread::available_parallelism().map_or(0, std::num::NonZero::get) < 2 {
-        bail!("the bench places the client on CPU 0 and the edge on CPU 1: it needs 2 CPUs");
-    }
-    if a.testrun {
+    sys::require_two_cpus("the client and the edge")?;
+    if a.only.wants(Section::Testrun) {
         testrun::run(testrun::Options {
             packets: a.packets,
             calls: a.calls,
@@ -86,7 +65,7 @@ fn main() -> Result<()> {
         })?
         .print();
     }
-    if a.wire {
+    if a.only.wants(Section::Wire) {
         wire::run(a.seconds, a.runs)?;
     }
     println!(

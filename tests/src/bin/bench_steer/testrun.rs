@@ -11,27 +11,24 @@
 //!   median by the same method (timer reads, call) is the per-call floor. A fresh SYN,
 //!   one that records a new flow, needs a new 4-tuple each call: only this method has it.
 
+use std::borrow::Cow;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use anyhow::{ensure, Context, Result};
-use aya::programs::{TestRun, TestRunOptions, Xdp};
-use aya::Ebpf;
+use anyhow::{ensure, Result};
+use aya::programs::Xdp;
 use director_common::maps::PROGRAM;
 use director_common::select::Mode;
 use director_common::steer::{Forward, GuardLimit, Hop, Hops};
-use director_ctl::kernel::{program, Maps};
+use director_ctl::kernel::Maps;
 use director_ctl::ops::{self, steer::VipSettings};
+use director_tests::bench::table::{thousands, Spread, Table};
+use director_tests::bench::testrun::{
+    self as tr, Loaded, CALLS_LABEL, EMPTY, REPEAT_LABEL, TURNAROUND, XDP_PASS, XDP_TX,
+};
 use director_tests::fixture::route_set;
-use director_tests::netns;
 use director_tests::packets::{self, Flow, IPPROTO_TCP, TCP_ACK, TCP_SYN};
-use director_tests::pins::PinDir;
 use hickory_proto::rr::RecordType;
 
-use crate::sys;
-use crate::table::{thousands, Spread, Table};
-
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
 /// Where the measurements run (the edge's CPU in section 2).
 const CPU: usize = 1;
 /// BPF_PROG_TEST_RUN runs on loopback: a hop through ifindex 1 goes back out (XDP_TX).
@@ -54,92 +51,67 @@ pub struct Options {
     pub runs: usize,
 }
 
-/// director loaded on its own, its maps pinned in a directory of ours.
-struct Loaded {
-    ebpf: Ebpf,
-    maps: Maps,
-    // Last: the pins go after the descriptors are closed.
-    pins: PinDir,
+/// director loaded on its own, its maps pinned in a directory of ours, with the empty and
+/// the turn-around programs beside it.
+fn load() -> Result<Loaded> {
+    let mut l = Loaded::new("steer-bench", &[EMPTY, TURNAROUND])?;
+    configure(&mut l.maps)?;
+    Ok(l)
 }
 
-impl Loaded {
-    fn new() -> Result<Loaded> {
-        // Named like the labs' pins, so that a sweep removes them if this process is killed.
-        let pins = PinDir::new(netns::PREFIX, "steer-bench");
-        let mut ebpf = program::load(pins.path(), 0)?;
-        for name in ["director_pass", "director_turnaround"] {
-            let p: &mut Xdp = ebpf
-                .program_mut(name)
-                .with_context(|| format!("no program {name}"))?
-                .try_into()?;
-            p.load().with_context(|| format!("loading {name}"))?;
-        }
-        let maps = Maps::open(pins.path())?;
-        Ok(Loaded { ebpf, maps, pins })
+/// Three servers, a service per forwarding mode with its VIP, every client to all three
+/// (rendezvous by flow), and hops that send the frames back out of loopback.
+fn configure(m: &mut Maps) -> Result<()> {
+    m.set_configured_address(packets::SERVER_V4.into(), true)?;
+    for i in 1..=3u8 {
+        ops::server_add(
+            m,
+            &format!("s{i}"),
+            Some(Ipv4Addr::new(198, 51, 100, 10 + i)),
+            None,
+        )?;
     }
-
-    fn xdp(&self, name: &str) -> Result<&Xdp> {
-        Ok(self
-            .ebpf
-            .program(name)
-            .with_context(|| format!("no program {name}"))?
-            .try_into()?)
+    for (service, vip, mode) in [
+        (L2_SERVICE, L2_VIP, Forward::L2),
+        (IPIP_SERVICE, IPIP_VIP, Forward::Ipip),
+    ] {
+        let vips = VipSettings {
+            vips: vec![vip.parse()?],
+            mode,
+            mss: None,
+            sources: vec!["198.51.100.240/28".parse()?],
+        };
+        ops::service_add_with(m, service, 30, 1, Mode::Random, Some(&vips), false)?;
+        route_set(m, service, "0.0.0.0/0", "s1,s2,s3")?;
     }
-
-    /// Three servers, a service per forwarding mode with its VIP, every client to all three
-    /// (rendezvous by flow), and hops that send the frames back out of loopback.
-    fn configure(&mut self) -> Result<()> {
-        let m = &mut self.maps;
-        m.set_configured_address(packets::SERVER_V4.into(), true)?;
-        for i in 1..=3u8 {
-            ops::server_add(
-                m,
-                &format!("s{i}"),
-                Some(Ipv4Addr::new(198, 51, 100, 10 + i)),
-                None,
-            )?;
-        }
-        for (service, vip, mode) in [
-            (L2_SERVICE, L2_VIP, Forward::L2),
-            (IPIP_SERVICE, IPIP_VIP, Forward::Ipip),
-        ] {
-            let vips = VipSettings {
-                vips: vec![vip.parse()?],
-                mode,
-                mss: None,
-                sources: vec!["198.51.100.240/28".parse()?],
-            };
-            ops::service_add_with(m, service, 30, 1, Mode::Random, Some(&vips), false)?;
-            route_set(m, service, "0.0.0.0/0", "s1,s2,s3")?;
-        }
-        for s in m.servers()? {
-            let mac = [0x02, 0x5e, 0, 0, 0, s.id as u8];
-            let router = Hop {
-                dst_mac: ROUTER_MAC,
+    for s in m.servers()? {
+        let mac = [0x02, 0x5e, 0, 0, 0, s.id as u8];
+        let router = Hop {
+            dst_mac: ROUTER_MAC,
+            src_mac: EDGE_MAC,
+            ifindex: LOOPBACK,
+        };
+        let hops = Hops {
+            l2: Hop {
+                dst_mac: mac,
                 src_mac: EDGE_MAC,
                 ifindex: LOOPBACK,
-            };
-            let hops = Hops {
-                l2: Hop {
-                    dst_mac: mac,
-                    src_mac: EDGE_MAC,
-                    ifindex: LOOPBACK,
-                },
-                ipip4: router,
-                ipip6: router,
-            };
-            m.steer_mut().set_hops(s.id, &hops)?;
-        }
-        Ok(())
+            },
+            ipip4: router,
+            ipip6: router,
+        };
+        m.steer_mut().set_hops(s.id, &hops)?;
     }
+    Ok(())
+}
 
-    fn counter(&self, name: &str) -> Result<u64> {
-        Ok(ops::steer::flow_stats(&self.maps)?
-            .counters
-            .get(name)
-            .copied()
-            .unwrap_or(0))
-    }
+/// One of director's steering counters so far.
+fn counter(l: &Loaded, name: &str) -> Result<u64> {
+    Ok(ops::steer::flow_stats(&l.maps)?
+        .counters
+        .get(name)
+        .copied()
+        .unwrap_or(0))
 }
 
 fn tcp_flow(client: Ipv4Addr, port: u16, vip: &str) -> Flow {
@@ -183,18 +155,8 @@ fn fresh_syn(n: u32, vip: &str) -> Vec<u8> {
 /// One run with the output kept: the verdict and, for a forwarded frame, that it went where
 /// this mode sends it (a server's MAC, or an outer header), so that the path timed is known.
 fn check(prog: &Xdp, frame: &[u8], want: u32, mode: Option<Forward>) -> Result<()> {
-    let mut out = vec![0u8; 4096];
-    let r = prog.test_run(TestRunOptions {
-        data_in: Some(frame),
-        data_out: Some(&mut out),
-        ..TestRunOptions::new()
-    })?;
-    ensure!(
-        r.return_value == want,
-        "verdict {} where {want} was expected",
-        r.return_value
-    );
-    out.truncate(r.data_size_out as usize);
+    let (verdict, out) = tr::output(prog, frame)?;
+    tr::expect_verdict(verdict, want)?;
     match mode {
         Some(Forward::L2) => {
             ensure!(
@@ -225,8 +187,8 @@ enum Method {
 impl Method {
     fn label(self) -> &'static str {
         match self {
-            Method::Repeat => "repeat N",
-            Method::Calls => "repeat=1, N calls",
+            Method::Repeat => REPEAT_LABEL,
+            Method::Calls => CALLS_LABEL,
         }
     }
 }
@@ -260,40 +222,18 @@ impl Bench<'_> {
     /// One measurement: mean ns per run (repeat) or the median call's ns (calls).
     fn time(&self, prog: &Xdp, method: Method, frames: &Frames<'_>, want: u32) -> Result<f64> {
         match (method, frames) {
-            (Method::Repeat, Frames::Same(frame)) => {
-                let r = prog.test_run(TestRunOptions {
-                    data_in: Some(frame),
-                    repeat: self.o.packets,
-                    ..TestRunOptions::new()
-                })?;
-                ensure!(r.return_value == want, "verdict {}", r.return_value);
-                Ok(r.duration.as_nanos() as f64)
-            }
+            (Method::Repeat, Frames::Same(frame)) => tr::repeat(prog, frame, self.o.packets, want),
             (Method::Repeat, Frames::Fresh(_)) => unreachable!("fresh frames need calls"),
-            (Method::Calls, _) => {
-                // The median, not the mean: on a shared machine a few calls are interrupted
-                // inside the timed window and would dominate a mean.
-                let mut each = Vec::with_capacity(self.o.calls as usize);
-                for _ in 0..self.o.calls {
-                    let fresh;
-                    let frame: &[u8] = match frames {
-                        Frames::Same(f) => f,
-                        Frames::Fresh(make) => {
-                            let n = self.fresh.get();
-                            self.fresh.set(n + 1);
-                            fresh = make(n);
-                            &fresh
-                        }
-                    };
-                    let r = prog.test_run(TestRunOptions {
-                        data_in: Some(frame),
-                        ..TestRunOptions::new()
-                    })?;
-                    ensure!(r.return_value == want, "verdict {}", r.return_value);
-                    each.push(r.duration.as_nanos() as u64);
-                }
-                let mid = each.len() / 2;
-                Ok(*each.select_nth_unstable(mid).1 as f64)
+            (Method::Calls, Frames::Same(frame)) => {
+                tr::median_call(prog, self.o.calls, |_| Cow::Borrowed(*frame), want)
+            }
+            (Method::Calls, Frames::Fresh(make)) => {
+                let frame = |_| {
+                    let n = self.fresh.get();
+                    self.fresh.set(n + 1);
+                    Cow::Owned(make(n))
+                };
+                tr::median_call(prog, self.o.calls, frame, want)
             }
         }
     }
@@ -308,9 +248,7 @@ impl Bench<'_> {
         floors: (Option<f64>, Option<f64>),
     ) -> Result<Row> {
         let xdp = self.l.xdp(prog)?;
-        let v = (0..self.o.runs)
-            .map(|_| self.time(xdp, method, &frames, want))
-            .collect::<Result<Vec<f64>>>()?;
+        let ns = tr::spread(self.o.runs, || self.time(xdp, method, &frames, want))?;
         Ok(Row {
             packet: packet.into(),
             director: prog == PROGRAM,
@@ -319,7 +257,7 @@ impl Bench<'_> {
                 Method::Repeat => self.o.packets,
                 Method::Calls => self.o.calls,
             },
-            ns: Spread::of(&v),
+            ns,
             empty: floors.0,
             turnaround: floors.1,
         })
@@ -327,16 +265,12 @@ impl Bench<'_> {
 }
 
 pub fn run(o: Options) -> Result<Table> {
-    // On a thread of its own, pinned to the edge's CPU; the caller stays where it was.
-    std::thread::spawn(move || measure(&o))
-        .join()
-        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    // On the edge's CPU (section 2's); the caller stays where it was.
+    tr::on_cpu(CPU, move || measure(&o))
 }
 
 fn measure(o: &Options) -> Result<Table> {
-    sys::pin_to_cpu(0, CPU)?;
-    let mut l = Loaded::new()?;
-    l.configure()?;
+    let l = load()?;
     let dns = packets::udp_frame(
         &Flow::v4(CLIENT),
         &packets::wire(&packets::with_edns(
@@ -354,9 +288,9 @@ fn measure(o: &Options) -> Result<Table> {
     check(director, &l2_ack, XDP_TX, Some(Forward::L2))?;
     check(director, &ipip_syn, XDP_TX, Some(Forward::Ipip))?;
     check(director, &ipip_ack, XDP_TX, Some(Forward::Ipip))?;
-    check(l.xdp("director_turnaround")?, &dns, XDP_TX, None)?;
+    check(l.xdp(TURNAROUND)?, &dns, XDP_TX, None)?;
     ensure!(
-        l.counter("new_flows")? == 2,
+        counter(&l, "new_flows")? == 2,
         "the checks should have recorded two flows"
     );
     let fresh_l2 = |n| fresh_syn(n, L2_VIP);
@@ -369,8 +303,6 @@ fn measure(o: &Options) -> Result<Table> {
         fresh: std::cell::Cell::new(0),
     };
     let mut rows = Vec::new();
-    const EMPTY: &str = "director_pass";
-    const TURN: &str = "director_turnaround";
 
     eprintln!("section 1: repeat N = {}", o.packets);
     let empty = b.row(
@@ -388,7 +320,7 @@ fn measure(o: &Options) -> Result<Table> {
     // around. Its row here is that check-and-pass; its real floor is in the calls rows.
     rows.push(b.row(
         "turn-around (after run 1: sees its reply, passes)",
-        TURN,
+        TURNAROUND,
         Method::Repeat,
         Frames::Same(&dns),
         XDP_PASS,
@@ -424,7 +356,7 @@ fn measure(o: &Options) -> Result<Table> {
     rows.push(empty);
     let turn = b.row(
         "turn-around (DNS query turned, TX)",
-        TURN,
+        TURNAROUND,
         Method::Calls,
         Frames::Same(&dns),
         XDP_TX,
@@ -432,8 +364,8 @@ fn measure(o: &Options) -> Result<Table> {
     )?;
     let floors = (fl, Some(turn.ns.median));
     rows.push(turn);
-    let new_before = l.counter("new_flows")?;
-    let guarded_before = l.counter("guarded")?;
+    let new_before = counter(&l, "new_flows")?;
+    let guarded_before = counter(&l, "guarded")?;
     for (packet, frames) in [
         ("l2: SYN (flow present)", Frames::Same(&l2_syn)),
         ("l2: SYN, new flow (recorded)", Frames::Fresh(&fresh_l2)),
@@ -448,17 +380,17 @@ fn measure(o: &Options) -> Result<Table> {
         rows.push(b.row(packet, PROGRAM, Method::Calls, frames, XDP_TX, floors)?);
     }
     let fresh = b.fresh.get() as u64;
-    let new = l.counter("new_flows")? - new_before;
-    let guarded = l.counter("guarded")? - guarded_before;
+    let new = counter(&l, "new_flows")? - new_before;
+    let guarded = counter(&l, "guarded")? - guarded_before;
     ensure!(
         new == fresh && guarded == 0,
         "{fresh} fresh SYNs, {new} new flows, {guarded} guarded: not the recording path"
     );
     // The same fresh SYNs with the flood guard refusing every record: the choice and the
     // forwarding without the flow table's insert, to tell the two costs apart.
-    let guard = |limit| -> Result<()> { Maps::open(l.pins.path())?.steer_mut().set_guard(&limit) };
+    let guard = |limit| -> Result<()> { l.reopen()?.steer_mut().set_guard(&limit) };
     guard(GuardLimit::new(1, 1, 0, 32, 128))?;
-    let guarded_before = l.counter("guarded")?;
+    let guarded_before = counter(&l, "guarded")?;
     rows.push(b.row(
         "l2: SYN, new flow, not recorded (guard)",
         PROGRAM,
@@ -468,7 +400,7 @@ fn measure(o: &Options) -> Result<Table> {
         floors,
     )?);
     guard(GuardLimit::unlimited())?;
-    let refused = l.counter("guarded")? - guarded_before;
+    let refused = counter(&l, "guarded")? - guarded_before;
     ensure!(
         // At one record a second, a few get through while the measurements run.
         refused * 100 >= o.calls as u64 * o.runs as u64 * 99,

@@ -30,8 +30,9 @@ use anyhow::{bail, ensure, Context, Result};
 use director_tests::netns::ctl_binary;
 use director_tests::pins;
 
-use crate::sys::{self, TempDir};
-use crate::table::{thousands, Spread, Table};
+use director_tests::bench::sys;
+use director_tests::bench::table::{thousands, Spread, Table};
+use director_tests::tempdir::TempDir;
 
 const CLIENT_CPU: usize = 0;
 const EDGE_CPU: usize = 1;
@@ -141,7 +142,7 @@ impl Topo {
         pins::remove(&pin_dir);
         pins::remove(&pins::pass_dir(&pin_dir));
         let mut t = Topo {
-            dir: TempDir::new("bs-bench")?,
+            dir: TempDir::new("bs", "bench"),
             pin_dir,
             nginx: Vec::new(),
             haproxy: None,
@@ -270,7 +271,7 @@ impl Topo {
     }
 
     fn start_nginx(&mut self, i: usize) -> Result<()> {
-        let dir = self.dir.0.join(format!("s{}", i + 1));
+        let dir = self.dir.path(&format!("s{}", i + 1));
         fs::create_dir_all(dir.join("www"))?;
         fs::create_dir_all(dir.join("logs"))?;
         fs::write(dir.join("www/index.html"), BODY)?;
@@ -379,7 +380,7 @@ impl Topo {
                      }}\n}}\n",
                     SERVERS[0], SERVERS[1], SERVERS[2]
                 );
-                let file = self.dir.0.join("nat.nft");
+                let file = self.dir.path("nat.nft");
                 fs::write(&file, rules)?;
                 sys::run_ok(sys::nsenter(EDGE_NS, "nft").arg("-f").arg(&file))?;
                 // Connection: close leaves one TIME_WAIT entry per request: short-lived here,
@@ -410,14 +411,14 @@ impl Topo {
                      backend b\n  balance roundrobin\n  server s1 {}:80\n  server s2 {}:80\n  server s3 {}:80\n",
                     SERVERS[0], SERVERS[1], SERVERS[2]
                 );
-                let file = self.dir.0.join("haproxy.cfg");
+                let file = self.dir.path("haproxy.cfg");
                 fs::write(&file, cfg)?;
                 let child = sys::nsenter(EDGE_NS, "taskset")
                     .args(["-c", &EDGE_CPU.to_string(), "haproxy", "-db", "-f"])
                     .arg(&file)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
-                    .stderr(fs::File::create(self.dir.0.join("haproxy.err"))?)
+                    .stderr(fs::File::create(self.dir.path("haproxy.err"))?)
                     .spawn()
                     .context("starting haproxy")?;
                 self.haproxy = Some(child);
@@ -439,7 +440,7 @@ impl Topo {
                     "{}: no page from the VIP through the edge after 10 s ({}); haproxy: {}",
                     e.name(),
                     r.map_or_else(|e| format!("{e:#}"), |b| format!("body {b:?}")),
-                    fs::read_to_string(self.dir.0.join("haproxy.err")).unwrap_or_default()
+                    fs::read_to_string(self.dir.path("haproxy.err")).unwrap_or_default()
                 ),
             }
         }
@@ -596,7 +597,7 @@ fn wrk_once(t: &Topo, edge: Edge, close: bool, seconds: u32, log: &mut String) -
     );
     let done = sys::run_bounded(
         cmd,
-        &t.dir.0,
+        t.dir.root(),
         "wrk",
         Duration::from_secs(seconds as u64 + 15),
     )?;

@@ -1,12 +1,12 @@
 //! Small operating-system helpers: commands with a time bound, per-thread CPU time, CPU
-//! pinning, threaded NAPI, entering a network namespace.
+//! pinning, threaded NAPI, entering a network namespace, reading /proc.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -105,6 +105,35 @@ pub fn threads(pid: u32) -> Vec<u32> {
 /// Total CPU time of a set of threads.
 pub fn cpu_ns(tids: &[u32]) -> u64 {
     tids.iter().filter_map(|t| thread_cpu_ns(*t)).sum()
+}
+
+/// CPU time (ns) of each thread of `pid`, summed by thread name.
+pub fn cpu_ns_by_name(pid: u32) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for tid in threads(pid) {
+        let name = fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))?;
+        let ns = thread_cpu_ns(tid).with_context(|| format!("no schedstat for thread {tid}"))?;
+        *out.entry(name.trim().to_string()).or_default() += ns;
+    }
+    Ok(out)
+}
+
+/// A `Key:  N kB` line of a /proc file such as /proc/self/status or /proc/meminfo.
+pub fn proc_kb(file: &str, key: &str) -> Result<u64> {
+    let text = fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no {key} line in {file}"))
+}
+
+/// The benches that place a load generator on CPU 0 and the measured side on CPU 1 need
+/// both; `what` says which two they place.
+pub fn require_two_cpus(what: &str) -> Result<()> {
+    if std::thread::available_parallelism().map_or(0, std::num::NonZero::get) < 2 {
+        bail!("the bench places {what} on CPU 0 and CPU 1: it needs 2 CPUs");
+    }
+    Ok(())
 }
 
 /// Restricts a thread (or process) to one CPU.
@@ -247,24 +276,6 @@ pub fn ethtool_stat(ns: &str, ifname: &str, name: &str) -> Result<u64> {
                 .ok()
         })
         .with_context(|| format!("no {name} in ethtool -S {ifname}"))
-}
-
-/// A directory of our own under the temp dir, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(name: &str) -> Result<TempDir> {
-        let p = std::env::temp_dir().join(name);
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p)?;
-        Ok(TempDir(p))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Time CPU `cpu` has been idle, in ns: idle + iowait of /proc/stat, which a tickless kernel

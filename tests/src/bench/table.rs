@@ -128,3 +128,15 @@ impl Spread {
         [f(self.median), f(self.min), f(self.max)]
     }
 }
+
+/// A label and its figures, written as a sentence: for results too irregular for columns.
+pub struct Pair(pub &'static str, pub String);
+
+/// A title and one `label  figures` line per pair, the labels padded to one width.
+pub fn print_pairs(title: &str, rows: &[Pair]) {
+    println!("\n{title}");
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    for r in rows {
+        println!("  {:<w$}  {}", r.0, r.1);
+    }
+}
