@@ -8,6 +8,9 @@
 pub mod apply;
 pub mod checks;
 pub mod config;
+/// The test that keeps docs/config.md equal to the keys the config accepts.
+#[cfg(test)]
+mod config_doc;
 pub mod run;
 
 use std::net::IpAddr;
