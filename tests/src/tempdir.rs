@@ -31,3 +31,11 @@ impl Drop for TempDir {
         let _ = fs::remove_dir_all(&self.0);
     }
 }
+
+/// Replaces a file in one step (write aside, rename), as an operator's deploy tool would:
+/// `run` never reads a half-written file.
+pub fn replace_file(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp-write");
+    fs::write(&tmp, text).unwrap_or_else(|e| panic!("writing {}: {e}", tmp.display()));
+    fs::rename(&tmp, path).unwrap_or_else(|e| panic!("renaming onto {}: {e}", path.display()));
+}

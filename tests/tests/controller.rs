@@ -31,7 +31,7 @@ use director_tests::netns::{
     ctl_binary, describe, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
 };
 use director_tests::packets::{query, wire};
-use director_tests::tempdir::TempDir;
+use director_tests::tempdir::{replace_file, TempDir};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
 use serde::de::DeserializeOwned;
@@ -50,14 +50,6 @@ fn data(rel: &str) -> PathBuf {
         p.display()
     );
     p.canonicalize().unwrap_or(p)
-}
-
-/// Replaces a file in one step (write aside, rename), as an operator's deploy tool would:
-/// `run` never reads a half-written file.
-fn replace_file(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp-write");
-    fs::write(&tmp, text).unwrap_or_else(|e| panic!("writing {}: {e}", tmp.display()));
-    fs::rename(&tmp, path).unwrap_or_else(|e| panic!("renaming onto {}: {e}", path.display()));
 }
 
 // ---------------------------------------------------------------------------------------

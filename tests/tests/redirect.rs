@@ -18,7 +18,7 @@ use std::{
 use director_tests::config::Doc;
 use director_tests::metrics;
 use director_tests::netns::{describe, Controller, Lab, Reply, CLIENT_V4, EDGE_V4, EDGE_V6};
-use director_tests::tempdir::TempDir;
+use director_tests::tempdir::{replace_file, TempDir};
 
 const WWW: &str = "www.example.com";
 const API: &str = "api.example.com";
@@ -275,9 +275,7 @@ fn http_clients_are_redirected_to_their_best_server() {
 
     // A hostname given to y in a reloaded config is used from then on.
     let updates = ctl.count("up to date again");
-    let tmp = dir.path("director.toml.tmp");
-    fs::write(&tmp, config(&rtt, Some("y.cdn.example.net"))).unwrap();
-    fs::rename(&tmp, &cfg).unwrap();
+    replace_file(&cfg, &config(&rtt, Some("y.cdn.example.net")));
     ctl.wait_for("up to date again", updates + 1, Duration::from_secs(30));
     assert_eq!(
         get(&lab, CLIENT_HIGH, WWW, "/", &[]),

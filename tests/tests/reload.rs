@@ -12,7 +12,7 @@ use std::time::Duration;
 use director_common::select::Mode;
 use director_ctl::api;
 use director_tests::netns::{Controller, Lab, Reply};
-use director_tests::tempdir::TempDir;
+use director_tests::tempdir::{replace_file, TempDir};
 use ipnet::IpNet;
 
 const ZONE: &str = "gslb.example.com";
@@ -62,13 +62,6 @@ fn config(k: &Knobs) -> String {
     )
 }
 
-/// Replaces the config in one step (write aside, rename), as a deploy tool would.
-fn replace(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp-write");
-    fs::write(&tmp, text).unwrap();
-    fs::rename(&tmp, path).unwrap();
-}
-
 fn service(lab: &Lab) -> api::ListedService {
     let list: api::ServiceList =
         serde_json::from_str(&lab.ctl_ok(&["service", "list", "--json"])).unwrap();
@@ -92,7 +85,7 @@ fn mail(lab: &Lab) -> Vec<String> {
 /// refused nothing it should have taken.
 fn reload(run: &mut Controller, path: &Path, k: &Knobs) {
     let done = run.count("up to date again");
-    replace(path, &config(k));
+    replace_file(path, &config(k));
     run.wait_for("up to date again", done + 1, Duration::from_secs(20));
     let log = run.log();
     assert!(

@@ -10,7 +10,6 @@
 //! edge's own stack; and the edge never carries an answer (direct server return).
 
 use std::{
-    fs,
     path::Path,
     process::Command,
     thread::sleep,
@@ -20,7 +19,7 @@ use std::{
 use director_ctl::api;
 use director_tests::{
     netns::Controller,
-    tempdir::TempDir,
+    tempdir::{replace_file, TempDir},
     vipnet::{
         keepalive, ConnReport, VipNet, CLIENT_HIGH4, CLIENT_HIGH6, CLIENT_LOW4, CLIENT_LOW6, VIP4,
         VIP6,
@@ -34,12 +33,6 @@ const FALL: f64 = 2.0;
 /// Beyond the checks' own time: the publisher's write, curl's start, and this shared
 /// 2-core machine's scheduling.
 const MARGIN: f64 = 2.0;
-
-fn replace_file(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp-write");
-    fs::write(&tmp, text).unwrap_or_else(|e| panic!("writing {}: {e}", tmp.display()));
-    fs::rename(&tmp, path).unwrap_or_else(|e| panic!("renaming onto {}: {e}", path.display()));
-}
 
 /// RTT per (client half, site): the lower half of each family is nearest `low`, the upper
 /// half nearest b, then c, then a.
