@@ -17,6 +17,7 @@ pub mod data;
 pub mod decide;
 pub mod engine;
 pub mod explain;
+pub mod fleet;
 pub mod guard;
 pub mod inputs;
 pub mod minimal;
