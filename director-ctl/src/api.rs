@@ -387,6 +387,45 @@ pub enum Event {
     /// (SIGUSR1, or `--accept-removal` at start); `removed` says what, e.g. "1 of 2 services
     /// (b.example.com)".
     Accepted { removed: Vec<String> },
+    /// Fleet: this publisher leads (`--role publisher`); it alone publishes.
+    Leading { publisher: String },
+    /// Fleet: a version is current. `new_chunks` of its `chunks` were not in the store.
+    Published {
+        version: u64,
+        entries: u64,
+        chunks: usize,
+        new_chunks: usize,
+        bytes: u64,
+        new_bytes: u64,
+        ms: f64,
+    },
+    /// Fleet: the inputs compile to the current version's table: nothing published.
+    Unchanged { version: u64 },
+    /// Fleet: an edge answers from `version` now; `fetched_*` came from the store, the rest
+    /// from its own copy.
+    Took {
+        version: u64,
+        entries: u64,
+        written: usize,
+        fetched_chunks: usize,
+        fetched_bytes: u64,
+        ms: f64,
+    },
+    /// Fleet: the store cannot be reached; answering goes on from `version`.
+    StoreUnreachable { version: Option<u64>, error: String },
+    /// Fleet: the store is reached again.
+    StoreReached { version: Option<u64> },
+    /// Fleet: a watch was cancelled (compaction) or ended; reading the current pointer anew.
+    Resync { reason: String },
+    /// Fleet: the servers a quorum of observers found down (publisher: published; edge:
+    /// taken).
+    Overlay { down: Vec<ServiceServer> },
+    /// Fleet: this edge's verdict on a server it observes, written for the quorum.
+    Vote {
+        service: String,
+        server: String,
+        down: bool,
+    },
 }
 
 /// How `run` and what it starts (the health checks) log their events, on stderr.
@@ -436,4 +475,39 @@ pub struct ListedZone {
 
 fn yes() -> bool {
     true
+}
+
+/// `fleet status --json`: the fleet as the store holds it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FleetStatus {
+    pub fleet: String,
+    /// The version edges should answer from, and who published it when.
+    pub current: Option<u64>,
+    pub published_by: Option<String>,
+    pub published_ms: Option<u64>,
+    /// The publisher leading now.
+    pub leader: Option<String>,
+    /// Versions kept in the store.
+    pub versions: Vec<u64>,
+    pub edges: Vec<FleetEdge>,
+    /// Servers out by a quorum of their observers.
+    pub overlay: Vec<ServiceServer>,
+    /// The answering member's database: file size and the part in use, in bytes.
+    pub store_bytes: i64,
+    pub store_bytes_in_use: i64,
+}
+
+/// One edge in `fleet status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FleetEdge {
+    pub name: String,
+    pub site: String,
+    /// Holds a lease now (reachable, observing).
+    pub live: bool,
+    pub version: Option<u64>,
+    /// Whether `version` is the current one.
+    pub current: bool,
+    /// Seconds since it last reported, and since it took its version.
+    pub report_age_s: f64,
+    pub version_age_s: f64,
 }

@@ -11,6 +11,7 @@ pub mod checked;
 pub mod cli;
 pub mod controller;
 pub mod dns;
+pub mod fleet;
 pub mod health;
 pub mod kernel;
 pub mod metrics;

@@ -31,6 +31,26 @@ pub struct Table {
     /// Unix time of the last write of decisions, and how long its computation took.
     pub last_recompute: f64,
     pub last_recompute_seconds: f64,
+    /// An edge of a fleet: the version it answers from, and since when the store has not
+    /// confirmed that version is current.
+    pub fleet: Option<FleetTable>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FleetTable {
+    pub version: u64,
+    /// Unix time of the last confirmation (0: none yet).
+    pub confirmed: f64,
+}
+
+impl FleetTable {
+    /// Seconds since the store last confirmed the version (0 while it keeps confirming).
+    pub fn stale_seconds(&self) -> f64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        (now - self.confirmed).max(0.0)
+    }
 }
 
 pub type SharedTable = Arc<Mutex<Table>>;
@@ -272,6 +292,21 @@ pub fn render(src: &Sources) -> Result<String> {
         "How long the last computation of decisions took.",
         t.last_recompute_seconds,
     )?;
+    if let Some(f) = t.fleet {
+        single(
+            &reg,
+            "director_table_version",
+            "The fleet's table version this edge answers from.",
+            f.version as f64,
+        )?;
+        single(
+            &reg,
+            "director_table_stale_seconds",
+            "Seconds since the store last confirmed this edge's table is the fleet's current \
+             one (it keeps answering from it meanwhile).",
+            f.stale_seconds(),
+        )?;
+    }
     let steered = counter(
         &reg,
         "director_steer_packets_total",

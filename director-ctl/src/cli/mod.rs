@@ -20,6 +20,7 @@ use director_common::{
 
 use crate::checked;
 use crate::controller;
+use crate::fleet;
 use crate::kernel::{self, program, Maps, WriteLock};
 use crate::ops;
 use crate::rrl::DEFAULT_SLIP;
@@ -117,8 +118,11 @@ enum Cmd {
     /// kernel, and keep them equal to the inputs: a changed file or SIGHUP recomputes and
     /// rewrites what changed.
     Run {
-        #[arg(long)]
-        config: PathBuf,
+        /// The config (a publisher's or a standalone run's; an edge takes the fleet's).
+        #[arg(long, required_unless_present = "store")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        fleet: FleetArgs,
         /// Attach to this interface first if director is not attached to it.
         #[arg(long)]
         iface: Option<String>,
@@ -143,6 +147,9 @@ enum Cmd {
         #[arg(long)]
         accept_removal: bool,
     },
+    /// A fleet of directors on etcd.
+    #[command(subcommand)]
+    Fleet(FleetCmd),
     /// Validate a config and everything it reads; print what it would write. Touches nothing.
     Check {
         #[arg(long)]
@@ -211,6 +218,70 @@ enum ZoneCmd {
     List {
         #[arg(long)]
         config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `run` in a fleet (see docs/fleet.md); without `--store` run works alone.
+#[derive(clap::Args, Debug)]
+struct FleetArgs {
+    /// The fleet's store: etcd://HOST:PORT[,HOST:PORT...].
+    #[arg(long)]
+    store: Option<String>,
+    /// publisher: compile and publish (one leads at a time); edge: answer from the fleet.
+    #[arg(long, value_enum, requires = "store")]
+    role: Option<Role>,
+    #[command(flatten)]
+    common: FleetCommon,
+    /// This process's name in the fleet (default: the host's name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Edge: its site, for spreading a server's observers over sites.
+    #[arg(long, default_value = "default")]
+    site: String,
+    /// Edge: where its copy of the current version is kept.
+    #[arg(long, default_value = "/var/lib/director/fleet")]
+    state_dir: PathBuf,
+    /// Edge: serve Prometheus text (GET /metrics) here.
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Seconds a lease outlives its holder (leadership, liveness, votes).
+    #[arg(long, default_value_t = 3)]
+    lease_seconds: i64,
+    /// Publisher: versions kept in the store, the current one included (at least 3).
+    #[arg(long, default_value_t = 3)]
+    keep_versions: u64,
+    /// Observers per server.
+    #[arg(long, default_value_t = 3)]
+    observers: usize,
+    /// Down votes that take a server out (default: a majority of its observers).
+    #[arg(long)]
+    quorum: Option<usize>,
+}
+
+/// What names a fleet in the store.
+#[derive(clap::Args, Debug)]
+struct FleetCommon {
+    /// The fleet's key prefix: several fleets can share one etcd cluster.
+    #[arg(long = "fleet", default_value = "director")]
+    fleet: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Role {
+    Publisher,
+    Edge,
+}
+
+#[derive(Subcommand)]
+enum FleetCmd {
+    /// Every edge, its version and age; the leader, versions kept and the store's size.
+    Status {
+        #[arg(long)]
+        store: String,
+        #[command(flatten)]
+        common: FleetCommon,
         #[arg(long)]
         json: bool,
     },
@@ -481,6 +552,72 @@ fn zone(c: ZoneCmd) -> Result<()> {
     Ok(())
 }
 
+/// `run --store`: a publisher or an edge.
+fn run_fleet(
+    store: String,
+    a: FleetArgs,
+    config: Option<PathBuf>,
+    pin_dir: PathBuf,
+    poll_ms: u64,
+    log: crate::api::Log,
+) -> Result<()> {
+    let name = match a.name {
+        Some(n) => n,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "director".into()),
+    };
+    if name.is_empty() || name.contains('/') {
+        anyhow::bail!("--name {name:?}: must be non-empty and without '/'");
+    }
+    if a.lease_seconds < 1 {
+        anyhow::bail!("--lease-seconds {}: at least 1", a.lease_seconds);
+    }
+    if a.observers < 1 {
+        anyhow::bail!("--observers {}: at least 1", a.observers);
+    }
+    if a.keep_versions < 3 {
+        anyhow::bail!("--keep-versions {}: at least 3", a.keep_versions);
+    }
+    let o = fleet::Options {
+        store,
+        fleet: a.common.fleet,
+        name,
+        lease_ttl: a.lease_seconds,
+        observers: a.observers,
+        quorum: a.quorum,
+        log,
+    };
+    fleet::store::check_fleet(&o.fleet)?;
+    fleet::store::parse_url(&o.store)?;
+    match a.role {
+        Some(Role::Publisher) => {
+            let Some(config) = config else {
+                anyhow::bail!("--role publisher needs --config");
+            };
+            let p = fleet::publisher::Publisher {
+                config,
+                keep: a.keep_versions,
+                poll: Duration::from_millis(poll_ms),
+            };
+            fleet::block_on(fleet::publisher::run(&o, &p))
+        }
+        Some(Role::Edge) => {
+            if config.is_some() {
+                anyhow::bail!("--role edge takes its config from the fleet: no --config");
+            }
+            let e = fleet::edge::Edge {
+                pin_dir,
+                state_dir: a.state_dir,
+                site: a.site,
+                metrics: a.metrics_listen,
+            };
+            fleet::block_on(fleet::edge::run(&o, &e))
+        }
+        None => anyhow::bail!("--store needs --role publisher or --role edge"),
+    }
+}
+
 fn show<T: serde::Serialize>(json: bool, doc: &T, text: impl FnOnce(&T) -> String) -> Result<()> {
     if json {
         print_json(doc)
@@ -725,6 +862,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Log => kernel::log::follow(&dir)?,
         Cmd::Run {
             config,
+            fleet,
             iface,
             mode,
             poll_ms,
@@ -750,7 +888,22 @@ fn run(cli: Cli) -> Result<()> {
                 accept_removal,
                 log,
             };
-            controller::run::run(&config, &dir, &options)?;
+            match fleet.store.clone() {
+                Some(store) => run_fleet(store, fleet, config, dir, poll_ms, log)?,
+                None => {
+                    // clap requires --config without --store.
+                    let config = config.unwrap_or_default();
+                    controller::run::run(&config, &dir, &options)?;
+                }
+            }
+        }
+        Cmd::Fleet(FleetCmd::Status {
+            store,
+            common,
+            json,
+        }) => {
+            let s = fleet::block_on(fleet::status::status(&store, &common.fleet))?;
+            show(json, &s, print::fleet_status)?;
         }
         Cmd::Zone(c) => zone(c)?,
         Cmd::Serve { zones } => crate::dns::serve(&dir, &zones)?,

@@ -554,6 +554,48 @@ pub fn nexthop(h: &api::Nexthop) -> String {
     )
 }
 
+/// `fleet status`.
+pub fn fleet_status(s: &api::FleetStatus) -> String {
+    let mut o = String::new();
+    let cur = s.current.map_or("none".to_string(), |v| v.to_string());
+    let _ = writeln!(
+        o,
+        "fleet {}: version {cur} current (by {}), leader {}, versions kept {:?}",
+        s.fleet,
+        s.published_by.as_deref().unwrap_or("-"),
+        s.leader.as_deref().unwrap_or("none"),
+        s.versions
+    );
+    let _ = writeln!(
+        o,
+        "store: {} bytes ({} in use)",
+        s.store_bytes, s.store_bytes_in_use
+    );
+    let _ = writeln!(
+        o,
+        "{:<16} {:<10} {:>8} {:>5} {:>10} {:>10}",
+        "edge", "site", "version", "live", "report_s", "held_s"
+    );
+    for e in &s.edges {
+        let v = e.version.map_or("-".to_string(), |v| v.to_string());
+        let mark = if e.current { "" } else { " (behind)" };
+        let _ = writeln!(
+            o,
+            "{:<16} {:<10} {:>8} {:>5} {:>10.1} {:>10.1}{mark}",
+            e.name, e.site, v, e.live, e.report_age_s, e.version_age_s
+        );
+    }
+    if !s.overlay.is_empty() {
+        let d: Vec<String> = s
+            .overlay
+            .iter()
+            .map(|d| format!("{}/{}", d.service, d.server))
+            .collect();
+        let _ = writeln!(o, "down by quorum: {}", d.join(", "));
+    }
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

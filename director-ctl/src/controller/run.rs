@@ -95,7 +95,7 @@ fn tables_of(c: &Computed) -> impl Iterator<Item = (u32, &[(IpNet, Decision)])> 
 }
 
 /// Files whose change means a recompute: the config and every input it names.
-fn watched(path: &Path, cfg: &Config) -> Vec<PathBuf> {
+pub fn watched(path: &Path, cfg: &Config) -> Vec<PathBuf> {
     let mut v = vec![path.to_path_buf()];
     v.extend(
         cfg.plan
@@ -114,9 +114,9 @@ fn watched(path: &Path, cfg: &Config) -> Vec<PathBuf> {
 }
 
 /// What tells a file changed: its inode (a rename onto it), size and mtime.
-type Stamp = Option<(u64, u64, u64, SystemTime)>;
+pub type Stamp = Option<(u64, u64, u64, SystemTime)>;
 
-fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
+pub fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
     use std::os::unix::fs::MetadataExt;
     files
         .iter()
@@ -634,6 +634,7 @@ impl State {
             entries,
             last_recompute: now,
             last_recompute_seconds: seconds,
+            fleet: None,
         };
     }
 
@@ -961,6 +962,11 @@ static HUP: AtomicBool = AtomicBool::new(false);
 static ACCEPT: AtomicBool = AtomicBool::new(false);
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Whether SIGINT or SIGTERM asked `run` to stop.
+pub fn stopping() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
+
 extern "C" fn on_signal(sig: libc::c_int) {
     // Only stores to atomics: async-signal-safe.
     match sig {
@@ -970,7 +976,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
-fn install_signals() {
+/// `run`'s signal handling, for every role.
+pub fn install_signals() {
     for sig in [libc::SIGHUP, libc::SIGUSR1, libc::SIGINT, libc::SIGTERM] {
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }

@@ -1,0 +1,72 @@
+//! An edge's copy of the version it answers from, on disk (`--state-dir`): its chunks by
+//! digest and its manifest, written after the kernel took the table. A restarted edge that
+//! cannot reach the store answers from its pinned maps and applies this copy again; one that
+//! can fetches only the chunks this copy lacks.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use director_plan::fleet::manifest::{check_chunk, ChunkRef, Manifest};
+
+pub struct Cache {
+    dir: PathBuf,
+}
+
+/// Writes `bytes` to `path` whole or not at all (a crash leaves the old file or none).
+fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming onto {}", path.display()))
+}
+
+impl Cache {
+    pub fn open(dir: &Path) -> Result<Cache> {
+        std::fs::create_dir_all(dir.join("chunks"))
+            .with_context(|| format!("--state-dir {}", dir.display()))?;
+        Ok(Cache {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn chunk_path(&self, digest: &str) -> PathBuf {
+        self.dir.join("chunks").join(digest)
+    }
+
+    /// Where the config of the version answered from is kept (messages name it).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("config.toml")
+    }
+
+    /// A chunk this copy holds and that still matches its digest.
+    pub fn chunk(&self, r: &ChunkRef) -> Option<Vec<u8>> {
+        let b = std::fs::read(self.chunk_path(&r.digest)).ok()?;
+        check_chunk(r, &b).ok().map(|()| b)
+    }
+
+    pub fn put_chunk(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        replace(&self.chunk_path(digest), bytes)
+    }
+
+    /// The manifest of the version last applied.
+    pub fn manifest(&self) -> Option<Manifest> {
+        let b = std::fs::read(self.dir.join("manifest.json")).ok()?;
+        Manifest::parse(&b).ok()
+    }
+
+    /// Records `m` as applied, with its config as a readable file, and drops the chunks no
+    /// longer in it.
+    pub fn applied(&self, m: &Manifest, config: &[u8]) -> Result<()> {
+        replace(&self.config_path(), config)?;
+        replace(&self.dir.join("manifest.json"), &m.to_json())?;
+        let keep: std::collections::HashSet<&str> = m.digests().collect();
+        let dir = self.dir.join("chunks");
+        for e in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+            let e = e?;
+            let name = e.file_name();
+            if !keep.contains(name.to_string_lossy().as_ref()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        Ok(())
+    }
+}

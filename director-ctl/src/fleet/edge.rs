@@ -1,0 +1,435 @@
+//! `run --role edge`: answers from the fleet's current version. At start it applies its own
+//! copy (`--state-dir`), so a restart without the store answers as before; then it reads
+//! `current`, fetches the chunks its copy lacks (serializable reads: chunks never change),
+//! checks every digest and the table's, applies with `sync` (only the difference, in
+//! place), records the copy, and watches `current` and the overlay. Cut off from the store
+//! it keeps answering, indefinitely, and says so: a log line, `director_table_stale_seconds`
+//! and its report's age in `fleet status`. A watch cancelled by compaction, or any error,
+//! starts again from reading `current`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use director_plan::decide::Ids;
+use director_plan::fleet::chunks;
+use director_plan::fleet::manifest::Manifest;
+use etcd_client::{EventType, WatchOptions};
+use serde::{Deserialize, Serialize};
+
+use super::cache::Cache;
+use super::publisher::keep_alive;
+use super::store::Store;
+use super::version::{computed_on, config_of, unix_ms};
+use super::votes::{apply_overlay, Observer, Overlay};
+use super::Options;
+use crate::api::Event;
+use crate::controller::apply::{assign_ids, sync};
+use crate::controller::config::Config;
+use crate::controller::run::stopping;
+use crate::kernel::{Maps, WriteLock};
+use crate::metrics::{self, FleetTable, SharedTable};
+
+pub struct Edge {
+    pub pin_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub site: String,
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
+/// `edges/<name>`: what an edge reports (kept after it goes: `fleet status` shows its age).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub site: String,
+    pub version: Option<u64>,
+    pub table: Option<String>,
+    /// Unix ms: when it took its version, and when it last reported.
+    pub since_ms: u64,
+    pub reported_ms: u64,
+}
+
+/// What the edge answers from now.
+struct Held {
+    manifest: Option<Manifest>,
+    cfg: Option<Config>,
+    ids: Option<Ids>,
+    since_ms: u64,
+    overlay: Overlay,
+}
+
+struct EdgeState<'a> {
+    o: &'a Options,
+    e: &'a Edge,
+    maps: Maps,
+    cache: Cache,
+    held: Held,
+    table: SharedTable,
+    /// Unix seconds of the store's last word that the held version is current.
+    confirmed: f64,
+}
+
+pub async fn run(o: &Options, e: &Edge) -> Result<()> {
+    let maps = Maps::open(&e.pin_dir)?;
+    let cache = Cache::open(&e.state_dir)?;
+    let mut s = EdgeState {
+        o,
+        e,
+        maps,
+        cache,
+        held: Held {
+            manifest: None,
+            cfg: None,
+            ids: None,
+            since_ms: 0,
+            overlay: Overlay::default(),
+        },
+        table: SharedTable::default(),
+        confirmed: 0.0,
+    };
+    if let Some(m) = s.cache.manifest() {
+        let parts: Option<Vec<Vec<u8>>> = m.chunks.iter().map(|c| s.cache.chunk(c)).collect();
+        match (s.cache.chunk(&m.sources.config), parts) {
+            (Some(cfg), Some(parts)) => {
+                let v = m.version;
+                if let Err(err) = s.take(m, cfg, parts, 0, 0, Instant::now()) {
+                    o.log.event(
+                        Event::Refused {
+                            error: format!("{err:#}"),
+                        },
+                        format!(
+                            "edge {}: its copy of version {v} is unusable: {err:#}",
+                            o.name
+                        ),
+                    );
+                }
+            }
+            _ => o.log.event(
+                Event::Refused {
+                    error: "incomplete copy".into(),
+                },
+                format!(
+                    "edge {}: its copy of version {} lacks chunks",
+                    o.name, m.version
+                ),
+            ),
+        }
+    }
+    if let Some(listen) = e.metrics {
+        metrics::serve(
+            listen,
+            metrics::Sources {
+                pin_dir: e.pin_dir.clone(),
+                health: Default::default(),
+                table: s.table.clone(),
+                zones: None,
+                http: None,
+            },
+        )?;
+    }
+    let mut reachable = true;
+    while !stopping() {
+        let err = match s.session(&mut reachable).await {
+            Ok(()) => return Ok(()),
+            Err(err) => err,
+        };
+        if reachable {
+            let v = s.held.manifest.as_ref().map(|m| m.version);
+            let at = v.map_or("its pinned maps".to_string(), |v| format!("version {v}"));
+            o.log.event(
+                Event::StoreUnreachable {
+                    version: v,
+                    error: format!("{err:#}"),
+                },
+                format!(
+                    "edge {}: store unreachable, answering from {at}: {err:#}",
+                    o.name
+                ),
+            );
+            reachable = false;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+impl EdgeState<'_> {
+    fn note(&self) {
+        let now = unix_ms() as f64 / 1e3;
+        let _ = self;
+        let mut t = self
+            .table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        t.fleet = Some(FleetTable {
+            version: self.held.manifest.as_ref().map_or(0, |m| m.version),
+            confirmed: self.confirmed,
+        });
+        t.entries = self
+            .held
+            .manifest
+            .as_ref()
+            .map_or(0, |m| m.entries as usize);
+        let _ = now;
+    }
+
+    /// One connection's life: register, catch up, then follow the watch.
+    async fn session(&mut self, reachable: &mut bool) -> Result<()> {
+        let o = self.o;
+        let mut st = Store::connect(&o.store, &o.fleet).await?;
+        let lease = st.lease(o.lease_ttl).await?;
+        let alive = Arc::new(AtomicBool::new(true));
+        keep_alive(&st, lease, o.lease_ttl, alive.clone());
+        st.put(
+            &st.key(&format!("live/{}", o.name)),
+            self.e.site.clone().into(),
+            Some(lease),
+        )
+        .await?;
+        let mut observer = self
+            .held
+            .cfg
+            .as_ref()
+            .zip(self.held.ids.as_ref())
+            .map(|(c, i)| Observer::new(c, i));
+        loop {
+            let (current, rev) = st.current(false).await?;
+            self.confirmed = unix_ms() as f64 / 1e3;
+            if !*reachable {
+                o.log.event(
+                    Event::StoreReached {
+                        version: self.held.manifest.as_ref().map(|m| m.version),
+                    },
+                    format!("edge {}: store reached again", o.name),
+                );
+                *reachable = true;
+            }
+            if let Some(v) = current {
+                if self.held.manifest.as_ref().map(|m| m.version) != Some(v) {
+                    self.fetch(&mut st, v).await?;
+                    observer = self
+                        .held
+                        .cfg
+                        .as_ref()
+                        .zip(self.held.ids.as_ref())
+                        .map(|(c, i)| Observer::new(c, i));
+                }
+            }
+            let ov = st.get(&st.key("overlay"), false).await?;
+            self.overlay(ov)?;
+            self.report(&mut st).await?;
+            self.note();
+            let opts = WatchOptions::new().with_start_revision(rev + 1);
+            let cur_key = st.key("current");
+            let ov_key = st.key("overlay");
+            let mut w = st
+                .client()
+                .watch(cur_key.as_str(), Some(opts))
+                .await
+                .context("watching the current version")?;
+            w.watch(
+                ov_key.as_str(),
+                Some(WatchOptions::new().with_start_revision(rev + 1)),
+            )
+            .await
+            .context("watching the overlay")?;
+            let reason = loop {
+                tokio::select! {
+                    msg = w.message() => {
+                        let r = match msg {
+                            Ok(Some(r)) => r,
+                            Ok(None) => break "the watch ended".to_string(),
+                            Err(err) => bail!("watch: {err}"),
+                        };
+                        if r.compact_revision() > 0 || r.canceled() {
+                            break format!("the watch was cancelled (compacted to revision {})", r.compact_revision());
+                        }
+                        self.confirmed = unix_ms() as f64 / 1e3;
+                        for ev in r.events() {
+                            let Some(kv) = ev.kv() else { continue };
+                            if kv.key() == cur_key.as_bytes() && ev.event_type() == EventType::Put {
+                                let v: u64 = kv.value_str().ok().and_then(|s| s.parse().ok())
+                                    .with_context(|| format!("{cur_key} holds {:?}", kv.value()))?;
+                                if self.held.manifest.as_ref().map(|m| m.version) != Some(v) {
+                                    self.fetch(&mut st, v).await?;
+                                    observer = self.held.cfg.as_ref().zip(self.held.ids.as_ref()).map(|(c, i)| Observer::new(c, i));
+                                }
+                            } else if kv.key() == ov_key.as_bytes() {
+                                let v = (ev.event_type() == EventType::Put).then(|| kv.value().to_vec());
+                                self.overlay(v)?;
+                            }
+                        }
+                        self.note();
+                    }
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {
+                        if stopping() {
+                            return Ok(());
+                        }
+                        if !alive.load(Ordering::Relaxed) {
+                            bail!("the store stopped renewing this edge's lease");
+                        }
+                        self.report(&mut st).await?;
+                        // The report went through: the store answers, and the watch stands.
+                        self.confirmed = unix_ms() as f64 / 1e3;
+                        if let Some(obs) = observer.as_mut() {
+                            obs.tick(o, &mut st, lease).await?;
+                        }
+                        self.note();
+                    }
+                }
+            };
+            o.log.event(
+                Event::Resync {
+                    reason: reason.clone(),
+                },
+                format!(
+                    "edge {}: {reason}: reading the current version again",
+                    o.name
+                ),
+            );
+        }
+    }
+
+    async fn report(&self, st: &mut Store) -> Result<()> {
+        let r = Report {
+            site: self.e.site.clone(),
+            version: self.held.manifest.as_ref().map(|m| m.version),
+            table: self.held.manifest.as_ref().map(|m| m.table.clone()),
+            since_ms: self.held.since_ms,
+            reported_ms: unix_ms(),
+        };
+        st.put(
+            &st.key(&format!("edges/{}", self.o.name)),
+            serde_json::to_vec(&r)?,
+            None,
+        )
+        .await
+    }
+
+    fn overlay(&mut self, v: Option<Vec<u8>>) -> Result<()> {
+        let ov: Overlay = match v {
+            Some(b) => serde_json::from_slice(&b).context("the overlay")?,
+            None => Overlay::default(),
+        };
+        if ov == self.held.overlay {
+            return Ok(());
+        }
+        if let (Some(cfg), Some(ids)) = (&self.held.cfg, &self.held.ids) {
+            let _lock = WriteLock::take(&self.e.pin_dir)?;
+            apply_overlay(&mut self.maps, cfg, ids, &ov)?;
+        }
+        let names: Vec<String> = ov
+            .down
+            .iter()
+            .map(|d| format!("{}/{}", d.service, d.server))
+            .collect();
+        self.o.log.event(
+            Event::Overlay {
+                down: ov.down.clone(),
+            },
+            format!(
+                "edge {}: servers down by quorum: [{}]",
+                self.o.name,
+                names.join(", ")
+            ),
+        );
+        self.held.overlay = ov;
+        Ok(())
+    }
+
+    /// Fetches version `v`: its manifest, then the chunks the copy lacks.
+    async fn fetch(&mut self, st: &mut Store, v: u64) -> Result<()> {
+        let t = Instant::now();
+        let b = st
+            .get(&st.version_key(v), true)
+            .await?
+            .with_context(|| format!("version {v} is current but has no manifest"))?;
+        let m = Manifest::parse(&b).with_context(|| format!("version {v}"))?;
+        let (mut n, mut bytes) = (0, 0u64);
+        let get = |r: director_plan::fleet::manifest::ChunkRef| {
+            let cache = &self.cache;
+            let mut st = st.clone();
+            async move {
+                if let Some(b) = cache.chunk(&r) {
+                    return Ok::<_, anyhow::Error>((b, false));
+                }
+                let b = st
+                    .get(&st.chunk_key(&r.digest), true)
+                    .await?
+                    .with_context(|| {
+                        format!("chunk {} of version {v} is not in the store", r.digest)
+                    })?;
+                director_plan::fleet::manifest::check_chunk(&r, &b)
+                    .with_context(|| format!("chunk {} of version {v}", r.digest))?;
+                cache.put_chunk(&r.digest, &b)?;
+                Ok((b, true))
+            }
+        };
+        let (config, fetched) = get(m.sources.config.clone()).await?;
+        if fetched {
+            n += 1;
+            bytes += config.len() as u64;
+        }
+        let mut parts = Vec::with_capacity(m.chunks.len());
+        for r in m.chunks.clone() {
+            let (b, fetched) = get(r).await?;
+            if fetched {
+                n += 1;
+                bytes += b.len() as u64;
+            }
+            parts.push(b);
+        }
+        // Seconds at full scale: other tasks (the lease) run on the other worker meanwhile.
+        tokio::task::block_in_place(|| self.take(m, config, parts, n, bytes, t))
+    }
+
+    /// Checks a whole version and brings the kernel to it.
+    fn take(
+        &mut self,
+        m: Manifest,
+        config: Vec<u8>,
+        parts: Vec<Vec<u8>>,
+        fetched_chunks: usize,
+        fetched_bytes: u64,
+        t: Instant,
+    ) -> Result<()> {
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let v = m.version;
+        let text = m
+            .check(&config, &refs)
+            .with_context(|| format!("version {v}"))?;
+        let cfg = config_of(text, &self.cache.config_path())?;
+        let tables =
+            chunks::decode(refs.iter().copied()).with_context(|| format!("version {v}"))?;
+        let lock = WriteLock::take(&self.e.pin_dir)?;
+        let ids = assign_ids(&self.maps, &cfg)?;
+        let c = computed_on(&cfg, tables, &ids).with_context(|| format!("version {v}"))?;
+        let written = sync(&mut self.maps, &cfg, &c, &ids)?;
+        apply_overlay(&mut self.maps, &cfg, &ids, &self.held.overlay)?;
+        drop(lock);
+        self.cache.applied(&m, &config)?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.o.log.event(
+            Event::Took {
+                version: v,
+                entries: m.entries,
+                written,
+                fetched_chunks,
+                fetched_bytes,
+                ms,
+            },
+            format!(
+                "edge {}: answering from version {v}: {} entries, {written} written, \
+                 {fetched_chunks} chunks ({fetched_bytes} bytes) fetched, in {ms:.0} ms",
+                self.o.name, m.entries
+            ),
+        );
+        self.held.manifest = Some(m);
+        self.held.cfg = Some(cfg);
+        self.held.ids = Some(ids);
+        self.held.since_ms = unix_ms();
+        self.note();
+        Ok(())
+    }
+}

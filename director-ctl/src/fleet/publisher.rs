@@ -1,0 +1,249 @@
+//! `run --role publisher`: campaigns in the fleet's election; the leader compiles the config
+//! and its inputs as standalone `run` does, and publishes a version when the table or what
+//! it was compiled from changed: the chunks the store lacks, then the manifest, then a
+//! compare-and-swap of `current` that holds only while this publisher still leads. Old
+//! versions beyond `--keep-versions` are deleted with their chunks and the store compacted.
+//! It also tallies the observers' votes into the health overlay.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use director_plan::fleet::manifest::Manifest;
+
+use super::store::{bounded, Store};
+use super::version::{build, Built};
+use super::votes;
+use super::Options;
+use crate::api::Event;
+use crate::controller::config::Config;
+use crate::controller::run::{stamps, stopping, watched, Stamp};
+
+pub struct Publisher {
+    pub config: PathBuf,
+    /// Versions kept in the store (the current one included).
+    pub keep: u64,
+    pub poll: Duration,
+}
+
+/// Runs until SIGINT/SIGTERM: a lost store or lease starts the campaign again.
+pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
+    let mut last_error = String::new();
+    while !stopping() {
+        match lead(o, p).await {
+            Ok(()) => return Ok(()),
+            // The same failure again (a store still down) is said once.
+            Err(e) if format!("{e:#}") == last_error => {}
+            Err(e) => {
+                last_error = format!("{e:#}");
+                o.log.event(
+                    Event::StoreUnreachable {
+                        version: None,
+                        error: format!("{e:#}"),
+                    },
+                    format!("publisher {}: {e:#}; campaigning again", o.name),
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+/// Keeps `lease` alive until the store stops answering; `alive` says so.
+pub fn keep_alive(store: &Store, lease: i64, ttl: i64, alive: Arc<AtomicBool>) {
+    let mut client = store.clone();
+    tokio::spawn(async move {
+        let every = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
+        let Ok((mut keeper, mut stream)) = bounded(
+            || "keeping the lease".into(),
+            client.client().lease_keep_alive(lease),
+        )
+        .await
+        else {
+            alive.store(false, Ordering::Relaxed);
+            return;
+        };
+        while alive.load(Ordering::Relaxed) {
+            let ok = bounded(String::new, keeper.keep_alive()).await.is_ok()
+                && matches!(
+                    tokio::time::timeout(super::store::REQUEST_TIMEOUT, stream.message()).await,
+                    Ok(Ok(Some(r))) if r.ttl() > 0
+                );
+            if !ok {
+                alive.store(false, Ordering::Relaxed);
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+}
+
+async fn lead(o: &Options, p: &Publisher) -> Result<()> {
+    let mut st = Store::connect(&o.store, &o.fleet).await?;
+    let lease = st.lease(o.lease_ttl).await?;
+    let alive = Arc::new(AtomicBool::new(true));
+    keep_alive(&st, lease, o.lease_ttl, alive.clone());
+    let election = st.key("election");
+    let mut c = st.client().clone();
+    // Waits while another leads; given up when the lease is lost meanwhile.
+    let leader = loop {
+        tokio::select! {
+            r = c.campaign(election.as_str(), o.name.as_str(), lease) => {
+                let r = r.context("campaigning")?;
+                break r.leader().map(|l| l.key().to_vec()).context("campaign without a key")?;
+            }
+            () = tokio::time::sleep(Duration::from_millis(200)) => {
+                if !alive.load(Ordering::Relaxed) {
+                    bail!("lost the lease while waiting to lead");
+                }
+                if stopping() {
+                    return Ok(());
+                }
+            }
+        }
+    };
+    o.log.event(
+        Event::Leading {
+            publisher: o.name.clone(),
+        },
+        format!("publisher {}: leading the fleet {}", o.name, o.fleet),
+    );
+    let mut seen: Option<Vec<Stamp>> = None;
+    let mut files = vec![p.config.clone()];
+    let mut cfg: Option<Config> = None;
+    while !stopping() {
+        if !alive.load(Ordering::Relaxed) {
+            bail!("lost the lease: no longer leading");
+        }
+        let now = stamps(&files);
+        if seen.as_ref() != Some(&now) {
+            // A file still being written is read once it stayed the same a moment.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let built = compile(&p.config).await;
+            match built {
+                Ok((b, w, c)) => {
+                    files = w;
+                    cfg = Some(c);
+                    publish(o, p, &mut st, &leader, &b).await?;
+                }
+                Err(e) => o.log.event(
+                    Event::Refused {
+                        error: format!("{e:#}"),
+                    },
+                    format!("publisher {}: nothing published: {e:#}", o.name),
+                ),
+            }
+            seen = Some(stamps(&files));
+            continue;
+        }
+        if let Some(cfg) = &cfg {
+            votes::tally(o, &mut st, cfg).await?;
+        }
+        tokio::time::sleep(p.poll).await;
+    }
+    let _ = bounded(String::new, st.client().lease_revoke(lease)).await;
+    Ok(())
+}
+
+/// Compiles on a blocking thread (seconds at full scale), with the files to watch.
+async fn compile(path: &Path) -> Result<(Built, Vec<PathBuf>, Config)> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let cfg = Config::load(&path)?;
+        let files = watched(&path, &cfg);
+        Ok((build(&path)?, files, cfg))
+    })
+    .await
+    .context("the compile thread")?
+}
+
+/// Publishes `b` unless the current version already holds it.
+async fn publish(
+    o: &Options,
+    p: &Publisher,
+    st: &mut Store,
+    leader: &[u8],
+    b: &Built,
+) -> Result<()> {
+    let t = Instant::now();
+    let (current, _) = st.current(false).await?;
+    if let Some(v) = current {
+        let m = st
+            .get(&st.version_key(v), true)
+            .await?
+            .map(|b| Manifest::parse(&b))
+            .transpose()
+            .with_context(|| format!("version {v}"))?;
+        if let Some(m) = m {
+            if m.table == b.table && m.sources == b.sources {
+                o.log.event(
+                    Event::Unchanged { version: v },
+                    format!("publisher {}: version {v} is already this table", o.name),
+                );
+                return Ok(());
+            }
+        }
+    }
+    let have: HashSet<String> = st.keys("chunks/").await?.into_iter().collect();
+    let (mut new_chunks, mut new_bytes) = (0, 0);
+    for c in std::iter::once(&b.config).chain(&b.chunks) {
+        if !have.contains(&c.digest) {
+            st.put(&st.chunk_key(&c.digest), c.bytes.clone(), None)
+                .await?;
+            new_chunks += 1;
+            new_bytes += c.bytes.len() as u64;
+        }
+    }
+    let next = current.unwrap_or(0) + 1;
+    let m = b.manifest(next, &o.name);
+    st.put(&st.version_key(next), m.to_json(), None).await?;
+    if !st.flip(current, next, leader).await? {
+        bail!("version {next} not published: the current version moved or this publisher no longer leads");
+    }
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    o.log.event(
+        Event::Published {
+            version: next,
+            entries: m.entries,
+            chunks: m.chunks.len(),
+            new_chunks,
+            bytes: m.bytes(),
+            new_bytes,
+            ms,
+        },
+        format!(
+            "publisher {}: version {next} is current: {} entries in {} chunks, {new_chunks} \
+             new ({new_bytes} bytes), in {ms:.0} ms",
+            o.name,
+            m.entries,
+            m.chunks.len()
+        ),
+    );
+    collect(st, next, p.keep).await
+}
+
+/// Deletes the versions older than the last `keep`, then the chunks none of those kept
+/// names, then compacts the store's history.
+async fn collect(st: &mut Store, current: u64, keep: u64) -> Result<()> {
+    let oldest = current.saturating_sub(keep.max(1) - 1).max(1);
+    let mut kept = HashSet::new();
+    for k in st.keys("versions/").await? {
+        let Ok(v) = k.parse::<u64>() else { continue };
+        if v < oldest {
+            st.delete(&st.version_key(v), false).await?;
+        } else if let Some(b) = st.get(&st.version_key(v), true).await? {
+            let m = Manifest::parse(&b).with_context(|| format!("version {v}"))?;
+            kept.extend(m.digests().map(str::to_string));
+        }
+    }
+    for d in st.keys("chunks/").await? {
+        if !kept.contains(&d) {
+            st.delete(&st.chunk_key(&d), false).await?;
+        }
+    }
+    st.compact().await
+}

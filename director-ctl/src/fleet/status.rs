@@ -1,0 +1,82 @@
+//! `fleet status`: every edge, its version and age, the leader and the store's size, read
+//! from the store (an edge's report outlives its lease, so one cut off shows its age).
+
+use anyhow::Result;
+use director_plan::fleet::manifest::Manifest;
+
+use super::edge::Report;
+use super::store::Store;
+use super::version::unix_ms;
+use super::votes::Overlay;
+use crate::api::{FleetEdge, FleetStatus};
+
+pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
+    let mut st = Store::connect(url, fleet).await?;
+    let (current, _) = st.current(false).await?;
+    let manifest = match current {
+        Some(v) => st
+            .get(&st.version_key(v), true)
+            .await?
+            .and_then(|b| Manifest::parse(&b).ok()),
+        None => None,
+    };
+    let election = st.key("election");
+    let leader = match crate::fleet::store::bounded(
+        || "asking the leader".into(),
+        st.client().leader(election.as_str()),
+    )
+    .await
+    {
+        Ok(r) => r
+            .kv()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+        Err(_) => None,
+    };
+    let mut versions: Vec<u64> = st
+        .keys("versions/")
+        .await?
+        .iter()
+        .filter_map(|k| k.parse().ok())
+        .collect();
+    versions.sort_unstable();
+    let live: std::collections::HashSet<String> = st.keys("live/").await?.into_iter().collect();
+    let now = unix_ms();
+    let age = |ms: u64| now.saturating_sub(ms) as f64 / 1e3;
+    let mut edges = Vec::new();
+    for (name, b) in st.list("edges/").await? {
+        let Ok(r) = serde_json::from_slice::<Report>(&b) else {
+            continue;
+        };
+        edges.push(FleetEdge {
+            live: live.contains(&name),
+            site: r.site,
+            version: r.version,
+            current: r.version.is_some() && r.version == current,
+            report_age_s: age(r.reported_ms),
+            version_age_s: if r.since_ms == 0 {
+                0.0
+            } else {
+                age(r.since_ms)
+            },
+            name,
+        });
+    }
+    let overlay = st
+        .get(&st.key("overlay"), false)
+        .await?
+        .and_then(|b| serde_json::from_slice::<Overlay>(&b).ok())
+        .unwrap_or_default();
+    let (store_bytes, store_bytes_in_use) = st.db_size().await?;
+    Ok(FleetStatus {
+        fleet: fleet.to_string(),
+        current,
+        published_by: manifest.as_ref().map(|m| m.publisher.clone()),
+        published_ms: manifest.as_ref().map(|m| m.published_ms),
+        leader,
+        versions,
+        edges,
+        overlay: overlay.down,
+        store_bytes,
+        store_bytes_in_use,
+    })
+}

@@ -1,0 +1,130 @@
+//! A version's content: the publisher builds it from a config and its inputs (always with
+//! the config's own ids, 1, 2, 3... in file order, so equal inputs give equal bytes), and an
+//! edge turns it back into a computation on the ids its kernel uses.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use director_plan::compile::Table;
+use director_plan::data::Data;
+use director_plan::decide::{compute, Computed, Ids, Unavailable};
+use director_plan::fleet::chunks::{self, Chunk, ServiceTable};
+use director_plan::fleet::manifest::{ChunkRef, Manifest, Sources};
+
+use crate::controller::config::Config;
+use crate::controller::run::watched;
+
+/// A compiled version, before it has a number.
+pub struct Built {
+    pub config: Chunk,
+    pub chunks: Vec<Chunk>,
+    pub table: String,
+    pub entries: u64,
+    pub sources: Sources,
+}
+
+impl Built {
+    pub fn manifest(&self, version: u64, publisher: &str) -> Manifest {
+        Manifest {
+            version,
+            table: self.table.clone(),
+            chunks: self.chunks.iter().map(ChunkRef::from).collect(),
+            entries: self.entries,
+            sources: self.sources.clone(),
+            publisher: publisher.to_string(),
+            published_ms: unix_ms(),
+        }
+    }
+}
+
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Reads the config at `path` and everything it names, and compiles the table.
+pub fn build(path: &Path) -> Result<Built> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let cfg = Config::load(path)?;
+    let mut inputs = BTreeMap::new();
+    for f in watched(path, &cfg).iter().skip(1) {
+        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        inputs.insert(f.display().to_string(), chunks::digest(&bytes));
+    }
+    let data = Data::load(&cfg.plan)?;
+    let c = compute(
+        &cfg.plan,
+        &data,
+        &Ids::positional(&cfg.plan),
+        &Unavailable::default(),
+    )?;
+    c.fits()?;
+    let tables: Vec<ServiceTable> = c
+        .tables
+        .into_iter()
+        .map(|(id, _, t)| ServiceTable {
+            service: (id - 1) as u16,
+            entries: t.entries,
+        })
+        .collect();
+    let entries = tables.iter().map(|t| t.entries.len() as u64).sum();
+    let chunks = chunks::encode(&tables);
+    let table = chunks::table_digest(chunks.iter().map(|c| &c.bytes[..]));
+    let config = Chunk::new(text);
+    Ok(Built {
+        sources: Sources {
+            config: ChunkRef::from(&config),
+            inputs,
+            compiler: format!("director {}", env!("CARGO_PKG_VERSION")),
+        },
+        config,
+        chunks,
+        table,
+        entries,
+    })
+}
+
+/// A fetched version's config, parsed as an edge reads it: `path` names where its copy
+/// lives (for messages); the input files it names are the publisher's, never read here.
+pub fn config_of(text: &str, path: &Path) -> Result<Config> {
+    let mut cfg = Config::parse(text).with_context(|| format!("{}", path.display()))?;
+    cfg.path = path.to_path_buf();
+    cfg.plan.path = path.to_path_buf();
+    Ok(cfg)
+}
+
+/// The version's tables on the kernel's ids: the publisher's positional ids mapped through
+/// `ids` (this edge's ids for the same config's servers and services).
+pub fn computed_on(cfg: &Config, tables: Vec<ServiceTable>, ids: &Ids) -> Result<Computed> {
+    let mut out = Vec::with_capacity(tables.len());
+    for t in tables {
+        let i = usize::from(t.service);
+        let (Some(&id), Some(s)) = (ids.services.get(i), cfg.services.get(i)) else {
+            bail!(
+                "table names service #{i}, the config has {}",
+                cfg.services.len()
+            );
+        };
+        let mut entries = t.entries;
+        for (p, d) in &mut entries {
+            for s in d.servers.iter_mut().take(usize::from(d.count)) {
+                let Some(&own) = usize::from(*s)
+                    .checked_sub(1)
+                    .and_then(|k| ids.servers.get(k))
+                else {
+                    bail!("{p}: server #{s}, the config has {}", ids.servers.len());
+                };
+                *s = own;
+            }
+        }
+        out.push((id, s.name.clone(), Table { entries, saved: 0 }));
+    }
+    Ok(Computed {
+        tables: out,
+        prefixes: 0,
+        all: Vec::new(),
+        seconds: 0.0,
+    })
+}
