@@ -3,6 +3,7 @@ pub mod bench;
 pub mod config;
 pub mod farm;
 pub mod fixture;
+pub mod fleet;
 pub mod metrics;
 pub mod netns;
 pub mod nginx;

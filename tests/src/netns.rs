@@ -112,9 +112,10 @@ fn ip(args: &[&str]) -> Output {
     run_ok(Command::new("ip").args(args))
 }
 
-/// Labs of test processes that were killed (no Drop ran) leave namespaces and pins named
-/// after a pid that no longer exists; remove those once per process so they do not pile up.
-fn sweep_stale() {
+/// Labs (and fleet hubs) of test processes that were killed (no Drop ran) leave namespaces
+/// and pins named after a pid that no longer exists; remove those once per process so they
+/// do not pile up.
+pub(crate) fn sweep_stale() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let list = run(Command::new("ip").args(["netns", "list"]));

@@ -31,6 +31,9 @@ const PACKAGES: &[(&str, &str)] = &[
     ("nftables", "nft"),
     ("haproxy", "haproxy"),
     ("wrk", "wrk"),
+    // The fleet tests' store: a three-member cluster in a namespace (tests/src/fleet.rs).
+    ("etcd-server", "etcd"),
+    ("etcd-client", "etcdctl"),
 ];
 
 pub fn root() -> PathBuf {
@@ -81,7 +84,7 @@ pub fn packages() -> Result<()> {
     }
     println!("xtask: installing Debian packages: {}", missing.join(" "));
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    // The tests start knotd, unbound and nginx themselves, in namespaces: the packages' own
+    // The tests start knotd, unbound, nginx and etcd themselves, in namespaces: the packages' own
     // services must not start (unbound's would fetch the root trust anchor from the
     // Internet). policy-rc.d says so to invoke-rc.d; one already there is left alone.
     let policy = Path::new("/usr/sbin/policy-rc.d");
