@@ -34,6 +34,8 @@ const PACKAGES: &[(&str, &str)] = &[
     // The fleet tests' store: a three-member cluster in a namespace (tests/src/fleet.rs).
     ("etcd-server", "etcd"),
     ("etcd-client", "etcdctl"),
+    // director-ctl's etcd client (etcd-client, tonic) compiles etcd's .proto files.
+    ("protobuf-compiler", "protoc"),
 ];
 
 pub fn root() -> PathBuf {
