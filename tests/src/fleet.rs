@@ -191,6 +191,11 @@ impl Hub {
         }
     }
 
+    /// Adds `cidr` to the bridge (a server's address the edges reach through the hub).
+    pub fn add_address(&self, cidr: &str) {
+        ip(&["-n", &self.ns, "addr", "add", cidr, "dev", &self.bridge]);
+    }
+
     /// Partitions edge `n` from the store: the hub's end of its veth goes down.
     pub fn cut(&self, n: u8) {
         ip(&["-n", &self.ns, "link", "set", &self.hub_if(n), "down"]);

@@ -798,14 +798,20 @@ impl Controller {
     /// Starts `director-ctl ARGS` (a long-running command: `run`, `serve`) in the edge
     /// namespace with the lab's pin directory, its stderr in `log`.
     pub fn start_command(lab: &Lab, args: &[&str], log: &Path) -> Controller {
+        Controller::start_in(&lab.edge_ns, &lab.pin_dir, args, log)
+    }
+
+    /// Starts `director-ctl --pin-dir PIN_DIR ARGS` in the namespace `ns` (a fleet's
+    /// publisher runs in the hub, with no pins of its own), its stderr in `log`.
+    pub fn start_in(ns: &str, pin_dir: &Path, args: &[&str], log: &Path) -> Controller {
         let file =
             fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         // nsenter execs director-ctl: the child's pid is the controller's.
         let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", lab.edge_ns))
+            .arg(format!("--net=/run/netns/{ns}"))
             .arg(ctl_binary())
             .arg("--pin-dir")
-            .arg(&lab.pin_dir)
+            .arg(pin_dir)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -507,7 +507,7 @@ fn start_checks(
 
 /// Makes the kernel's host addresses the host's (see `kernel::host`), under the write lock
 /// only when they differ.
-fn follow_addresses(m: &mut Maps, pin_dir: &Path) -> Result<()> {
+pub fn follow_addresses(m: &mut Maps, pin_dir: &Path) -> Result<()> {
     let now = crate::kernel::host::addresses()?;
     let have: Vec<std::net::IpAddr> = m
         .local_addresses()?
@@ -525,14 +525,14 @@ fn follow_addresses(m: &mut Maps, pin_dir: &Path) -> Result<()> {
 /// Keeps `DIR_HOPS` current for the VIPs in the kernel: at most once a second, and each
 /// problem logged when it starts, not on every look.
 #[derive(Default)]
-struct Hopper {
+pub struct Hopper {
     resolver: Option<crate::kernel::nexthop::Resolver>,
     last: Option<Instant>,
     problems: Vec<String>,
 }
 
 impl Hopper {
-    fn follow(&mut self, m: &mut Maps, pin_dir: &Path, log: Log, wait: Duration) {
+    pub fn follow(&mut self, m: &mut Maps, pin_dir: &Path, log: Log, wait: Duration) {
         if self
             .last
             .is_some_and(|t| t.elapsed() < Duration::from_secs(1))

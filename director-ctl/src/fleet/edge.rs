@@ -20,7 +20,6 @@ use etcd_client::{EventType, WatchOptions};
 use serde::{Deserialize, Serialize};
 
 use super::cache::Cache;
-use super::publisher::keep_alive;
 use super::store::Store;
 use super::version::{computed_on, config_of, unix_ms};
 use super::votes::{apply_overlay, Observer, Overlay};
@@ -28,7 +27,7 @@ use super::Options;
 use crate::api::Event;
 use crate::controller::apply::{assign_ids, sync};
 use crate::controller::config::Config;
-use crate::controller::run::stopping;
+use crate::controller::run::{follow_addresses, stopping, Hopper};
 use crate::kernel::{Maps, WriteLock};
 use crate::metrics::{self, FleetTable, SharedTable};
 
@@ -68,6 +67,10 @@ struct EdgeState<'a> {
     table: SharedTable,
     /// Unix seconds of the store's last word that the held version is current.
     confirmed: f64,
+    /// The checks of the servers this edge observes, for the held version's config.
+    observer: Option<Observer>,
+    /// VIP next hops, followed as standalone `run` does.
+    hops: Hopper,
 }
 
 pub async fn run(o: &Options, e: &Edge) -> Result<()> {
@@ -87,6 +90,8 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
         },
         table: SharedTable::default(),
         confirmed: 0.0,
+        observer: None,
+        hops: Hopper::default(),
     };
     if let Some(m) = s.cache.manifest() {
         let parts: Option<Vec<Vec<u8>>> = m.chunks.iter().map(|c| s.cache.chunk(c)).collect();
@@ -128,6 +133,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
             },
         )?;
     }
+    s.local();
     let mut reachable = true;
     while !stopping() {
         let err = match s.session(&mut reachable).await {
@@ -149,15 +155,32 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
             );
             reachable = false;
         }
+        tokio::task::block_in_place(|| s.local());
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(())
 }
 
 impl EdgeState<'_> {
+    /// What standalone `run` follows on each poll, the store or not: the host's addresses
+    /// (queries to them are answered) and the VIPs' next hops.
+    fn local(&mut self) {
+        if let Err(e) = follow_addresses(&mut self.maps, &self.e.pin_dir) {
+            self.o.log.event(
+                Event::Refused {
+                    error: format!("{e:#}"),
+                },
+                format!(
+                    "edge {}: updating the edge's addresses failed: {e:#}",
+                    self.o.name
+                ),
+            );
+        }
+        self.hops
+            .follow(&mut self.maps, &self.e.pin_dir, self.o.log, Duration::ZERO);
+    }
+
     fn note(&self) {
-        let now = unix_ms() as f64 / 1e3;
-        let _ = self;
         let mut t = self
             .table
             .lock()
@@ -171,114 +194,34 @@ impl EdgeState<'_> {
             .manifest
             .as_ref()
             .map_or(0, |m| m.entries as usize);
-        let _ = now;
     }
 
-    /// One connection's life: register, catch up, then follow the watch.
+    /// One connection's life: a lease, the edge's liveness under it, then catching up and
+    /// following the watch. An error while the lease lives (a member died, a watch broke)
+    /// starts again from reading `current` on the same lease; one that outlives it ends the
+    /// session.
     async fn session(&mut self, reachable: &mut bool) -> Result<()> {
         let o = self.o;
         let mut st = Store::connect(&o.store, &o.fleet).await?;
         let lease = st.lease(o.lease_ttl).await?;
         let alive = Arc::new(AtomicBool::new(true));
-        keep_alive(&st, lease, o.lease_ttl, alive.clone());
-        st.put(
-            &st.key(&format!("live/{}", o.name)),
-            self.e.site.clone().into(),
-            Some(lease),
-        )
-        .await?;
-        let mut observer = self
-            .held
-            .cfg
-            .as_ref()
-            .zip(self.held.ids.as_ref())
-            .map(|(c, i)| Observer::new(c, i));
+        st.keep_alive(lease, o.lease_ttl, alive.clone());
+        let live = st.key(&format!("live/{}", o.name));
+        st.put(&live, self.e.site.clone().into(), Some(lease))
+            .await?;
+        // Votes go under this lease from now on: each is written again at the next tick.
+        if let Some(obs) = self.observer.as_mut() {
+            obs.rebind();
+        }
         loop {
-            let (current, rev) = st.current(false).await?;
-            self.confirmed = unix_ms() as f64 / 1e3;
-            if !*reachable {
-                o.log.event(
-                    Event::StoreReached {
-                        version: self.held.manifest.as_ref().map(|m| m.version),
-                    },
-                    format!("edge {}: store reached again", o.name),
-                );
-                *reachable = true;
-            }
-            if let Some(v) = current {
-                if self.held.manifest.as_ref().map(|m| m.version) != Some(v) {
-                    self.fetch(&mut st, v).await?;
-                    observer = self
-                        .held
-                        .cfg
-                        .as_ref()
-                        .zip(self.held.ids.as_ref())
-                        .map(|(c, i)| Observer::new(c, i));
-                }
-            }
-            let ov = st.get(&st.key("overlay"), false).await?;
-            self.overlay(ov)?;
-            self.report(&mut st).await?;
-            self.note();
-            let opts = WatchOptions::new().with_start_revision(rev + 1);
-            let cur_key = st.key("current");
-            let ov_key = st.key("overlay");
-            let mut w = st
-                .client()
-                .watch(cur_key.as_str(), Some(opts))
-                .await
-                .context("watching the current version")?;
-            w.watch(
-                ov_key.as_str(),
-                Some(WatchOptions::new().with_start_revision(rev + 1)),
-            )
-            .await
-            .context("watching the overlay")?;
-            let reason = loop {
-                tokio::select! {
-                    msg = w.message() => {
-                        let r = match msg {
-                            Ok(Some(r)) => r,
-                            Ok(None) => break "the watch ended".to_string(),
-                            Err(err) => bail!("watch: {err}"),
-                        };
-                        if r.compact_revision() > 0 || r.canceled() {
-                            break format!("the watch was cancelled (compacted to revision {})", r.compact_revision());
-                        }
-                        self.confirmed = unix_ms() as f64 / 1e3;
-                        for ev in r.events() {
-                            let Some(kv) = ev.kv() else { continue };
-                            if kv.key() == cur_key.as_bytes() && ev.event_type() == EventType::Put {
-                                let v: u64 = kv.value_str().ok().and_then(|s| s.parse().ok())
-                                    .with_context(|| format!("{cur_key} holds {:?}", kv.value()))?;
-                                if self.held.manifest.as_ref().map(|m| m.version) != Some(v) {
-                                    self.fetch(&mut st, v).await?;
-                                    observer = self.held.cfg.as_ref().zip(self.held.ids.as_ref()).map(|(c, i)| Observer::new(c, i));
-                                }
-                            } else if kv.key() == ov_key.as_bytes() {
-                                let v = (ev.event_type() == EventType::Put).then(|| kv.value().to_vec());
-                                self.overlay(v)?;
-                            }
-                        }
-                        self.note();
-                    }
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {
-                        if stopping() {
-                            return Ok(());
-                        }
-                        if !alive.load(Ordering::Relaxed) {
-                            bail!("the store stopped renewing this edge's lease");
-                        }
-                        self.report(&mut st).await?;
-                        // The report went through: the store answers, and the watch stands.
-                        self.confirmed = unix_ms() as f64 / 1e3;
-                        if let Some(obs) = observer.as_mut() {
-                            obs.tick(o, &mut st, lease).await?;
-                        }
-                        self.note();
-                    }
-                }
+            let err = match self.follow(&mut st, lease, &alive, reachable).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
             };
+            if !alive.load(Ordering::Relaxed) {
+                return Err(err);
+            }
+            let reason = format!("{err:#}");
             o.log.event(
                 Event::Resync {
                     reason: reason.clone(),
@@ -288,7 +231,120 @@ impl EdgeState<'_> {
                     o.name
                 ),
             );
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    }
+
+    /// Catches up with `current`, then follows the watch until an error (or the watch is
+    /// cancelled: an error too, so the caller reads `current` again).
+    async fn follow(
+        &mut self,
+        st: &mut Store,
+        lease: i64,
+        alive: &AtomicBool,
+        reachable: &mut bool,
+    ) -> Result<()> {
+        let o = self.o;
+        let (current, rev) = st.current(false).await?;
+        self.confirmed = unix_ms() as f64 / 1e3;
+        if !*reachable {
+            o.log.event(
+                Event::StoreReached {
+                    version: self.held.manifest.as_ref().map(|m| m.version),
+                },
+                format!("edge {}: store reached again", o.name),
+            );
+            *reachable = true;
+        }
+        if let Some(v) = current {
+            self.fetch_if_new(st, v).await?;
+        }
+        let ov = st.get(&st.key("overlay"), false).await?;
+        self.overlay(ov)?;
+        self.report(st).await?;
+        self.note();
+        let cur_key = st.key("current");
+        let ov_key = st.key("overlay");
+        let from = WatchOptions::new().with_start_revision(rev + 1);
+        let mut w = match st
+            .client()
+            .watch(cur_key.as_str(), Some(from.clone()))
+            .await
+        {
+            Ok(w) => w,
+            Err(e) => {
+                st.next_member();
+                bail!("watching the current version: {e}");
+            }
+        };
+        if let Err(e) = w.watch(ov_key.as_str(), Some(from)).await {
+            st.next_member();
+            bail!("watching the overlay: {e}");
+        }
+        loop {
+            tokio::select! {
+                msg = w.message() => {
+                    let r = match msg {
+                        Ok(Some(r)) => r,
+                        Ok(None) => {
+                            st.next_member();
+                            bail!("the watch ended");
+                        }
+                        Err(err) => {
+                            st.next_member();
+                            bail!("the watch failed: {err}");
+                        }
+                    };
+                    if r.compact_revision() > 0 || r.canceled() {
+                        bail!(
+                            "the watch was cancelled (compacted to revision {})",
+                            r.compact_revision()
+                        );
+                    }
+                    self.confirmed = unix_ms() as f64 / 1e3;
+                    for ev in r.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        if kv.key() == cur_key.as_bytes() && ev.event_type() == EventType::Put {
+                            let v: u64 = kv
+                                .value_str()
+                                .ok()
+                                .and_then(|s| s.parse().ok())
+                                .with_context(|| format!("{cur_key} holds {:?}", kv.value()))?;
+                            self.fetch_if_new(st, v).await?;
+                        } else if kv.key() == ov_key.as_bytes() {
+                            let v = (ev.event_type() == EventType::Put).then(|| kv.value().to_vec());
+                            self.overlay(v)?;
+                        }
+                    }
+                    self.note();
+                }
+                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if stopping() {
+                        return Ok(());
+                    }
+                    if !alive.load(Ordering::Relaxed) {
+                        bail!("the store stopped renewing this edge's lease");
+                    }
+                    tokio::task::block_in_place(|| self.local());
+                    self.report(st).await?;
+                    // The report went through: the store answers, and the watch stands.
+                    self.confirmed = unix_ms() as f64 / 1e3;
+                    if let Some(obs) = self.observer.as_mut() {
+                        obs.tick(o, st, lease).await?;
+                    }
+                    self.note();
+                }
+            }
+        }
+    }
+
+    async fn fetch_if_new(&mut self, st: &mut Store, v: u64) -> Result<()> {
+        if self.held.manifest.as_ref().map(|m| m.version) != Some(v) {
+            self.fetch(st, v).await?;
+            // `fleet status` shows the new version at once.
+            self.report(st).await?;
+        }
+        Ok(())
     }
 
     async fn report(&self, st: &mut Store) -> Result<()> {
@@ -426,6 +482,7 @@ impl EdgeState<'_> {
             ),
         );
         self.held.manifest = Some(m);
+        self.observer = Some(Observer::new(&cfg, &ids));
         self.held.cfg = Some(cfg);
         self.held.ids = Some(ids);
         self.held.since_ms = unix_ms();

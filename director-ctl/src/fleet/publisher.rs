@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use director_plan::fleet::manifest::Manifest;
 
-use super::store::{bounded, Store};
+use super::store::Store;
 use super::version::{build, Built};
 use super::votes;
 use super::Options;
@@ -53,57 +53,37 @@ pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
     Ok(())
 }
 
-/// Keeps `lease` alive until the store stops answering; `alive` says so.
-pub fn keep_alive(store: &Store, lease: i64, ttl: i64, alive: Arc<AtomicBool>) {
-    let mut client = store.clone();
-    tokio::spawn(async move {
-        let every = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
-        let Ok((mut keeper, mut stream)) = bounded(
-            || "keeping the lease".into(),
-            client.client().lease_keep_alive(lease),
-        )
-        .await
-        else {
-            alive.store(false, Ordering::Relaxed);
-            return;
-        };
-        while alive.load(Ordering::Relaxed) {
-            let ok = bounded(String::new, keeper.keep_alive()).await.is_ok()
-                && matches!(
-                    tokio::time::timeout(super::store::REQUEST_TIMEOUT, stream.message()).await,
-                    Ok(Ok(Some(r))) if r.ttl() > 0
-                );
-            if !ok {
-                alive.store(false, Ordering::Relaxed);
-                return;
-            }
-            tokio::time::sleep(every).await;
-        }
-    });
-}
-
 async fn lead(o: &Options, p: &Publisher) -> Result<()> {
     let mut st = Store::connect(&o.store, &o.fleet).await?;
     let lease = st.lease(o.lease_ttl).await?;
     let alive = Arc::new(AtomicBool::new(true));
-    keep_alive(&st, lease, o.lease_ttl, alive.clone());
+    st.keep_alive(lease, o.lease_ttl, alive.clone());
     let election = st.key("election");
-    let mut c = st.client().clone();
-    // Waits while another leads; given up when the lease is lost meanwhile.
+    // Waits while another leads; given up when the lease is lost meanwhile. A campaign
+    // that fails (its member died, or the history it waited on was compacted) is made
+    // again on the same lease: its key in the election stays where it was.
     let leader = loop {
-        tokio::select! {
-            r = c.campaign(election.as_str(), o.name.as_str(), lease) => {
-                let r = r.context("campaigning")?;
-                break r.leader().map(|l| l.key().to_vec()).context("campaign without a key")?;
-            }
-            () = tokio::time::sleep(Duration::from_millis(200)) => {
-                if !alive.load(Ordering::Relaxed) {
-                    bail!("lost the lease while waiting to lead");
+        let mut c = st.client().clone();
+        let failed = tokio::select! {
+            r = c.campaign(election.as_str(), o.name.as_str(), lease) => match r {
+                Ok(r) => break r.leader().map(|l| l.key().to_vec()).context("campaign without a key")?,
+                Err(_) => true,
+            },
+            () = async {
+                while alive.load(Ordering::Relaxed) && !stopping() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                if stopping() {
-                    return Ok(());
-                }
-            }
+            } => false,
+        };
+        if !alive.load(Ordering::Relaxed) {
+            bail!("lost the lease while waiting to lead");
+        }
+        if stopping() {
+            return Ok(());
+        }
+        if failed {
+            st.next_member();
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     };
     o.log.event(
@@ -115,6 +95,11 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
     let mut seen: Option<Vec<Stamp>> = None;
     let mut files = vec![p.config.clone()];
     let mut cfg: Option<Config> = None;
+    // A compiled version not yet published (the store failed meanwhile): retried on every
+    // poll while this publisher leads, never half-published (current flips last).
+    let mut pending: Option<Built> = None;
+    let mut last_error = String::new();
+    let mut compact = Compaction::default();
     while !stopping() {
         if !alive.load(Ordering::Relaxed) {
             bail!("lost the lease: no longer leading");
@@ -123,12 +108,11 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
         if seen.as_ref() != Some(&now) {
             // A file still being written is read once it stayed the same a moment.
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let built = compile(&p.config).await;
-            match built {
+            match compile(&p.config).await {
                 Ok((b, w, c)) => {
                     files = w;
                     cfg = Some(c);
-                    publish(o, p, &mut st, &leader, &b).await?;
+                    pending = Some(b);
                 }
                 Err(e) => o.log.event(
                     Event::Refused {
@@ -138,14 +122,39 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
                 ),
             }
             seen = Some(stamps(&files));
-            continue;
         }
-        if let Some(cfg) = &cfg {
-            votes::tally(o, &mut st, cfg).await?;
+        let step = async {
+            if let Some(b) = &pending {
+                publish(o, p, &mut st, &leader, b, &mut compact).await?;
+            }
+            pending = None;
+            if let Some(cfg) = &cfg {
+                votes::tally(o, &mut st, cfg).await?;
+            }
+            anyhow::Ok(())
+        };
+        match step.await {
+            Ok(()) => last_error.clear(),
+            Err(e) => {
+                let text = format!("{e:#}");
+                if text != last_error {
+                    o.log.event(
+                        Event::StoreUnreachable {
+                            version: None,
+                            error: text.clone(),
+                        },
+                        format!(
+                            "publisher {}: publishing failed, will retry: {text}",
+                            o.name
+                        ),
+                    );
+                    last_error = text;
+                }
+            }
         }
         tokio::time::sleep(p.poll).await;
     }
-    let _ = bounded(String::new, st.client().lease_revoke(lease)).await;
+    let _ = st.revoke(lease).await;
     Ok(())
 }
 
@@ -168,6 +177,7 @@ async fn publish(
     st: &mut Store,
     leader: &[u8],
     b: &Built,
+    compact: &mut Compaction,
 ) -> Result<()> {
     let t = Instant::now();
     let (current, _) = st.current(false).await?;
@@ -223,12 +233,19 @@ async fn publish(
             m.chunks.len()
         ),
     );
-    collect(st, next, p.keep).await
+    collect(st, next, p.keep, compact).await
+}
+
+/// Where the history is compacted to: the revision after the previous publish's clean-up,
+/// one publish behind, so that a watch or campaign begun just now is not cancelled by it.
+#[derive(Default)]
+struct Compaction {
+    next: Option<i64>,
 }
 
 /// Deletes the versions older than the last `keep`, then the chunks none of those kept
 /// names, then compacts the store's history.
-async fn collect(st: &mut Store, current: u64, keep: u64) -> Result<()> {
+async fn collect(st: &mut Store, current: u64, keep: u64, compact: &mut Compaction) -> Result<()> {
     let oldest = current.saturating_sub(keep.max(1) - 1).max(1);
     let mut kept = HashSet::new();
     for k in st.keys("versions/").await? {
@@ -245,5 +262,9 @@ async fn collect(st: &mut Store, current: u64, keep: u64) -> Result<()> {
             st.delete(&st.chunk_key(&d), false).await?;
         }
     }
-    st.compact().await
+    if let Some(rev) = compact.next {
+        st.compact(rev).await?;
+    }
+    compact.next = Some(st.revision().await?);
+    Ok(())
 }

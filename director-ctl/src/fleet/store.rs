@@ -11,6 +11,8 @@
 //! - `votes/<service>/<server>/<edge>`: an observer's verdict, under its lease;
 //! - `overlay`: the servers a quorum of observers found down.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -36,10 +38,13 @@ pub async fn bounded<T>(
     }
 }
 
-/// A connection to the store and the fleet's key prefix.
+/// A connection to the store and the fleet's key prefix: one client per member, and the
+/// one in use. A request that fails or goes unanswered is tried on the next member, so a
+/// dead member (or one without a leader) costs a request its time-out at most, once.
 #[derive(Clone)]
 pub struct Store {
-    client: Client,
+    clients: Vec<Client>,
+    at: usize,
     prefix: String,
     endpoints: Vec<String>,
 }
@@ -87,16 +92,26 @@ impl Store {
         check_fleet(fleet)?;
         let endpoints = parse_url(url)?;
         // No per-request timeout on the channel: a campaign waits as long as another leads
-        // and a watch lasts; the short requests are bounded one by one with [`bounded`].
+        // and a watch lasts; the short requests are bounded one by one. HTTP/2 pings no
+        // more often than etcd allows (its --grpc-keepalive-min-time is 5 s: a client
+        // pinging faster has its connection closed, "too many pings"). A member that lost
+        // its leader refuses requests instead of holding them.
         let opts = ConnectOptions::new()
             .with_connect_timeout(REQUEST_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
-            .with_keep_alive_while_idle(true);
-        let client = Client::connect(&endpoints, Some(opts))
-            .await
-            .with_context(|| format!("connecting to the store at {url}"))?;
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(3))
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        let mut clients = Vec::with_capacity(endpoints.len());
+        for e in &endpoints {
+            let c = tokio::time::timeout(REQUEST_TIMEOUT, Client::connect([e], Some(opts.clone())))
+                .await
+                .map_err(|_| anyhow!("connecting to the store at {e}: no answer"))?
+                .with_context(|| format!("connecting to the store at {e}"))?;
+            clients.push(c);
+        }
         Ok(Store {
-            client,
+            clients,
+            at: 0,
             prefix: format!("/{fleet}/"),
             endpoints,
         })
@@ -118,23 +133,56 @@ impl Store {
         self.key(&format!("versions/{v:020}"))
     }
 
+    /// The client of the member in use (for streams: campaign, watch).
     pub fn client(&mut self) -> &mut Client {
-        &mut self.client
+        &mut self.clients[self.at]
+    }
+
+    /// The next member from now on (a stream on this one failed).
+    pub fn next_member(&mut self) {
+        self.at = (self.at + 1) % self.clients.len();
+    }
+
+    /// One request, on the member in use, then on each other once: every failure moves on.
+    async fn call<T, Fut>(
+        &mut self,
+        what: impl Fn() -> String,
+        f: impl Fn(Client) -> Fut,
+    ) -> Result<T>
+    where
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut last = String::new();
+        for _ in 0..self.clients.len() {
+            let member = &self.endpoints[self.at];
+            match tokio::time::timeout(REQUEST_TIMEOUT, f(self.clients[self.at].clone())).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => last = format!("{member}: {e}"),
+                Err(_) => last = format!("{member}: no answer in {} s", REQUEST_TIMEOUT.as_secs()),
+            }
+            self.next_member();
+        }
+        bail!("{}: no member answered (last: {last})", what())
     }
 
     /// The current version and the store's revision then. `serializable`: from whichever
     /// member answers, even one without a quorum (may be behind).
     pub async fn current(&mut self, serializable: bool) -> Result<(Option<u64>, i64)> {
-        let mut o = GetOptions::new();
-        if serializable {
-            o = o.with_serializable();
-        }
         let key = self.key("current");
-        let r = bounded(
-            || format!("reading {key}"),
-            self.client.get(key.as_str(), Some(o)),
-        )
-        .await?;
+        let k = key.clone();
+        let r = self
+            .call(
+                || format!("reading {key}"),
+                move |mut c| {
+                    let k = k.clone();
+                    let mut o = GetOptions::new();
+                    if serializable {
+                        o = o.with_serializable();
+                    }
+                    async move { c.get(k, Some(o)).await }
+                },
+            )
+            .await?;
         let rev = r.header().map_or(0, etcd_client::ResponseHeader::revision);
         let v = match r.kvs().first() {
             Some(kv) => Some(
@@ -150,104 +198,212 @@ impl Store {
 
     /// A value by key, or `None`; serializable reads for what never changes once written.
     pub async fn get(&mut self, key: &str, serializable: bool) -> Result<Option<Vec<u8>>> {
-        let mut o = GetOptions::new();
-        if serializable {
-            o = o.with_serializable();
-        }
-        let mut r = bounded(|| format!("reading {key}"), self.client.get(key, Some(o))).await?;
+        let k = key.to_string();
+        let mut r = self
+            .call(
+                || format!("reading {key}"),
+                move |mut c| {
+                    let k = k.clone();
+                    let mut o = GetOptions::new();
+                    if serializable {
+                        o = o.with_serializable();
+                    }
+                    async move { c.get(k, Some(o)).await }
+                },
+            )
+            .await?;
         Ok(r.take_kvs().pop().map(|kv| kv.into_key_value().1))
     }
 
-    /// Every key and value under `rest` (small things: edges, votes).
-    pub async fn list(&mut self, rest: &str) -> Result<Vec<(String, Vec<u8>)>> {
+    async fn range(&mut self, rest: &str, keys_only: bool) -> Result<Vec<(String, Vec<u8>)>> {
         let key = self.key(rest);
-        let o = GetOptions::new().with_prefix();
-        let mut r = bounded(
-            || format!("listing {key}"),
-            self.client.get(key.as_str(), Some(o)),
-        )
-        .await?;
+        let k = key.clone();
+        let mut r = self
+            .call(
+                || format!("listing {key}"),
+                move |mut c| {
+                    let k = k.clone();
+                    let mut o = GetOptions::new().with_prefix();
+                    if keys_only {
+                        o = o.with_keys_only();
+                    }
+                    async move { c.get(k, Some(o)).await }
+                },
+            )
+            .await?;
         Ok(r.take_kvs()
             .into_iter()
             .map(|kv| {
                 let (k, v) = kv.into_key_value();
-                let k = String::from_utf8_lossy(&k[key.len()..]).into_owned();
-                (k, v)
+                (String::from_utf8_lossy(&k[key.len()..]).into_owned(), v)
             })
             .collect())
     }
 
+    /// Every key and value under `rest` (small things: edges, votes).
+    pub async fn list(&mut self, rest: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.range(rest, false).await
+    }
+
     /// The keys under `rest`, without values.
     pub async fn keys(&mut self, rest: &str) -> Result<Vec<String>> {
-        let key = self.key(rest);
-        let o = GetOptions::new().with_prefix().with_keys_only();
-        let mut r = bounded(
-            || format!("listing {key}"),
-            self.client.get(key.as_str(), Some(o)),
-        )
-        .await?;
-        Ok(r.take_kvs()
+        Ok(self
+            .range(rest, true)
+            .await?
             .into_iter()
-            .map(|kv| String::from_utf8_lossy(&kv.key()[key.len()..]).into_owned())
+            .map(|(k, _)| k)
             .collect())
     }
 
     pub async fn put(&mut self, key: &str, value: Vec<u8>, lease: Option<i64>) -> Result<()> {
-        let o = lease.map(|l| PutOptions::new().with_lease(l));
-        bounded(|| format!("writing {key}"), self.client.put(key, value, o)).await?;
+        let k = key.to_string();
+        self.call(
+            || format!("writing {key}"),
+            move |mut c| {
+                let (k, v) = (k.clone(), value.clone());
+                let o = lease.map(|l| PutOptions::new().with_lease(l));
+                async move { c.put(k, v, o).await }
+            },
+        )
+        .await?;
         Ok(())
     }
 
     pub async fn delete(&mut self, key: &str, prefix: bool) -> Result<()> {
-        let o = prefix.then(|| DeleteOptions::new().with_prefix());
-        bounded(|| format!("deleting {key}"), self.client.delete(key, o)).await?;
+        let k = key.to_string();
+        self.call(
+            || format!("deleting {key}"),
+            move |mut c| {
+                let k = k.clone();
+                let o = prefix.then(|| DeleteOptions::new().with_prefix());
+                async move { c.delete(k, o).await }
+            },
+        )
+        .await?;
         Ok(())
     }
 
     /// Flips `current` from `from` to `to`, only while `leader` (the election key this
     /// publisher holds) still exists: a publisher that lost its lease flips nothing, and
-    /// two cannot both move the pointer from the same version.
+    /// two cannot both move the pointer from the same version. A retry after a lost answer
+    /// finds the pointer moved and reports `false`: never a second flip.
     pub async fn flip(&mut self, from: Option<u64>, to: u64, leader: &[u8]) -> Result<bool> {
         let key = self.key("current");
-        let was = match from {
-            Some(v) => Compare::value(key.as_str(), CompareOp::Equal, v.to_string()),
-            None => Compare::version(key.as_str(), CompareOp::Equal, 0),
-        };
-        let leads = Compare::create_revision(leader.to_vec(), CompareOp::Greater, 0);
-        let txn = Txn::new().when([was, leads]).and_then([TxnOp::put(
-            key.as_str(),
-            to.to_string(),
-            None,
-        )]);
-        let r = bounded(|| format!("flipping {key} to {to}"), self.client.txn(txn)).await?;
+        let (k, leader) = (key.clone(), leader.to_vec());
+        let r = self
+            .call(
+                || format!("flipping {key} to {to}"),
+                move |mut c| {
+                    let k = k.clone();
+                    let was = match from {
+                        Some(v) => Compare::value(k.as_str(), CompareOp::Equal, v.to_string()),
+                        None => Compare::version(k.as_str(), CompareOp::Equal, 0),
+                    };
+                    let leads = Compare::create_revision(leader.clone(), CompareOp::Greater, 0);
+                    let txn = Txn::new().when([was, leads]).and_then([TxnOp::put(
+                        k.as_str(),
+                        to.to_string(),
+                        None,
+                    )]);
+                    async move { c.txn(txn).await }
+                },
+            )
+            .await?;
         Ok(r.succeeded())
     }
 
     /// A lease of `ttl` seconds.
     pub async fn lease(&mut self, ttl: i64) -> Result<i64> {
-        let r = bounded(
-            || "taking a lease".to_string(),
-            self.client.lease_grant(ttl, None),
-        )
-        .await?;
+        let r = self
+            .call(
+                || "taking a lease".to_string(),
+                move |mut c| async move { c.lease_grant(ttl, None).await },
+            )
+            .await?;
         Ok(r.id())
     }
 
-    /// Compacts the store's history up to its current revision (after old versions were
-    /// deleted, so its size stays bounded). Watchers behind it are cancelled and resync.
-    pub async fn compact(&mut self) -> Result<()> {
-        let o = GetOptions::new().with_count_only();
-        let key = self.key("current");
-        let r = bounded(
-            || "reading the store's revision".to_string(),
-            self.client.get(key, Some(o)),
+    /// Gives the lease back (leaving: its keys go at once).
+    pub async fn revoke(&mut self, lease: i64) -> Result<()> {
+        self.call(
+            || "revoking the lease".to_string(),
+            move |mut c| async move { c.lease_revoke(lease).await },
         )
         .await?;
-        let rev = r.header().map_or(0, etcd_client::ResponseHeader::revision);
+        Ok(())
+    }
+
+    /// Keeps `lease` alive from a task of its own, on whichever member answers. `alive`
+    /// turns false once the lease is gone for sure: the store said it expired, or no
+    /// renewal went through for `ttl` seconds (past that the store has dropped it). A failed
+    /// renewal alone is retried: a member dying or an election is no reason to give up
+    /// leadership or liveness.
+    pub fn keep_alive(&self, lease: i64, ttl: i64, alive: Arc<AtomicBool>) {
+        let mut store = self.clone();
+        tokio::spawn(async move {
+            let every = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
+            let mut last_ok = tokio::time::Instant::now();
+            let mut keeper = None;
+            while alive.load(Ordering::Relaxed) {
+                if keeper.is_none() {
+                    keeper = bounded(
+                        || "keeping the lease".into(),
+                        store.client().lease_keep_alive(lease),
+                    )
+                    .await
+                    .ok();
+                }
+                if let Some((k, stream)) = keeper.as_mut() {
+                    let sent = bounded(String::new, k.keep_alive()).await.is_ok();
+                    let answer = if sent {
+                        tokio::time::timeout(REQUEST_TIMEOUT, stream.message()).await
+                    } else {
+                        Ok(Ok(None))
+                    };
+                    match answer {
+                        Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = tokio::time::Instant::now(),
+                        Ok(Ok(Some(_))) => {
+                            // The store says the lease is gone.
+                            alive.store(false, Ordering::Relaxed);
+                            return;
+                        }
+                        _ => {
+                            keeper = None;
+                            store.next_member();
+                        }
+                    }
+                }
+                if last_ok.elapsed() >= Duration::from_secs(ttl as u64) {
+                    alive.store(false, Ordering::Relaxed);
+                    return;
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+    }
+
+    /// The store's revision now.
+    pub async fn revision(&mut self) -> Result<i64> {
+        let key = self.key("current");
+        let r = self
+            .call(
+                || "reading the store's revision".to_string(),
+                move |mut c| {
+                    let k = key.clone();
+                    async move { c.get(k, Some(GetOptions::new().with_count_only())).await }
+                },
+            )
+            .await?;
+        Ok(r.header().map_or(0, etcd_client::ResponseHeader::revision))
+    }
+
+    /// Compacts the store's history up to `rev` (after old versions were deleted, so its
+    /// size stays bounded). Watchers behind it are cancelled and resync.
+    pub async fn compact(&mut self, rev: i64) -> Result<()> {
         if rev > 1 {
-            bounded(
+            self.call(
                 || format!("compacting the store at revision {rev}"),
-                self.client.compact(rev, None),
+                move |mut c| async move { c.compact(rev, None).await },
             )
             .await?;
         }
@@ -256,11 +412,12 @@ impl Store {
 
     /// The answering member's database size in bytes: the file, and the part in use.
     pub async fn db_size(&mut self) -> Result<(i64, i64)> {
-        let r = bounded(
-            || "asking the store's status".to_string(),
-            self.client.status(),
-        )
-        .await?;
+        let r = self
+            .call(
+                || "asking the store's status".to_string(),
+                |mut c| async move { c.status().await },
+            )
+            .await?;
         Ok((r.db_size(), r.raft_used_db_size()))
     }
 }

@@ -185,6 +185,13 @@ impl Observer {
         }
     }
 
+    /// Forgets which votes were written: a new lease holds none of them yet.
+    pub fn rebind(&mut self) {
+        for c in &mut self.checks {
+            c.voted = None;
+        }
+    }
+
     /// Takes finished checks, writes changed votes, starts the checks that are due.
     pub async fn tick(&mut self, o: &Options, st: &mut Store, lease: i64) -> Result<()> {
         if self.checks.is_empty() {

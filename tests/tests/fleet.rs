@@ -1,0 +1,532 @@
+//! A fleet on one machine: a three-member etcd cluster and two publishers in a hub
+//! namespace, three edges (each a lab: director attached, a client with dig and dnsperf)
+//! joined to it. What the issue asks of a fleet, end to end: every edge answers each new
+//! policy, publishing survives the loss of etcd's leader and of the leading publisher with
+//! no version skipped or published twice, a store without quorum publishes nothing and
+//! every edge keeps answering, a cut-off edge answers on its old version and catches up, a
+//! restarted edge answers from its copy on disk, and a server is out everywhere only when
+//! a quorum of its observers finds it down.
+//!
+//! Run as root: `cargo test -p director-tests --test fleet -- --test-threads=1 --nocapture`.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use director_ctl::api::FleetStatus;
+use director_tests::{
+    fleet::{Etcd, Hub},
+    metrics,
+    netns::{describe, Controller, Lab, EDGE_V4},
+    nginx::Nginx,
+    tempdir::{replace_file, TempDir},
+};
+
+const NAME: &str = "www.fleet.example";
+const X: &str = "198.51.100.50";
+const Y: &str = "198.51.100.60";
+const METRICS: &str = "192.0.2.1:9109";
+/// Leases in the test: a dead publisher's leadership and an edge's votes last this long.
+const LEASE: &str = "2";
+
+/// The fleet's config: x and y by preference (the lower answers), both TCP-checked.
+fn config(x_pref: u32, y_pref: u32) -> String {
+    format!(
+        "[health]\ninterval = 1\ntimeout = 0.5\nrise = 1\nfall = 1\n\n\
+         [[site]]\nname = \"a\"\n\n[[site]]\nname = \"b\"\n\n\
+         [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = \"{X}\"\npreference = {x_pref}\n\n\
+         [[server]]\nname = \"y\"\nsite = \"b\"\nipv4 = \"{Y}\"\npreference = {y_pref}\n\n\
+         [[service]]\nname = \"{NAME}\"\nttl = 30\nservers = [\"x\", \"y\"]\n\
+         priority = {{ admin = 1 }}\nhealth = {{ type = \"tcp\", port = 8080 }}\n"
+    )
+}
+
+struct Fleet {
+    // Dropped in this order: processes first, then what they ran in.
+    publishers: Vec<Controller>,
+    edges: Vec<Option<Controller>>,
+    _nginx: Nginx,
+    labs: Vec<Lab>,
+    etcd: Etcd,
+    hub: Hub,
+    dir: TempDir,
+    config: PathBuf,
+}
+
+impl Fleet {
+    fn start(test: &str) -> Fleet {
+        let dir = TempDir::new("fleet", test);
+        let hub = Hub::new();
+        // Faster elections than etcd's defaults (1 s timeout): a dead leader is replaced
+        // in about a second (docs/fleet.md recommends the same on a LAN).
+        let etcd = Etcd::start_with(
+            &hub,
+            &["--heartbeat-interval", "50", "--election-timeout", "500"],
+        );
+        hub.add_address(&format!("{X}/24"));
+        hub.add_address(&format!("{Y}/24"));
+        let nginx = Nginx::start(
+            hub.ns(),
+            dir.path("nginx"),
+            &format!(
+                "  server {{ listen {X}:8080; listen {Y}:8080; location / {{ return 200 ok; }} }}\n"
+            ),
+            (X, 8080),
+            "the servers",
+        );
+        let config = dir.path("fleet.toml");
+        replace_file(&config, &config_text(10, 20));
+        let mut labs = Vec::new();
+        for n in 1..=3u8 {
+            let lab = Lab::new();
+            lab.attach();
+            hub.join(&lab, n);
+            labs.push(lab);
+        }
+        let mut f = Fleet {
+            publishers: Vec::new(),
+            edges: Vec::new(),
+            _nginx: nginx,
+            labs,
+            etcd,
+            hub,
+            dir,
+            config,
+        };
+        for p in 1..=2 {
+            let c = f.publisher(p);
+            f.publishers.push(c);
+        }
+        for n in 1..=3 {
+            let e = f.edge(n, &format!("edge-{n}.log"));
+            f.edges.push(Some(e));
+        }
+        f
+    }
+
+    fn publisher(&self, p: usize) -> Controller {
+        let (url, config) = (self.etcd.url(), self.config.display().to_string());
+        let name = format!("p{p}");
+        Controller::start_in(
+            self.hub.ns(),
+            Path::new("/nonexistent"),
+            &[
+                "run",
+                "--store",
+                &url,
+                "--role",
+                "publisher",
+                "--config",
+                &config,
+                "--name",
+                &name,
+                "--poll-ms",
+                "100",
+                "--lease-seconds",
+                LEASE,
+            ],
+            &self.dir.path(&format!("publisher-{p}.log")),
+        )
+    }
+
+    /// Edge `n` (1-based), its log in `log`.
+    fn edge(&self, n: usize, log: &str) -> Controller {
+        let url = self.etcd.url();
+        let state = self.dir.path(&format!("state-{n}")).display().to_string();
+        let (name, site) = (format!("e{n}"), format!("s{n}"));
+        Controller::start_command(
+            &self.labs[n - 1],
+            &[
+                "run",
+                "--store",
+                &url,
+                "--role",
+                "edge",
+                "--name",
+                &name,
+                "--site",
+                &site,
+                "--state-dir",
+                &state,
+                "--metrics-listen",
+                METRICS,
+                "--lease-seconds",
+                LEASE,
+            ],
+            &self.dir.path(log),
+        )
+    }
+
+    fn set_policy(&self, x_pref: u32, y_pref: u32) {
+        replace_file(&self.config, &config_text(x_pref, y_pref));
+    }
+
+    fn answer(&self, n: usize) -> String {
+        let out = self.labs[n].dig(&["@192.0.2.1", NAME, "A", "+short"]);
+        out.trim().to_string()
+    }
+
+    /// Waits until every edge (in `edges`, 0-based) answers `want`; returns how long it took.
+    fn wait_answer(&self, edges: &[usize], want: &str, within: Duration) -> Duration {
+        let t = Instant::now();
+        loop {
+            let now: Vec<String> = edges.iter().map(|&n| self.answer(n)).collect();
+            if now.iter().all(|a| a == want) {
+                return t.elapsed();
+            }
+            assert!(
+                t.elapsed() < within,
+                "edges {edges:?} answer {now:?}, not {want}, after {within:?}\n{}",
+                self.logs()
+            );
+            sleep(Duration::from_millis(30));
+        }
+    }
+
+    fn status(&self) -> FleetStatus {
+        let out = self.labs[0].ctl(&["fleet", "status", "--store", &self.etcd.url(), "--json"]);
+        assert!(out.status.success(), "fleet status: {}", describe(&out));
+        serde_json::from_slice(&out.stdout).expect("fleet status --json")
+    }
+
+    /// `fleet status` once `ok` holds (each edge reports once a second), at most 5 s.
+    fn status_when(&self, ok: impl Fn(&FleetStatus) -> bool) -> FleetStatus {
+        let t = Instant::now();
+        loop {
+            let st = self.status();
+            if ok(&st) || t.elapsed() > Duration::from_secs(5) {
+                return st;
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for (i, p) in self.publishers.iter().enumerate() {
+            s += &format!("--- publisher p{}:\n{}\n", i + 1, p.log());
+        }
+        for (i, e) in self.edges.iter().enumerate() {
+            if let Some(e) = e {
+                s += &format!("--- edge e{}:\n{}\n", i + 1, e.log());
+            }
+        }
+        s
+    }
+
+    /// The versions every publisher logged as published, in order of version.
+    fn published(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .publishers
+            .iter()
+            .flat_map(|p| {
+                p.log()
+                    .lines()
+                    .filter_map(|l| {
+                        let rest = l.split(": version ").nth(1)?;
+                        let (n, tail) = rest.split_once(' ')?;
+                        tail.starts_with("is current").then(|| n.parse().ok())?
+                    })
+                    .collect::<Vec<u64>>()
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+fn config_text(x: u32, y: u32) -> String {
+    config(x, y)
+}
+
+/// dnsperf at edge `n`'s client: `count` queries for NAME at most `qps` a second.
+fn dnsperf(lab: &Lab, dir: &TempDir, n: usize, count: u32, qps: u32) -> Child {
+    let queries = dir.path(&format!("queries-{n}.txt"));
+    std::fs::write(&queries, format!("{NAME} A\n")).expect("query file");
+    Command::new("ip")
+        .args(["netns", "exec", &lab.client_ns, "dnsperf", "-s", EDGE_V4])
+        .arg("-d")
+        .arg(&queries)
+        .args(["-n", &count.to_string(), "-Q", &qps.to_string(), "-t", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting dnsperf")
+}
+
+/// dnsperf's (completed, lost) from its report.
+fn dnsperf_result(child: Child) -> (u64, u64) {
+    let out = child.wait_with_output().expect("dnsperf");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name:?} in dnsperf's report:\n{text}"))
+    };
+    (field("Queries completed:"), field("Queries lost:"))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+#[test]
+fn publishing_survives_the_store_and_publisher_failing() {
+    let mut f = Fleet::start("failover");
+    f.wait_answer(&[0, 1, 2], X, Duration::from_secs(20));
+    let st = f.status_when(|s| s.edges.iter().filter(|e| e.current).count() == 3);
+    assert_eq!(st.current, Some(1), "{st:?}");
+    assert_eq!(st.edges.len(), 3, "{st:?}");
+    assert!(st.edges.iter().all(|e| e.live && e.current), "{st:?}");
+    assert!(st.leader.is_some(), "{st:?}");
+
+    // 20 policy changes: each reaches every edge.
+    let mut took = Vec::new();
+    for i in 0..20 {
+        let (pref, want) = if i % 2 == 0 {
+            ((30, 20), Y)
+        } else {
+            ((10, 20), X)
+        };
+        f.set_policy(pref.0, pref.1);
+        let t = f.wait_answer(&[0, 1, 2], want, Duration::from_secs(15));
+        took.push(t);
+    }
+    took.sort();
+    println!(
+        "policy change to every edge answering it, 20 changes: p50 {:.0} ms, p99 {:.0} ms",
+        percentile(&took, 0.5).as_secs_f64() * 1e3,
+        percentile(&took, 0.99).as_secs_f64() * 1e3
+    );
+    assert!(
+        percentile(&took, 0.99) <= Duration::from_secs(5),
+        "{took:?}"
+    );
+
+    // etcd's leader dies under a query loop at every edge: no query fails, and the next
+    // change is published within 3 s of the kill.
+    let perf: Vec<Child> = (0..3)
+        .map(|n| dnsperf(&f.labs[n], &f.dir, n, 10_000, 2_000))
+        .collect();
+    sleep(Duration::from_millis(1500));
+    let leader = f.etcd.wait_leader(Duration::from_secs(5));
+    let killed = Instant::now();
+    f.etcd.kill(leader);
+    f.set_policy(30, 20);
+    let resumed = f.wait_answer(&[0, 1, 2], Y, Duration::from_secs(15));
+    let since_kill = killed.elapsed();
+    for (n, p) in perf.into_iter().enumerate() {
+        let (completed, lost) = dnsperf_result(p);
+        println!("edge {n}: {completed} queries answered, {lost} lost while etcd's leader died");
+        assert_eq!((completed, lost), (10_000, 0), "edge {n}");
+    }
+    println!(
+        "etcd leader killed: the next change answered everywhere {:.0} ms later",
+        since_kill.as_secs_f64() * 1e3
+    );
+    assert!(
+        resumed <= Duration::from_secs(3),
+        "{resumed:?}\n{}",
+        f.logs()
+    );
+    f.etcd.restart(leader);
+
+    // The leading publisher dies (SIGKILL): the other publishes the next change.
+    let lead = f.status().leader.expect("a leader");
+    let i = if lead == "p1" { 0 } else { 1 };
+    f.publishers[i].kill();
+    f.set_policy(10, 20);
+    f.wait_answer(&[0, 1, 2], X, Duration::from_secs(15));
+    let st = f.status();
+    assert_ne!(st.leader.as_deref(), Some(lead.as_str()), "{st:?}");
+    let published = f.published();
+    let want: Vec<u64> = (1..=published.len() as u64).collect();
+    assert_eq!(
+        published,
+        want,
+        "versions skipped or published twice\n{}",
+        f.logs()
+    );
+    assert_eq!(st.current, published.last().copied(), "{st:?}");
+    assert!(
+        st.versions.len() <= 3,
+        "old versions kept: {:?}",
+        st.versions
+    );
+
+    // Two of three members down: publishing fails cleanly, every edge keeps answering on
+    // the version it has.
+    let version = st.current;
+    let live = 1 - i;
+    let before = f.publishers[live].count("publishing failed");
+    let (a, b) = match f.etcd.leader() {
+        Some(l) => (l, (l + 1) % 3),
+        None => (0, 1),
+    };
+    f.etcd.kill(a);
+    f.etcd.kill(b);
+    f.set_policy(30, 20);
+    f.publishers[live].wait_for("publishing failed", before + 1, Duration::from_secs(15));
+    for _ in 0..10 {
+        for n in 0..3 {
+            assert_eq!(f.answer(n), X, "edge {n} while the store has no quorum");
+        }
+        sleep(Duration::from_millis(200));
+    }
+    // The members come back: the change is published and taken.
+    f.etcd.restart(a);
+    f.etcd.restart(b);
+    f.wait_answer(&[0, 1, 2], Y, Duration::from_secs(20));
+    let st = f.status();
+    assert_eq!(st.current, version.map(|v| v + 1), "{st:?}\n{}", f.logs());
+    for e in &mut f.edges {
+        e.as_mut().expect("running").assert_alive();
+    }
+}
+
+#[test]
+fn a_cut_off_edge_keeps_answering_and_catches_up() {
+    let mut f = Fleet::start("partition");
+    f.wait_answer(&[0, 1, 2], X, Duration::from_secs(20));
+    f.hub.cut(3);
+    let t = Instant::now();
+    sleep(Duration::from_secs(3));
+    f.set_policy(30, 20);
+    f.wait_answer(&[0, 1], Y, Duration::from_secs(10));
+    // 60 s cut off: the old version's answer all along, and it says it is stale.
+    let mut stale = 0.0;
+    while t.elapsed() < Duration::from_secs(60) {
+        assert_eq!(f.answer(2), X, "the cut-off edge after {:?}", t.elapsed());
+        let m = metrics::scrape(&f.labs[2].client_ns, METRICS).expect("the edge's metrics");
+        let s = metrics::value(&m, "director_table_stale_seconds", &[]).expect("stale seconds");
+        assert!(s >= stale - 1.5, "stale seconds went from {stale} to {s}");
+        stale = s;
+        sleep(Duration::from_millis(500));
+    }
+    assert!(stale > 50.0, "stale {stale} s after 60 s cut off");
+    let e3 = f.edges[2].as_ref().expect("edge 3");
+    assert!(
+        e3.count("store unreachable, answering from version 1") >= 1,
+        "{}",
+        e3.log()
+    );
+    let st = f.status();
+    let e = st
+        .edges
+        .iter()
+        .find(|e| e.name == "e3")
+        .expect("e3 in status");
+    assert!(!e.current && e.report_age_s > 50.0, "{st:?}");
+    // Back: it converges within 5 s.
+    f.hub.restore(3);
+    let back = f.wait_answer(&[2], Y, Duration::from_secs(15));
+    println!(
+        "edge cut off 60 s: answering the new version {:.0} ms after the link came back",
+        back.as_secs_f64() * 1e3
+    );
+    assert!(back <= Duration::from_secs(5), "{back:?}");
+
+    // Restarted while cut off: it answers from its pinned maps and its copy on disk.
+    f.edges[2] = None;
+    f.hub.cut(3);
+    f.set_policy(10, 20);
+    f.wait_answer(&[0, 1], X, Duration::from_secs(10));
+    let mut e3 = f.edge(3, "edge-3-restarted.log");
+    e3.wait_for("answering from version 2", 1, Duration::from_secs(10));
+    e3.wait_for("store unreachable", 1, Duration::from_secs(10));
+    assert!(
+        e3.log().contains("0 chunks (0 bytes) fetched"),
+        "{}",
+        e3.log()
+    );
+    for _ in 0..5 {
+        assert_eq!(f.answer(2), Y);
+        sleep(Duration::from_millis(200));
+    }
+    f.hub.restore(3);
+    f.edges[2] = Some(e3);
+    f.wait_answer(&[2], X, Duration::from_secs(15));
+}
+
+/// Edge `n`'s (1-based) checks of x fail: its TCP to x is dropped in its namespace.
+fn blind(f: &Fleet, n: usize) {
+    let ns = &f.labs[n - 1].edge_ns;
+    let rule = format!(
+        "add table inet fleet_test\n\
+         add chain inet fleet_test out {{ type filter hook output priority 0; }}\n\
+         add rule inet fleet_test out ip daddr {X} tcp dport 8080 drop\n"
+    );
+    let file = f.dir.path(&format!("blind-{n}.nft"));
+    std::fs::write(&file, rule).expect("nft file");
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .args(["nft", "-f"])
+        .arg(&file)
+        .output()
+        .expect("nft");
+    assert!(out.status.success(), "nft: {}", describe(&out));
+}
+
+fn unblind(f: &Fleet, n: usize) {
+    let ns = &f.labs[n - 1].edge_ns;
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .args(["nft", "delete", "table", "inet", "fleet_test"])
+        .output()
+        .expect("nft");
+    assert!(out.status.success(), "nft: {}", describe(&out));
+}
+
+#[test]
+fn a_server_is_out_only_when_a_quorum_of_observers_agree() {
+    let mut f = Fleet::start("quorum");
+    f.wait_answer(&[0, 1, 2], X, Duration::from_secs(20));
+    // Every edge votes x up first (three edges, three observers each).
+    for e in f.edges.iter_mut().flatten() {
+        e.wait_for(
+            "x is up by this observer's checks",
+            1,
+            Duration::from_secs(10),
+        );
+    }
+    // Dead for one observer: in everywhere, its own edge included.
+    blind(&f, 1);
+    f.edges[0].as_mut().expect("edge 1").wait_for(
+        "x is down by this observer's checks",
+        1,
+        Duration::from_secs(10),
+    );
+    for _ in 0..10 {
+        for n in 0..3 {
+            assert_eq!(f.answer(n), X, "edge {n} with one observer voting x down");
+        }
+        sleep(Duration::from_millis(200));
+    }
+    assert!(f.status().overlay.is_empty());
+    // Dead for two of three: out on every edge.
+    blind(&f, 2);
+    let t = f.wait_answer(&[0, 1, 2], Y, Duration::from_secs(10));
+    println!(
+        "x down for 2 of 3 observers: out on every edge in {:.0} ms",
+        t.as_secs_f64() * 1e3
+    );
+    let st = f.status();
+    assert_eq!(st.overlay.len(), 1, "{st:?}");
+    assert_eq!(
+        (
+            st.overlay[0].service.as_str(),
+            st.overlay[0].server.as_str()
+        ),
+        (NAME, "x")
+    );
+    // Back for one of them: one down vote left, x is in again.
+    unblind(&f, 2);
+    f.wait_answer(&[0, 1, 2], X, Duration::from_secs(10));
+    unblind(&f, 1);
+}
