@@ -389,9 +389,11 @@ pub enum Event {
     Accepted { removed: Vec<String> },
     /// Fleet: this publisher leads (`--role publisher`); it alone publishes.
     Leading { publisher: String },
-    /// Fleet: a version is current. `new_chunks` of its `chunks` were not in the store.
+    /// Fleet: a version is current. `new_chunks` of its `chunks` were not in the store;
+    /// `compile_s` read and compiled the inputs, `ms` shipped and flipped it.
     Published {
         version: u64,
+        compile_s: f64,
         entries: u64,
         chunks: usize,
         new_chunks: usize,

@@ -529,4 +529,147 @@ fn a_server_is_out_only_when_a_quorum_of_observers_agree() {
     unblind(&f, 2);
     f.wait_answer(&[0, 1, 2], X, Duration::from_secs(10));
     unblind(&f, 1);
+
+    // A version whose chunk does not match its digest, made current behind the publisher's
+    // back: every edge refuses it once and answers on; the next publish moves past it.
+    let bad = "0".repeat(64);
+    let manifest = format!(
+        "{{\"version\":99,\"table\":\"{bad}\",\"chunks\":[{{\"digest\":\"{bad}\",\"bytes\":8}}],\
+         \"entries\":1,\"sources\":{{\"config\":{{\"digest\":\"{bad}\",\"bytes\":8}},\
+         \"inputs\":{{}},\"compiler\":\"x\"}},\"publisher\":\"tamper\",\"published_ms\":0}}"
+    );
+    f.etcd
+        .ctl_ok(&["put", &format!("/director/chunks/{bad}"), "DRT1junk"]);
+    f.etcd
+        .ctl_ok(&["put", "/director/versions/00000000000000000099", &manifest]);
+    f.etcd.ctl_ok(&["put", "/director/current", "99"]);
+    for e in f.edges.iter_mut().flatten() {
+        e.wait_for("refusing version 99", 1, Duration::from_secs(10));
+    }
+    for _ in 0..5 {
+        for n in 0..3 {
+            assert_eq!(f.answer(n), X, "edge {n} after a bad version");
+        }
+        sleep(Duration::from_millis(200));
+    }
+    for e in f.edges.iter().flatten() {
+        assert_eq!(e.count("refusing version 99"), 1, "{}", e.log());
+    }
+    f.set_policy(30, 20);
+    f.wait_answer(&[0, 1, 2], Y, Duration::from_secs(10));
+    assert_eq!(f.status().current, Some(100));
+}
+
+/// Wrong fleet arguments are refused before anything is touched, naming what is wrong.
+#[test]
+fn fleet_arguments_are_checked() {
+    let ctl = director_tests::netns::ctl_binary();
+    for (args, says) in [
+        (
+            vec!["run", "--store", "http://h:2379", "--role", "edge"],
+            "--store",
+        ),
+        (vec!["run", "--store", "etcd://h"], "has no port"),
+        (
+            vec!["run", "--store", "etcd://h:2379"],
+            "--role publisher or --role edge",
+        ),
+        (
+            vec!["run", "--store", "etcd://h:2379", "--role", "publisher"],
+            "--config",
+        ),
+        (
+            vec![
+                "run",
+                "--store",
+                "etcd://h:2379",
+                "--role",
+                "edge",
+                "--config",
+                "x.toml",
+            ],
+            "no --config",
+        ),
+        (
+            vec![
+                "run",
+                "--store",
+                "etcd://h:2379",
+                "--role",
+                "edge",
+                "--fleet",
+                "a/b",
+            ],
+            "--fleet",
+        ),
+        (
+            vec![
+                "run",
+                "--store",
+                "etcd://h:2379",
+                "--role",
+                "publisher",
+                "--config",
+                "x",
+                "--keep-versions",
+                "2",
+            ],
+            "--keep-versions 2",
+        ),
+        (vec!["run", "--role", "edge"], "required"),
+    ] {
+        let out = Command::new(ctl)
+            .args(&args)
+            .output()
+            .expect("director-ctl");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// Two publishers given the same inputs publish the same bytes: the table compiled twice
+/// from real data (GeoLite2 City for five real PoPs, an RTT file) has one digest, and one
+/// RTT row changed gives another digest that shares most chunks with the first.
+#[test]
+fn the_same_inputs_compile_to_the_same_digest() {
+    use director_ctl::fleet::version::build;
+    use director_tests::bench::scale::{rtt_file, sites_and_servers, SITES};
+    use std::fmt::Write as _;
+
+    let dir = TempDir::new("fleet", "digest");
+    let mut c = String::new();
+    let list = sites_and_servers(&mut c, &SITES, None).expect("the real data");
+    writeln!(
+        c,
+        "[[service]]\nname = \"www.example.com\"\nservers = [{list}]\n\
+         priority = {{ rtt = 1, geo = 2 }}\n\n[rtt]\nfiles = [\"rtt.csv\"]"
+    )
+    .expect("text");
+    let config = dir.path("director.toml");
+    replace_file(&config, &c);
+    replace_file(&dir.path("rtt.csv"), &rtt_file(40.0));
+    let a = build(&config).expect("first compile");
+    let b = build(&config).expect("second compile");
+    assert!(a.entries > 10_000, "{} entries", a.entries);
+    assert_eq!(a.table, b.table);
+    assert_eq!(a.sources, b.sources);
+    let digests = |x: &director_ctl::fleet::version::Built| -> Vec<String> {
+        x.chunks.iter().map(|c| c.digest.clone()).collect()
+    };
+    assert_eq!(digests(&a), digests(&b));
+    // One RTT measurement changed (fra from best to worst for 192.0.2.0/24): another table,
+    // another inputs digest, few new chunks.
+    replace_file(&dir.path("rtt.csv"), &rtt_file(200.0));
+    let c2 = build(&config).expect("third compile");
+    assert_ne!(c2.table, a.table);
+    assert_ne!(c2.sources.inputs, a.sources.inputs);
+    let old: std::collections::HashSet<String> = digests(&a).into_iter().collect();
+    let new = digests(&c2).iter().filter(|d| !old.contains(*d)).count();
+    println!(
+        "{} entries in {} chunks; one RTT row changed: {new} new chunks",
+        a.entries,
+        a.chunks.len()
+    );
+    assert!(new <= 2, "{new} of {} chunks changed", c2.chunks.len());
 }

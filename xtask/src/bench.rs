@@ -53,14 +53,15 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
 }
 
 /// The sections `--only` takes, as the bench binaries name them (director_tests::bench::args).
-pub const SECTIONS: [&str; 4] = ["testrun", "wire", "controller", "health"];
+pub const SECTIONS: [&str; 5] = ["testrun", "wire", "controller", "health", "fleet"];
 
 /// Each bench binary with the sections it has, in the order they run.
-const BINARIES: [(&str, &[&str]); 4] = [
+const BINARIES: [(&str, &[&str]); 5] = [
     ("bench", &["testrun", "wire"]),
     ("bench_steer", &["testrun", "wire"]),
     ("bench_controller", &["controller"]),
     ("bench_health", &["health"]),
+    ("bench_fleet", &["fleet"]),
 ];
 
 pub fn run_bench(seconds: u32, baseline: Option<&str>, only: Option<&str>) -> Result<()> {

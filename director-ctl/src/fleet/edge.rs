@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use director_plan::decide::Ids;
+use director_plan::decide::{Computed, Ids};
 use director_plan::fleet::chunks;
 use director_plan::fleet::manifest::Manifest;
 use etcd_client::{EventType, WatchOptions};
@@ -25,7 +25,7 @@ use super::version::{computed_on, config_of, unix_ms};
 use super::votes::{apply_overlay, Observer, Overlay};
 use super::Options;
 use crate::api::Event;
-use crate::controller::apply::{assign_ids, sync};
+use crate::controller::apply::{assign_ids, sync, update};
 use crate::controller::config::Config;
 use crate::controller::run::{follow_addresses, stopping, Hopper};
 use crate::kernel::{Maps, WriteLock};
@@ -54,6 +54,9 @@ struct Held {
     manifest: Option<Manifest>,
     cfg: Option<Config>,
     ids: Option<Ids>,
+    /// The table as written (on the kernel's ids), so the next version's difference needs
+    /// no read back of the kernel's table.
+    computed: Option<Computed>,
     since_ms: u64,
     overlay: Overlay,
 }
@@ -71,6 +74,19 @@ struct EdgeState<'a> {
     observer: Option<Observer>,
     /// VIP next hops, followed as standalone `run` does.
     hops: Hopper,
+    /// A version that failed its checks (not fetched again).
+    refused: Option<u64>,
+}
+
+/// Marks an error that is the version's own (a digest, its format, its config, the
+/// kernel refusing it), not the store's.
+#[derive(Debug)]
+struct Refused(u64);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refusing version {}", self.0)
+    }
 }
 
 pub async fn run(o: &Options, e: &Edge) -> Result<()> {
@@ -85,6 +101,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
             manifest: None,
             cfg: None,
             ids: None,
+            computed: None,
             since_ms: 0,
             overlay: Overlay::default(),
         },
@@ -92,6 +109,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
         confirmed: 0.0,
         observer: None,
         hops: Hopper::default(),
+        refused: None,
     };
     if let Some(m) = s.cache.manifest() {
         let parts: Option<Vec<Vec<u8>>> = m.chunks.iter().map(|c| s.cache.chunk(c)).collect();
@@ -339,12 +357,28 @@ impl EdgeState<'_> {
     }
 
     async fn fetch_if_new(&mut self, st: &mut Store, v: u64) -> Result<()> {
-        if self.held.manifest.as_ref().map(|m| m.version) != Some(v) {
-            self.fetch(st, v).await?;
-            // `fleet status` shows the new version at once.
-            self.report(st).await?;
+        let held = self.held.manifest.as_ref().map(|m| m.version);
+        if held == Some(v) || self.refused == Some(v) {
+            return Ok(());
         }
-        Ok(())
+        match self.fetch(st, v).await {
+            Ok(()) => {}
+            // A version that fails its checks is refused once, not fetched again and again:
+            // the edge answers from what it has until the pointer moves on.
+            Err(e) if e.is::<Refused>() => {
+                self.refused = Some(v);
+                let at = held.map_or("its pinned maps".to_string(), |h| format!("version {h}"));
+                self.o.log.event(
+                    Event::Refused {
+                        error: format!("{e:#}"),
+                    },
+                    format!("edge {}: {e:#}; answering from {at}", self.o.name),
+                );
+            }
+            Err(e) => return Err(e),
+        }
+        // `fleet status` shows the new version at once.
+        self.report(st).await
     }
 
     async fn report(&self, st: &mut Store) -> Result<()> {
@@ -401,7 +435,12 @@ impl EdgeState<'_> {
             .get(&st.version_key(v), true)
             .await?
             .with_context(|| format!("version {v} is current but has no manifest"))?;
-        let m = Manifest::parse(&b).with_context(|| format!("version {v}"))?;
+        let m = Manifest::parse(&b).context(Refused(v))?;
+        if m.version != v {
+            return Err(
+                anyhow::anyhow!("its manifest says version {}", m.version).context(Refused(v))
+            );
+        }
         let (mut n, mut bytes) = (0, 0u64);
         let get = |r: director_plan::fleet::manifest::ChunkRef| {
             let cache = &self.cache;
@@ -417,7 +456,8 @@ impl EdgeState<'_> {
                         format!("chunk {} of version {v} is not in the store", r.digest)
                     })?;
                 director_plan::fleet::manifest::check_chunk(&r, &b)
-                    .with_context(|| format!("chunk {} of version {v}", r.digest))?;
+                    .with_context(|| format!("chunk {}", r.digest))
+                    .context(Refused(v))?;
                 cache.put_chunk(&r.digest, &b)?;
                 Ok((b, true))
             }
@@ -437,7 +477,7 @@ impl EdgeState<'_> {
             parts.push(b);
         }
         // Seconds at full scale: other tasks (the lease) run on the other worker meanwhile.
-        tokio::task::block_in_place(|| self.take(m, config, parts, n, bytes, t))
+        tokio::task::block_in_place(|| self.take(m, config, parts, n, bytes, t)).context(Refused(v))
     }
 
     /// Checks a whole version and brings the kernel to it.
@@ -461,7 +501,14 @@ impl EdgeState<'_> {
         let lock = WriteLock::take(&self.e.pin_dir)?;
         let ids = assign_ids(&self.maps, &cfg)?;
         let c = computed_on(&cfg, tables, &ids).with_context(|| format!("version {v}"))?;
-        let written = sync(&mut self.maps, &cfg, &c, &ids)?;
+        // The difference to the version held when the kernel still has its ids (no CLI
+        // writer changed servers or services since); else to the kernel's table read back.
+        let written = match (&self.held.computed, &self.held.ids) {
+            (Some(before), Some(old)) if *old == ids => {
+                update(&mut self.maps, &cfg, before, &c, &ids)?
+            }
+            _ => sync(&mut self.maps, &cfg, &c, &ids)?,
+        };
         apply_overlay(&mut self.maps, &cfg, &ids, &self.held.overlay)?;
         drop(lock);
         self.cache.applied(&m, &config)?;
@@ -485,6 +532,7 @@ impl EdgeState<'_> {
         self.observer = Some(Observer::new(&cfg, &ids));
         self.held.cfg = Some(cfg);
         self.held.ids = Some(ids);
+        self.held.computed = Some(c);
         self.held.since_ms = unix_ms();
         self.note();
         Ok(())

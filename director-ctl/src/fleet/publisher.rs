@@ -97,7 +97,7 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
     let mut cfg: Option<Config> = None;
     // A compiled version not yet published (the store failed meanwhile): retried on every
     // poll while this publisher leads, never half-published (current flips last).
-    let mut pending: Option<Built> = None;
+    let mut pending: Option<(Built, f64)> = None;
     let mut last_error = String::new();
     let mut compact = Compaction::default();
     while !stopping() {
@@ -108,11 +108,12 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
         if seen.as_ref() != Some(&now) {
             // A file still being written is read once it stayed the same a moment.
             tokio::time::sleep(Duration::from_millis(200)).await;
+            let t = Instant::now();
             match compile(&p.config).await {
                 Ok((b, w, c)) => {
                     files = w;
                     cfg = Some(c);
-                    pending = Some(b);
+                    pending = Some((b, t.elapsed().as_secs_f64()));
                 }
                 Err(e) => o.log.event(
                     Event::Refused {
@@ -124,8 +125,8 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
             seen = Some(stamps(&files));
         }
         let step = async {
-            if let Some(b) = &pending {
-                publish(o, p, &mut st, &leader, b, &mut compact).await?;
+            if let Some((b, compile_s)) = &pending {
+                publish(o, p, &mut st, &leader, b, *compile_s, &mut compact).await?;
             }
             pending = None;
             if let Some(cfg) = &cfg {
@@ -177,6 +178,7 @@ async fn publish(
     st: &mut Store,
     leader: &[u8],
     b: &Built,
+    compile_s: f64,
     compact: &mut Compaction,
 ) -> Result<()> {
     let t = Instant::now();
@@ -218,6 +220,7 @@ async fn publish(
     o.log.event(
         Event::Published {
             version: next,
+            compile_s,
             entries: m.entries,
             chunks: m.chunks.len(),
             new_chunks,
@@ -227,7 +230,7 @@ async fn publish(
         },
         format!(
             "publisher {}: version {next} is current: {} entries in {} chunks, {new_chunks} \
-             new ({new_bytes} bytes), in {ms:.0} ms",
+             new ({new_bytes} bytes), in {ms:.0} ms after {compile_s:.1} s compiling",
             o.name,
             m.entries,
             m.chunks.len()

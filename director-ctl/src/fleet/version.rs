@@ -48,10 +48,14 @@ pub fn unix_ms() -> u64 {
 pub fn build(path: &Path) -> Result<Built> {
     let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let cfg = Config::load(path)?;
+    // Keyed relative to the config's directory where they are under it, so publishers
+    // that keep the same files in different places agree on the sources.
+    let base = path.parent().unwrap_or(Path::new(""));
     let mut inputs = BTreeMap::new();
     for f in watched(path, &cfg).iter().skip(1) {
         let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        inputs.insert(f.display().to_string(), chunks::digest(&bytes));
+        let name = f.strip_prefix(base).unwrap_or(f);
+        inputs.insert(name.display().to_string(), chunks::digest(&bytes));
     }
     let data = Data::load(&cfg.plan)?;
     let c = compute(

@@ -2,6 +2,7 @@
 //! BPF_PROG_TEST_RUN harness, operating-system helpers and the printed tables.
 
 pub mod args;
+pub mod scale;
 pub mod sys;
 pub mod table;
 pub mod testrun;
