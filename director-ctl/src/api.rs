@@ -482,6 +482,7 @@ fn yes() -> bool {
 /// `fleet status --json`: the fleet as the store holds it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FleetStatus {
+    pub version: u32,
     pub fleet: String,
     /// The version edges should answer from, and who published it when.
     pub current: Option<u64>,

@@ -68,6 +68,7 @@ pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
         .unwrap_or_default();
     let (store_bytes, store_bytes_in_use) = st.db_size().await?;
     Ok(FleetStatus {
+        version: crate::api::VERSION,
         fleet: fleet.to_string(),
         current,
         published_by: manifest.as_ref().map(|m| m.publisher.clone()),
