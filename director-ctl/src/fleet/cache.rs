@@ -53,9 +53,22 @@ impl Cache {
         Manifest::parse(&b).ok()
     }
 
+    /// Unix seconds when the version last applied was recorded.
+    pub fn taken_at(&self) -> Option<f64> {
+        let t = std::fs::metadata(self.dir.join("manifest.json"))
+            .ok()?
+            .modified()
+            .ok()?;
+        Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64())
+    }
+
     /// Records `m` as applied, with its config as a readable file, and drops the chunks no
     /// longer in it.
     pub fn applied(&self, m: &Manifest, config: &[u8]) -> Result<()> {
+        // The same version again (a restart): its files keep their time, when it was taken.
+        if self.manifest().as_ref() == Some(m) {
+            return Ok(());
+        }
         replace(&self.config_path(), config)?;
         replace(&self.dir.join("manifest.json"), &m.to_json())?;
         let keep: std::collections::HashSet<&str> = m.digests().collect();

@@ -116,7 +116,12 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
         match (s.cache.chunk(&m.sources.config), parts) {
             (Some(cfg), Some(parts)) => {
                 let v = m.version;
-                if let Err(err) = s.take(m, cfg, parts, 0, 0, Instant::now()) {
+                // The store said this version was current when the edge took it: stale
+                // since then at most, until the store says more.
+                s.confirmed = s.cache.taken_at().unwrap_or(0.0);
+                let took =
+                    tokio::task::block_in_place(|| s.take(m, cfg, parts, 0, 0, Instant::now()));
+                if let Err(err) = took {
                     o.log.event(
                         Event::Refused {
                             error: format!("{err:#}"),
@@ -203,8 +208,9 @@ impl EdgeState<'_> {
             .table
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        t.fleet = Some(FleetTable {
-            version: self.held.manifest.as_ref().map_or(0, |m| m.version),
+        // No version yet: nothing to be stale about.
+        t.fleet = self.held.manifest.as_ref().map(|m| FleetTable {
+            version: m.version,
             confirmed: self.confirmed,
         });
         t.entries = self
