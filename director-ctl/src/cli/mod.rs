@@ -576,6 +576,9 @@ fn run_fleet(
     if a.observers < 1 {
         anyhow::bail!("--observers {}: at least 1", a.observers);
     }
+    if a.quorum == Some(0) {
+        anyhow::bail!("--quorum 0: at least 1 vote must take a server out");
+    }
     if a.keep_versions < 3 {
         anyhow::bail!("--keep-versions {}: at least 3", a.keep_versions);
     }

@@ -8,7 +8,7 @@
 //! starts again from reading `current`.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use etcd_client::{EventType, WatchOptions};
 use serde::{Deserialize, Serialize};
 
 use super::cache::Cache;
-use super::store::Store;
+use super::store::{now_ms, Busy, Store, REQUEST_TIMEOUT};
 use super::version::{computed_on, config_of, unix_ms};
 use super::votes::{apply_overlay, Observer, Overlay};
 use super::Options;
@@ -57,6 +57,8 @@ struct Held {
     /// The table as written (on the kernel's ids), so the next version's difference needs
     /// no read back of the kernel's table.
     computed: Option<Computed>,
+    /// The manifest was checked against the store's (not only read from disk).
+    verified: bool,
     since_ms: u64,
     overlay: Overlay,
 }
@@ -76,6 +78,8 @@ struct EdgeState<'a> {
     hops: Hopper,
     /// A version that failed its checks (not fetched again).
     refused: Option<u64>,
+    /// Unix ms of the main loop's last turn (the lease is renewed only while it turns).
+    progress: Arc<AtomicU64>,
 }
 
 /// Marks an error that is the version's own (a digest, its format, its config, the
@@ -102,6 +106,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
             cfg: None,
             ids: None,
             computed: None,
+            verified: false,
             since_ms: 0,
             overlay: Overlay::default(),
         },
@@ -110,6 +115,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
         observer: None,
         hops: Hopper::default(),
         refused: None,
+        progress: Arc::new(AtomicU64::new(now_ms())),
     };
     if let Some(m) = s.cache.manifest() {
         let parts: Option<Vec<Vec<u8>>> = m.chunks.iter().map(|c| s.cache.chunk(c)).collect();
@@ -222,14 +228,23 @@ impl EdgeState<'_> {
 
     /// One connection's life: a lease, the edge's liveness under it, then catching up and
     /// following the watch. An error while the lease lives (a member died, a watch broke)
-    /// starts again from reading `current` on the same lease; one that outlives it ends the
-    /// session.
+    /// starts again from reading `current` on the same lease (the same error said once);
+    /// one that outlives it ends the session.
     async fn session(&mut self, reachable: &mut bool) -> Result<()> {
         let o = self.o;
         let mut st = Store::connect(&o.store, &o.fleet).await?;
         let lease = st.lease(o.lease_ttl).await?;
         let alive = Arc::new(AtomicBool::new(true));
-        st.keep_alive(lease, o.lease_ttl, alive.clone());
+        self.progress.store(now_ms(), Ordering::Relaxed);
+        st.keep_alive(lease, o.lease_ttl, alive.clone(), self.progress.clone());
+        // The lease's renewals stop with the session, however it ends.
+        struct Ends(Arc<AtomicBool>);
+        impl Drop for Ends {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Relaxed);
+            }
+        }
+        let _ends = Ends(alive.clone());
         let live = st.key(&format!("live/{}", o.name));
         st.put(&live, self.e.site.clone().into(), Some(lease))
             .await?;
@@ -237,6 +252,7 @@ impl EdgeState<'_> {
         if let Some(obs) = self.observer.as_mut() {
             obs.rebind();
         }
+        let mut said = String::new();
         loop {
             let err = match self.follow(&mut st, lease, &alive, reachable).await {
                 Ok(()) => return Ok(()),
@@ -246,16 +262,27 @@ impl EdgeState<'_> {
                 return Err(err);
             }
             let reason = format!("{err:#}");
-            o.log.event(
-                Event::Resync {
-                    reason: reason.clone(),
-                },
-                format!(
-                    "edge {}: {reason}: reading the current version again",
-                    o.name
-                ),
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            if reason != said {
+                o.log.event(
+                    Event::Resync {
+                        reason: reason.clone(),
+                    },
+                    format!(
+                        "edge {}: {reason}: reading the current version again",
+                        o.name
+                    ),
+                );
+                said = reason;
+            }
+            self.progress.store(now_ms(), Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The store said `current` is `v`: the held version is confirmed only if it is `v`.
+    fn confirm(&mut self, v: Option<u64>) {
+        if v.is_some() && v == self.held.manifest.as_ref().map(|m| m.version) {
+            self.confirmed = unix_ms() as f64 / 1e3;
         }
     }
 
@@ -270,7 +297,6 @@ impl EdgeState<'_> {
     ) -> Result<()> {
         let o = self.o;
         let (current, rev) = st.current(false).await?;
-        self.confirmed = unix_ms() as f64 / 1e3;
         if !*reachable {
             o.log.event(
                 Event::StoreReached {
@@ -283,6 +309,7 @@ impl EdgeState<'_> {
         if let Some(v) = current {
             self.fetch_if_new(st, v).await?;
         }
+        self.confirm(current);
         let ov = st.get(&st.key("overlay"), false).await?;
         self.overlay(ov)?;
         self.report(st).await?;
@@ -290,21 +317,32 @@ impl EdgeState<'_> {
         let cur_key = st.key("current");
         let ov_key = st.key("overlay");
         let from = WatchOptions::new().with_start_revision(rev + 1);
-        let mut w = match st
-            .client()
-            .watch(cur_key.as_str(), Some(from.clone()))
-            .await
-        {
-            Ok(w) => w,
-            Err(e) => {
+        let mut c = st.client().clone();
+        let w = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            c.watch(cur_key.as_str(), Some(from.clone())),
+        )
+        .await;
+        let mut w = match w {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => {
                 st.next_member();
                 bail!("watching the current version: {e}");
             }
+            Err(_) => {
+                st.next_member();
+                bail!("watching the current version: no answer");
+            }
         };
-        if let Err(e) = w.watch(ov_key.as_str(), Some(from)).await {
-            st.next_member();
-            bail!("watching the overlay: {e}");
+        match tokio::time::timeout(REQUEST_TIMEOUT, w.watch(ov_key.as_str(), Some(from))).await {
+            Ok(Ok(())) => {}
+            _ => {
+                st.next_member();
+                bail!("watching the overlay failed");
+            }
         }
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 msg = w.message() => {
@@ -325,7 +363,6 @@ impl EdgeState<'_> {
                             r.compact_revision()
                         );
                     }
-                    self.confirmed = unix_ms() as f64 / 1e3;
                     for ev in r.events() {
                         let Some(kv) = ev.kv() else { continue };
                         if kv.key() == cur_key.as_bytes() && ev.event_type() == EventType::Put {
@@ -335,6 +372,7 @@ impl EdgeState<'_> {
                                 .and_then(|s| s.parse().ok())
                                 .with_context(|| format!("{cur_key} holds {:?}", kv.value()))?;
                             self.fetch_if_new(st, v).await?;
+                            self.confirm(Some(v));
                         } else if kv.key() == ov_key.as_bytes() {
                             let v = (ev.event_type() == EventType::Put).then(|| kv.value().to_vec());
                             self.overlay(v)?;
@@ -342,7 +380,8 @@ impl EdgeState<'_> {
                     }
                     self.note();
                 }
-                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                _ = tick.tick() => {
+                    self.progress.store(now_ms(), Ordering::Relaxed);
                     if stopping() {
                         return Ok(());
                     }
@@ -350,9 +389,14 @@ impl EdgeState<'_> {
                         bail!("the store stopped renewing this edge's lease");
                     }
                     tokio::task::block_in_place(|| self.local());
+                    // The pointer read again: a missed event is caught here, and only a
+                    // store that says the held version is current confirms it.
+                    let (current, _) = st.current(false).await?;
+                    if let Some(v) = current {
+                        self.fetch_if_new(st, v).await?;
+                    }
+                    self.confirm(current);
                     self.report(st).await?;
-                    // The report went through: the store answers, and the watch stands.
-                    self.confirmed = unix_ms() as f64 / 1e3;
                     if let Some(obs) = self.observer.as_mut() {
                         obs.tick(o, st, lease).await?;
                     }
@@ -364,11 +408,27 @@ impl EdgeState<'_> {
 
     async fn fetch_if_new(&mut self, st: &mut Store, v: u64) -> Result<()> {
         let held = self.held.manifest.as_ref().map(|m| m.version);
-        if held == Some(v) || self.refused == Some(v) {
+        if self.refused == Some(v) {
             return Ok(());
         }
+        if held == Some(v) {
+            if self.held.verified {
+                return Ok(());
+            }
+            // A copy from disk: the same number in this store must be the same version (a
+            // store rebuilt or another fleet could reuse it).
+            let b = st.get(&st.version_key(v), false).await?;
+            let same = b
+                .and_then(|b| Manifest::parse(&b).ok())
+                .zip(self.held.manifest.as_ref())
+                .is_some_and(|(m, h)| m == *h);
+            if same {
+                self.held.verified = true;
+                return Ok(());
+            }
+        }
         match self.fetch(st, v).await {
-            Ok(()) => {}
+            Ok(()) => self.held.verified = true,
             // A version that fails its checks is refused once, not fetched again and again:
             // the edge answers from what it has until the pointer moves on.
             Err(e) if e.is::<Refused>() => {
@@ -483,10 +543,15 @@ impl EdgeState<'_> {
             parts.push(b);
         }
         // Seconds at full scale: other tasks (the lease) run on the other worker meanwhile.
-        tokio::task::block_in_place(|| self.take(m, config, parts, n, bytes, t)).context(Refused(v))
+        let _busy = Busy::start(&self.progress);
+        tokio::task::block_in_place(|| self.take(m, config, parts, n, bytes, t))
     }
 
-    /// Checks a whole version and brings the kernel to it.
+    /// Checks a whole version and brings the kernel to it. What fails the version's own
+    /// checks (digests, format, config, ids) is marked [`Refused`]; the kernel, the lock or
+    /// the disk failing is not (retried). Once writing began, a failure leaves the kernel
+    /// between versions: the next apply then diffs against the kernel's table read back,
+    /// never against a version it may no longer hold.
     fn take(
         &mut self,
         m: Manifest,
@@ -498,18 +563,21 @@ impl EdgeState<'_> {
     ) -> Result<()> {
         let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
         let v = m.version;
-        let text = m
-            .check(&config, &refs)
-            .with_context(|| format!("version {v}"))?;
-        let cfg = config_of(text, &self.cache.config_path())?;
-        let tables =
-            chunks::decode(refs.iter().copied()).with_context(|| format!("version {v}"))?;
+        let checked = (|| {
+            let text = m.check(&config, &refs)?;
+            let cfg = config_of(text, &self.cache.config_path())?;
+            let tables = chunks::decode(refs.iter().copied())?;
+            anyhow::Ok((cfg, tables))
+        })();
+        let (cfg, tables) = checked.context(Refused(v))?;
         let lock = WriteLock::take(&self.e.pin_dir)?;
-        let ids = assign_ids(&self.maps, &cfg)?;
-        let c = computed_on(&cfg, tables, &ids).with_context(|| format!("version {v}"))?;
+        let ids = assign_ids(&self.maps, &cfg).context(Refused(v))?;
+        let c = computed_on(&cfg, tables, &ids).context(Refused(v))?;
+        c.fits().context(Refused(v))?;
         // The difference to the version held when the kernel still has its ids (no CLI
         // writer changed servers or services since); else to the kernel's table read back.
-        let written = match (&self.held.computed, &self.held.ids) {
+        let before = self.held.computed.take();
+        let written = match (&before, &self.held.ids) {
             (Some(before), Some(old)) if *old == ids => {
                 update(&mut self.maps, &cfg, before, &c, &ids)?
             }
@@ -517,7 +585,6 @@ impl EdgeState<'_> {
         };
         apply_overlay(&mut self.maps, &cfg, &ids, &self.held.overlay)?;
         drop(lock);
-        self.cache.applied(&m, &config)?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         self.o.log.event(
             Event::Took {
@@ -534,12 +601,29 @@ impl EdgeState<'_> {
                 self.o.name, m.entries
             ),
         );
-        self.held.manifest = Some(m);
-        self.observer = Some(Observer::new(&cfg, &ids));
+        let carried = self.observer.take();
+        let mut observer = Observer::new(&cfg, &ids);
+        if let Some(old) = carried {
+            observer.carry(old);
+        }
+        self.observer = Some(observer);
         self.held.cfg = Some(cfg);
         self.held.ids = Some(ids);
         self.held.computed = Some(c);
         self.held.since_ms = unix_ms();
+        // The kernel holds it now; a copy on disk that cannot be written is said, not fatal.
+        if let Err(e) = self.cache.applied(&m, &config) {
+            self.o.log.event(
+                Event::Refused {
+                    error: format!("{e:#}"),
+                },
+                format!(
+                    "edge {}: keeping its copy of version {v} failed: {e:#}",
+                    self.o.name
+                ),
+            );
+        }
+        self.held.manifest = Some(m);
         self.note();
         Ok(())
     }

@@ -7,14 +7,14 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use director_plan::fleet::manifest::Manifest;
 
-use super::store::Store;
+use super::store::{now_ms, Busy, Store};
 use super::version::{build, Built};
 use super::votes;
 use super::Options;
@@ -57,7 +57,8 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
     let mut st = Store::connect(&o.store, &o.fleet).await?;
     let lease = st.lease(o.lease_ttl).await?;
     let alive = Arc::new(AtomicBool::new(true));
-    st.keep_alive(lease, o.lease_ttl, alive.clone());
+    let progress = Arc::new(AtomicU64::new(now_ms()));
+    st.keep_alive(lease, o.lease_ttl, alive.clone(), progress.clone());
     let election = st.key("election");
     // Waits while another leads; given up when the lease is lost meanwhile. A campaign
     // that fails (its member died, or the history it waited on was compacted) is made
@@ -71,6 +72,7 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
             },
             () = async {
                 while alive.load(Ordering::Relaxed) && !stopping() {
+                    progress.store(now_ms(), Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             } => false,
@@ -101,6 +103,7 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
     let mut last_error = String::new();
     let mut compact = Compaction::default();
     while !stopping() {
+        progress.store(now_ms(), Ordering::Relaxed);
         if !alive.load(Ordering::Relaxed) {
             bail!("lost the lease: no longer leading");
         }
@@ -109,7 +112,10 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
             // A file still being written is read once it stayed the same a moment.
             tokio::time::sleep(Duration::from_millis(200)).await;
             let t = Instant::now();
-            match compile(&p.config).await {
+            let busy = Busy::start(&progress);
+            let compiled = compile(&p.config).await;
+            drop(busy);
+            match compiled {
                 Ok((b, w, c)) => {
                     files = w;
                     cfg = Some(c);
@@ -124,18 +130,22 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
             }
             seen = Some(stamps(&files));
         }
+        let busy = Busy::start(&progress);
         let step = async {
             if let Some((b, compile_s)) = &pending {
                 publish(o, p, &mut st, &leader, b, *compile_s, &mut compact).await?;
             }
             pending = None;
             if let Some(cfg) = &cfg {
-                votes::tally(o, &mut st, cfg).await?;
+                votes::tally(o, &mut st, cfg, &leader).await?;
             }
             anyhow::Ok(())
         };
-        match step.await {
+        let stepped = step.await;
+        drop(busy);
+        match stepped {
             Ok(()) => last_error.clear(),
+            Err(e) if e.is::<Deposed>() => return Err(e),
             Err(e) => {
                 let text = format!("{e:#}");
                 if text != last_error {
@@ -212,9 +222,15 @@ async fn publish(
     }
     let next = current.unwrap_or(0) + 1;
     let m = b.manifest(next, &o.name);
-    st.put(&st.version_key(next), m.to_json(), None).await?;
-    if !st.flip(current, next, leader).await? {
-        bail!("version {next} not published: the current version moved or this publisher no longer leads");
+    if !st.flip(current, next, m.to_json(), leader).await? {
+        if st
+            .get(&String::from_utf8_lossy(leader), false)
+            .await?
+            .is_none()
+        {
+            return Err(anyhow::Error::new(Deposed));
+        }
+        bail!("version {next} not published: the current version moved meanwhile");
     }
     let ms = t.elapsed().as_secs_f64() * 1e3;
     o.log.event(
@@ -236,8 +252,20 @@ async fn publish(
             m.chunks.len()
         ),
     );
-    collect(st, next, p.keep, compact).await
+    collect(st, next, p.keep, leader, compact).await
 }
+
+/// This publisher's election key is gone: it leads no more and campaigns again.
+#[derive(Debug)]
+pub struct Deposed;
+
+impl std::fmt::Display for Deposed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("this publisher no longer leads")
+    }
+}
+
+impl std::error::Error for Deposed {}
 
 /// Where the history is compacted to: the revision after the previous publish's clean-up,
 /// one publish behind, so that a watch or campaign begun just now is not cancelled by it.
@@ -248,21 +276,35 @@ struct Compaction {
 
 /// Deletes the versions older than the last `keep`, then the chunks none of those kept
 /// names, then compacts the store's history.
-async fn collect(st: &mut Store, current: u64, keep: u64, compact: &mut Compaction) -> Result<()> {
+async fn collect(
+    st: &mut Store,
+    current: u64,
+    keep: u64,
+    leader: &[u8],
+    compact: &mut Compaction,
+) -> Result<()> {
     let oldest = current.saturating_sub(keep.max(1) - 1).max(1);
     let mut kept = HashSet::new();
+    // Linearizable reads, and a kept version that cannot be read stops the clean-up: a
+    // chunk is deleted only when every kept version was read and none names it.
     for k in st.keys("versions/").await? {
         let Ok(v) = k.parse::<u64>() else { continue };
         if v < oldest {
-            st.delete(&st.version_key(v), false).await?;
-        } else if let Some(b) = st.get(&st.version_key(v), true).await? {
-            let m = Manifest::parse(&b).with_context(|| format!("version {v}"))?;
-            kept.extend(m.digests().map(str::to_string));
+            if !st.leader_write(&st.version_key(v), None, leader).await? {
+                return Err(anyhow::Error::new(Deposed));
+            }
+            continue;
         }
+        let b = st
+            .get(&st.version_key(v), false)
+            .await?
+            .with_context(|| format!("version {v} vanished during the clean-up"))?;
+        let m = Manifest::parse(&b).with_context(|| format!("version {v}"))?;
+        kept.extend(m.digests().map(str::to_string));
     }
     for d in st.keys("chunks/").await? {
-        if !kept.contains(&d) {
-            st.delete(&st.chunk_key(&d), false).await?;
+        if !kept.contains(&d) && !st.leader_write(&st.chunk_key(&d), None, leader).await? {
+            return Err(anyhow::Error::new(Deposed));
         }
     }
     if let Some(rev) = compact.next {

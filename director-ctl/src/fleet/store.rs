@@ -11,7 +11,7 @@
 //! - `votes/<service>/<server>/<edge>`: an observer's verdict, under its lease;
 //! - `overlay`: the servers a quorum of observers found down.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +22,35 @@ use etcd_client::{
 
 /// Every request gives up after this: a store that does not answer is treated as gone.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// While it lives, tells [`Store::keep_alive`] its holder is at work (a compile, an apply
+/// of seconds): long work is progress; a loop stuck elsewhere is not.
+pub struct Busy(tokio::task::JoinHandle<()>);
+
+impl Busy {
+    pub fn start(progress: &Arc<AtomicU64>) -> Busy {
+        let p = progress.clone();
+        Busy(tokio::spawn(async move {
+            loop {
+                p.store(now_ms(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Unix milliseconds now, for [`Store::keep_alive`]'s `progress`.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 /// Bounds one request by [`REQUEST_TIMEOUT`].
 pub async fn bounded<T>(
@@ -94,13 +123,13 @@ impl Store {
         // No per-request timeout on the channel: a campaign waits as long as another leads
         // and a watch lasts; the short requests are bounded one by one. HTTP/2 pings no
         // more often than etcd allows (its --grpc-keepalive-min-time is 5 s: a client
-        // pinging faster has its connection closed, "too many pings"). A member that lost
-        // its leader refuses requests instead of holding them.
+        // pinging faster has its connection closed, "too many pings"). No require-leader:
+        // a member cut off from its quorum still serves serializable reads of the last data
+        // (chunks and manifests, which never change), which is what an edge needs then.
         let opts = ConnectOptions::new()
             .with_connect_timeout(REQUEST_TIMEOUT)
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(3))
-            .with_keep_alive_while_idle(true)
-            .with_require_leader(true);
+            .with_keep_alive_while_idle(true);
         let mut clients = Vec::with_capacity(endpoints.len());
         for e in &endpoints {
             let c = tokio::time::timeout(REQUEST_TIMEOUT, Client::connect([e], Some(opts.clone())))
@@ -283,28 +312,61 @@ impl Store {
         Ok(())
     }
 
-    /// Flips `current` from `from` to `to`, only while `leader` (the election key this
-    /// publisher holds) still exists: a publisher that lost its lease flips nothing, and
-    /// two cannot both move the pointer from the same version. A retry after a lost answer
-    /// finds the pointer moved and reports `false`: never a second flip.
-    pub async fn flip(&mut self, from: Option<u64>, to: u64, leader: &[u8]) -> Result<bool> {
+    /// Publishes: writes `manifest` at `versions/<to>` and flips `current` from `from` to
+    /// `to` in one transaction, only while `leader` (the election key this publisher holds)
+    /// still exists. A publisher that lost its lease writes nothing, two cannot both move
+    /// the pointer from the same version, and the manifest a version number names is the
+    /// one made current with it. A retry after a lost answer finds the pointer moved and
+    /// reports `false`: never a second flip.
+    pub async fn flip(
+        &mut self,
+        from: Option<u64>,
+        to: u64,
+        manifest: Vec<u8>,
+        leader: &[u8],
+    ) -> Result<bool> {
         let key = self.key("current");
+        let vkey = self.version_key(to);
         let (k, leader) = (key.clone(), leader.to_vec());
         let r = self
             .call(
                 || format!("flipping {key} to {to}"),
                 move |mut c| {
-                    let k = k.clone();
                     let was = match from {
                         Some(v) => Compare::value(k.as_str(), CompareOp::Equal, v.to_string()),
                         None => Compare::version(k.as_str(), CompareOp::Equal, 0),
                     };
                     let leads = Compare::create_revision(leader.clone(), CompareOp::Greater, 0);
-                    let txn = Txn::new().when([was, leads]).and_then([TxnOp::put(
-                        k.as_str(),
-                        to.to_string(),
-                        None,
-                    )]);
+                    let txn = Txn::new().when([was, leads]).and_then([
+                        TxnOp::put(vkey.as_str(), manifest.clone(), None),
+                        TxnOp::put(k.as_str(), to.to_string(), None),
+                    ]);
+                    async move { c.txn(txn).await }
+                },
+            )
+            .await?;
+        Ok(r.succeeded())
+    }
+
+    /// Writes (`Some`) or deletes (`None`) `key` only while `leader` exists; `false` when
+    /// it no longer does.
+    pub async fn leader_write(
+        &mut self,
+        key: &str,
+        value: Option<Vec<u8>>,
+        leader: &[u8],
+    ) -> Result<bool> {
+        let (k, leader) = (key.to_string(), leader.to_vec());
+        let r = self
+            .call(
+                || format!("writing {key} as the leader"),
+                move |mut c| {
+                    let leads = Compare::create_revision(leader.clone(), CompareOp::Greater, 0);
+                    let op = match &value {
+                        Some(v) => TxnOp::put(k.as_str(), v.clone(), None),
+                        None => TxnOp::delete(k.as_str(), None),
+                    };
+                    let txn = Txn::new().when([leads]).and_then([op]);
                     async move { c.txn(txn).await }
                 },
             )
@@ -333,51 +395,73 @@ impl Store {
         Ok(())
     }
 
-    /// Keeps `lease` alive from a task of its own, on whichever member answers. `alive`
-    /// turns false once the lease is gone for sure: the store said it expired, or no
-    /// renewal went through for `ttl` seconds (past that the store has dropped it). A failed
-    /// renewal alone is retried: a member dying or an election is no reason to give up
-    /// leadership or liveness.
-    pub fn keep_alive(&self, lease: i64, ttl: i64, alive: Arc<AtomicBool>) {
+    /// Keeps `lease` alive from a task of its own, on whichever member answers, while its
+    /// holder shows progress (`progress`: Unix ms of its main loop's last turn). `alive`
+    /// turns false once the lease is gone for sure: the store said it expired, or no renewal
+    /// went through for `ttl` seconds (past that the store has dropped it), or the holder
+    /// stopped turning for `ttl` seconds: a wedged edge stops voting and a wedged publisher
+    /// stops leading. A failed renewal moves to the next member at once: a member dying or
+    /// hanging is no reason to give up leadership or liveness.
+    pub fn keep_alive(
+        &self,
+        lease: i64,
+        ttl: i64,
+        alive: Arc<AtomicBool>,
+        progress: Arc<AtomicU64>,
+    ) {
         let mut store = self.clone();
         tokio::spawn(async move {
-            let every = Duration::from_millis((ttl as u64 * 1000 / 3).max(200));
+            let ttl_ms = ttl.max(1) as u64 * 1000;
+            let every = Duration::from_millis((ttl_ms / 3).max(200));
+            // Each try gets a third of the lease at most, so a hanging member leaves time
+            // for the next one.
+            let attempt = every.min(REQUEST_TIMEOUT);
             let mut last_ok = tokio::time::Instant::now();
             let mut keeper = None;
             while alive.load(Ordering::Relaxed) {
-                if keeper.is_none() {
-                    keeper = bounded(
-                        || "keeping the lease".into(),
-                        store.client().lease_keep_alive(lease),
-                    )
-                    .await
-                    .ok();
-                }
-                if let Some((k, stream)) = keeper.as_mut() {
-                    let sent = bounded(String::new, k.keep_alive()).await.is_ok();
-                    let answer = if sent {
-                        tokio::time::timeout(REQUEST_TIMEOUT, stream.message()).await
-                    } else {
-                        Ok(Ok(None))
-                    };
-                    match answer {
-                        Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = tokio::time::Instant::now(),
-                        Ok(Ok(Some(_))) => {
-                            // The store says the lease is gone.
-                            alive.store(false, Ordering::Relaxed);
-                            return;
-                        }
-                        _ => {
-                            keeper = None;
-                            store.next_member();
-                        }
-                    }
-                }
-                if last_ok.elapsed() >= Duration::from_secs(ttl as u64) {
+                if now_ms().saturating_sub(progress.load(Ordering::Relaxed)) >= ttl_ms {
                     alive.store(false, Ordering::Relaxed);
                     return;
                 }
-                tokio::time::sleep(every).await;
+                if keeper.is_none() {
+                    keeper = tokio::time::timeout(attempt, store.client().lease_keep_alive(lease))
+                        .await
+                        .ok()
+                        .and_then(Result::ok);
+                }
+                let renewed = match keeper.as_mut() {
+                    None => None,
+                    Some((k, stream)) => {
+                        let sent = tokio::time::timeout(attempt, k.keep_alive()).await;
+                        if matches!(sent, Ok(Ok(()))) {
+                            match tokio::time::timeout(attempt, stream.message()).await {
+                                Ok(Ok(Some(r))) => Some(r.ttl() > 0),
+                                _ => None,
+                            }
+                        } else {
+                            None
+                        }
+                    }
+                };
+                match renewed {
+                    Some(true) => last_ok = tokio::time::Instant::now(),
+                    Some(false) => {
+                        // The store says the lease is gone.
+                        alive.store(false, Ordering::Relaxed);
+                        return;
+                    }
+                    None => {
+                        keeper = None;
+                        store.next_member();
+                    }
+                }
+                if last_ok.elapsed() >= Duration::from_millis(ttl_ms) {
+                    alive.store(false, Ordering::Relaxed);
+                    return;
+                }
+                if renewed.is_some() {
+                    tokio::time::sleep(every).await;
+                }
             }
         });
     }

@@ -49,7 +49,7 @@ fn vote_key(service: &str, server: &str, edge: &str) -> String {
 }
 
 /// Publisher: the overlay from the votes, written when it changed.
-pub async fn tally(o: &Options, st: &mut Store, cfg: &Config) -> Result<()> {
+pub async fn tally(o: &Options, st: &mut Store, cfg: &Config, leader: &[u8]) -> Result<()> {
     let edges = live_edges(st).await?;
     let mut votes: HashMap<(String, String), HashMap<String, bool>> = HashMap::new();
     for (k, v) in st.list("votes/").await? {
@@ -84,7 +84,12 @@ pub async fn tally(o: &Options, st: &mut Store, cfg: &Config) -> Result<()> {
         .await?
         .and_then(|b| serde_json::from_slice::<Overlay>(&b).ok());
     if have.as_ref() != Some(&doc) {
-        st.put(&key, serde_json::to_vec(&doc)?, None).await?;
+        if !st
+            .leader_write(&key, Some(serde_json::to_vec(&doc)?), leader)
+            .await?
+        {
+            return Err(anyhow::Error::new(super::publisher::Deposed));
+        }
         let names: Vec<String> = doc
             .down
             .iter()
@@ -153,6 +158,8 @@ struct Check {
 pub struct Observer {
     checks: Vec<Check>,
     running: JoinSet<(usize, bool)>,
+    /// Votes written for checks the config no longer has: deleted at the next tick.
+    orphans: Vec<(String, String)>,
 }
 
 impl Observer {
@@ -182,7 +189,33 @@ impl Observer {
         Observer {
             checks,
             running: JoinSet::new(),
+            orphans: Vec::new(),
         }
+    }
+
+    /// Takes over what `old` (the previous version's) knew of the checks both have: each
+    /// check's verdict with its rise/fall count, its vote and its next time, so a new
+    /// version neither resets verdicts nor lets one result decide. Votes for checks that
+    /// are gone are deleted at the next tick.
+    pub fn carry(&mut self, old: Observer) {
+        let mut by: HashMap<(String, String), Check> = old
+            .checks
+            .into_iter()
+            .map(|c| ((c.service.clone(), c.server.clone()), c))
+            .collect();
+        for c in &mut self.checks {
+            if let Some(o) = by.remove(&(c.service.clone(), c.server.clone())) {
+                c.track = o.track;
+                c.voted = o.voted;
+                c.due = o.due;
+            }
+        }
+        self.orphans = old.orphans;
+        self.orphans.extend(
+            by.into_values()
+                .filter(|c| c.voted.is_some())
+                .map(|c| (c.service, c.server)),
+        );
     }
 
     /// Forgets which votes were written: a new lease holds none of them yet.
@@ -194,6 +227,10 @@ impl Observer {
 
     /// Takes finished checks, writes changed votes, starts the checks that are due.
     pub async fn tick(&mut self, o: &Options, st: &mut Store, lease: i64) -> Result<()> {
+        for (service, server) in std::mem::take(&mut self.orphans) {
+            st.delete(&st.key(&vote_key(&service, &server, &o.name)), false)
+                .await?;
+        }
         if self.checks.is_empty() {
             return Ok(());
         }
