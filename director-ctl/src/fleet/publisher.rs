@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use director_plan::fleet::manifest::Manifest;
 
-use super::store::{now_ms, Busy, Store};
+use super::store::{now_ms, Busy, Deposed, Store};
 use super::version::{build, Built};
 use super::votes;
 use super::Options;
@@ -254,18 +254,6 @@ async fn publish(
     );
     collect(st, next, p.keep, leader, compact).await
 }
-
-/// This publisher's election key is gone: it leads no more and campaigns again.
-#[derive(Debug)]
-pub struct Deposed;
-
-impl std::fmt::Display for Deposed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("this publisher no longer leads")
-    }
-}
-
-impl std::error::Error for Deposed {}
 
 /// Where the history is compacted to: the revision after the previous publish's clean-up,
 /// one publish behind, so that a watch or campaign begun just now is not cancelled by it.

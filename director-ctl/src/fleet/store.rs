@@ -506,6 +506,18 @@ impl Store {
     }
 }
 
+/// This publisher's election key is gone: it leads no more and campaigns again.
+#[derive(Debug)]
+pub struct Deposed;
+
+impl std::fmt::Display for Deposed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("this publisher no longer leads")
+    }
+}
+
+impl std::error::Error for Deposed {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,7 +88,7 @@ pub async fn tally(o: &Options, st: &mut Store, cfg: &Config, leader: &[u8]) -> 
             .leader_write(&key, Some(serde_json::to_vec(&doc)?), leader)
             .await?
         {
-            return Err(anyhow::Error::new(super::publisher::Deposed));
+            return Err(anyhow::Error::new(super::store::Deposed));
         }
         let names: Vec<String> = doc
             .down
