@@ -33,7 +33,7 @@ const METRICS: &str = "192.0.2.1:9109";
 const LEASE: &str = "2";
 
 /// The fleet's config: x and y by preference (the lower answers), both TCP-checked.
-fn config(x_pref: u32, y_pref: u32) -> String {
+fn policy(x_pref: u32, y_pref: u32) -> String {
     format!(
         "[health]\ninterval = 1\ntimeout = 0.5\nrise = 1\nfall = 1\n\n\
          [[site]]\nname = \"a\"\n\n[[site]]\nname = \"b\"\n\n\
@@ -78,7 +78,7 @@ impl Fleet {
             "the servers",
         );
         let config = dir.path("fleet.toml");
-        replace_file(&config, &config_text(10, 20));
+        replace_file(&config, &policy(10, 20));
         let mut labs = Vec::new();
         for n in 1..=3u8 {
             let lab = Lab::new();
@@ -161,7 +161,7 @@ impl Fleet {
     }
 
     fn set_policy(&self, x_pref: u32, y_pref: u32) {
-        replace_file(&self.config, &config_text(x_pref, y_pref));
+        replace_file(&self.config, &policy(x_pref, y_pref));
     }
 
     fn answer(&self, n: usize) -> String {
@@ -236,10 +236,6 @@ impl Fleet {
         v.sort_unstable();
         v
     }
-}
-
-fn config_text(x: u32, y: u32) -> String {
-    config(x, y)
 }
 
 /// dnsperf at edge `n`'s client: `count` queries for NAME at most `qps` a second.
@@ -633,6 +629,7 @@ fn fleet_arguments_are_checked() {
 /// RTT row changed gives another digest that shares most chunks with the first.
 #[test]
 fn the_same_inputs_compile_to_the_same_digest() {
+    use director_ctl::controller::config::Config;
     use director_ctl::fleet::version::build;
     use director_tests::bench::scale::{rtt_file, sites_and_servers, SITES};
     use std::fmt::Write as _;
@@ -649,8 +646,9 @@ fn the_same_inputs_compile_to_the_same_digest() {
     let config = dir.path("director.toml");
     replace_file(&config, &c);
     replace_file(&dir.path("rtt.csv"), &rtt_file(40.0));
-    let a = build(&config).expect("first compile");
-    let b = build(&config).expect("second compile");
+    let load = || Config::load(&config).expect("the config");
+    let a = build(&config, &load()).expect("first compile");
+    let b = build(&config, &load()).expect("second compile");
     assert!(a.entries > 10_000, "{} entries", a.entries);
     assert_eq!(a.table, b.table);
     assert_eq!(a.sources, b.sources);
@@ -661,7 +659,7 @@ fn the_same_inputs_compile_to_the_same_digest() {
     // One RTT measurement changed (fra from best to worst for 192.0.2.0/24): another table,
     // another inputs digest, few new chunks.
     replace_file(&dir.path("rtt.csv"), &rtt_file(200.0));
-    let c2 = build(&config).expect("third compile");
+    let c2 = build(&config, &load()).expect("third compile");
     assert_ne!(c2.table, a.table);
     assert_ne!(c2.sources.inputs, a.sources.inputs);
     let old: std::collections::HashSet<String> = digests(&a).into_iter().collect();

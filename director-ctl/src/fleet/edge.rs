@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cache::Cache;
 use super::store::{now_ms, Busy, Store, REQUEST_TIMEOUT};
-use super::version::{computed_on, config_of, unix_ms};
+use super::version::{computed_on, config_of};
 use super::votes::{apply_overlay, Observer, Overlay};
 use super::Options;
 use crate::api::Event;
@@ -282,7 +282,7 @@ impl EdgeState<'_> {
     /// The store said `current` is `v`: the held version is confirmed only if it is `v`.
     fn confirm(&mut self, v: Option<u64>) {
         if v.is_some() && v == self.held.manifest.as_ref().map(|m| m.version) {
-            self.confirmed = unix_ms() as f64 / 1e3;
+            self.confirmed = now_ms() as f64 / 1e3;
         }
     }
 
@@ -453,7 +453,7 @@ impl EdgeState<'_> {
             version: self.held.manifest.as_ref().map(|m| m.version),
             table: self.held.manifest.as_ref().map(|m| m.table.clone()),
             since_ms: self.held.since_ms,
-            reported_ms: unix_ms(),
+            reported_ms: now_ms(),
         };
         st.put(
             &st.key(&format!("edges/{}", self.o.name)),
@@ -610,7 +610,7 @@ impl EdgeState<'_> {
         self.held.cfg = Some(cfg);
         self.held.ids = Some(ids);
         self.held.computed = Some(c);
-        self.held.since_ms = unix_ms();
+        self.held.since_ms = now_ms();
         // The kernel holds it now; a copy on disk that cannot be written is said, not fatal.
         if let Err(e) = self.cache.applied(&m, &config) {
             self.o.log.event(

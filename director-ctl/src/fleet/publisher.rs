@@ -175,7 +175,7 @@ async fn compile(path: &Path) -> Result<(Built, Vec<PathBuf>, Config)> {
     tokio::task::spawn_blocking(move || {
         let cfg = Config::load(&path)?;
         let files = watched(&path, &cfg);
-        Ok((build(&path)?, files, cfg))
+        Ok((build(&path, &cfg)?, files, cfg))
     })
     .await
     .context("the compile thread")?

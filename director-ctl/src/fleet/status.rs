@@ -5,8 +5,7 @@ use anyhow::Result;
 use director_plan::fleet::manifest::Manifest;
 
 use super::edge::Report;
-use super::store::Store;
-use super::version::unix_ms;
+use super::store::{now_ms, Store};
 use super::votes::Overlay;
 use crate::api::{FleetEdge, FleetStatus};
 
@@ -40,7 +39,7 @@ pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
         .collect();
     versions.sort_unstable();
     let live: std::collections::HashSet<String> = st.keys("live/").await?.into_iter().collect();
-    let now = unix_ms();
+    let now = now_ms();
     let age = |ms: u64| now.saturating_sub(ms) as f64 / 1e3;
     let mut edges = Vec::new();
     for (name, b) in st.list("edges/").await? {

@@ -146,10 +146,6 @@ impl Store {
         })
     }
 
-    pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
-    }
-
     pub fn key(&self, rest: &str) -> String {
         format!("{}{rest}", self.prefix)
     }
@@ -194,24 +190,28 @@ impl Store {
         bail!("{}: no member answered (last: {last})", what())
     }
 
-    /// The current version and the store's revision then. `serializable`: from whichever
-    /// member answers, even one without a quorum (may be behind).
+    /// One key's read, on whichever member answers. `serializable`: from that member's
+    /// copy, even one without a quorum (may be behind).
+    async fn read(&mut self, key: &str, serializable: bool) -> Result<etcd_client::GetResponse> {
+        let k = key.to_string();
+        self.call(
+            || format!("reading {key}"),
+            move |mut c| {
+                let k = k.clone();
+                let mut o = GetOptions::new();
+                if serializable {
+                    o = o.with_serializable();
+                }
+                async move { c.get(k, Some(o)).await }
+            },
+        )
+        .await
+    }
+
+    /// The current version and the store's revision then.
     pub async fn current(&mut self, serializable: bool) -> Result<(Option<u64>, i64)> {
         let key = self.key("current");
-        let k = key.clone();
-        let r = self
-            .call(
-                || format!("reading {key}"),
-                move |mut c| {
-                    let k = k.clone();
-                    let mut o = GetOptions::new();
-                    if serializable {
-                        o = o.with_serializable();
-                    }
-                    async move { c.get(k, Some(o)).await }
-                },
-            )
-            .await?;
+        let r = self.read(&key, serializable).await?;
         let rev = r.header().map_or(0, etcd_client::ResponseHeader::revision);
         let v = match r.kvs().first() {
             Some(kv) => Some(
@@ -227,20 +227,7 @@ impl Store {
 
     /// A value by key, or `None`; serializable reads for what never changes once written.
     pub async fn get(&mut self, key: &str, serializable: bool) -> Result<Option<Vec<u8>>> {
-        let k = key.to_string();
-        let mut r = self
-            .call(
-                || format!("reading {key}"),
-                move |mut c| {
-                    let k = k.clone();
-                    let mut o = GetOptions::new();
-                    if serializable {
-                        o = o.with_serializable();
-                    }
-                    async move { c.get(k, Some(o)).await }
-                },
-            )
-            .await?;
+        let mut r = self.read(key, serializable).await?;
         Ok(r.take_kvs().pop().map(|kv| kv.into_key_value().1))
     }
 
@@ -468,17 +455,7 @@ impl Store {
 
     /// The store's revision now.
     pub async fn revision(&mut self) -> Result<i64> {
-        let key = self.key("current");
-        let r = self
-            .call(
-                || "reading the store's revision".to_string(),
-                move |mut c| {
-                    let k = key.clone();
-                    async move { c.get(k, Some(GetOptions::new().with_count_only())).await }
-                },
-            )
-            .await?;
-        Ok(r.header().map_or(0, etcd_client::ResponseHeader::revision))
+        Ok(self.current(false).await?.1)
     }
 
     /// Compacts the store's history up to `rev` (after old versions were deleted, so its

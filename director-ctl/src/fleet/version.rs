@@ -12,6 +12,7 @@ use director_plan::decide::{compute, Computed, Ids, Unavailable};
 use director_plan::fleet::chunks::{self, Chunk, ServiceTable};
 use director_plan::fleet::manifest::{ChunkRef, Manifest, Sources};
 
+use super::store::now_ms;
 use crate::controller::config::Config;
 use crate::controller::run::watched;
 
@@ -33,26 +34,19 @@ impl Built {
             entries: self.entries,
             sources: self.sources.clone(),
             publisher: publisher.to_string(),
-            published_ms: unix_ms(),
+            published_ms: now_ms(),
         }
     }
 }
 
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Reads the config at `path` and everything it names, and compiles the table.
-pub fn build(path: &Path) -> Result<Built> {
+/// Reads everything `cfg` (loaded from `path`) names, and compiles the table.
+pub fn build(path: &Path, cfg: &Config) -> Result<Built> {
     let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let cfg = Config::load(path)?;
     // Keyed relative to the config's directory where they are under it, so publishers
     // that keep the same files in different places agree on the sources.
     let base = path.parent().unwrap_or(Path::new(""));
     let mut inputs = BTreeMap::new();
-    for f in watched(path, &cfg).iter().skip(1) {
+    for f in watched(path, cfg).iter().skip(1) {
         let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
         let name = f.strip_prefix(base).unwrap_or(f);
         inputs.insert(name.display().to_string(), chunks::digest(&bytes));

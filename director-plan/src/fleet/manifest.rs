@@ -52,12 +52,6 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Whether `self` and `other` hold the same table compiled from the same things (the
-    /// version, publisher and time aside).
-    pub fn same_content(&self, other: &Manifest) -> bool {
-        self.table == other.table && self.sources == other.sources
-    }
-
     /// Every chunk digest the version needs, the config's included.
     pub fn digests(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.sources.config.digest.as_str())
