@@ -428,6 +428,22 @@ pub enum Event {
         server: String,
         down: bool,
     },
+    /// Live inputs changed (`bgp` prefixes' routes from BMP, `rtt` prefixes' agent
+    /// measurements): `prefixes` decided again (all of them when `full`), `entries` written
+    /// or deleted.
+    Live {
+        bgp: usize,
+        rtt: usize,
+        prefixes: usize,
+        full: bool,
+        entries: usize,
+        ms: f64,
+    },
+    /// An RTT agent's poll failed (logged once until it answers again); its measurements
+    /// stay until they expire.
+    AgentFailing { agent: String, error: String },
+    /// An RTT agent answers again.
+    AgentReached { agent: String },
 }
 
 /// How `run` and what it starts (the health checks) log their events, on stderr.

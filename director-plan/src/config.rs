@@ -10,7 +10,7 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
-    net::IpAddr,
+    net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
 };
 
@@ -49,13 +49,92 @@ pub struct Site {
     pub igp_cost: BTreeMap<String, u32>,
     /// The site's own AS, for `med` (default: the AS of the BGP peer its routes come from).
     pub asn: Option<u32>,
+    /// Live BGP: the router whose BMP session is this site's view (its address, or the
+    /// sysName it sends); its routes win over `bgp` files for the prefixes it has.
+    pub bmp_router: Option<String>,
+    /// Which of that router's peers (address or AS); default: every peer, best route wins.
+    pub bmp_peer: Option<String>,
+    /// Which of the router's RIBs: "pre", "post" or "loc-rib"; default: what it sends
+    /// (Loc-RIB, else post-policy, else pre-policy).
+    pub bmp_policy: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Default, Clone, PartialEq)]
+/// Live BGP from the sites' routers (BMP, RFC 7854).
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Bgp {
+    /// Where routers' BMP sessions come in (TCP).
+    pub bmp_listen: Option<SocketAddr>,
+    /// Seconds a lost session's routes still count before they are removed.
+    #[serde(default = "Bgp::default_hold")]
+    pub hold: u64,
+    /// Seconds without route messages after which a router that sends no End-of-RIB
+    /// (GoBGP) counts as synced.
+    #[serde(default = "Bgp::default_quiet")]
+    pub quiet: u64,
+}
+
+impl Bgp {
+    fn default_hold() -> u64 {
+        300
+    }
+    fn default_quiet() -> u64 {
+        5
+    }
+}
+
+impl Default for Bgp {
+    fn default() -> Self {
+        Bgp {
+            bmp_listen: None,
+            hold: Bgp::default_hold(),
+            quiet: Bgp::default_quiet(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Rtt {
     #[serde(default)]
     pub files: Vec<PathBuf>,
+    /// RTT agents at the sites (`director-ctl agent`): their `http://host:port/rtt` URLs.
+    #[serde(default)]
+    pub agents: Vec<String>,
+    /// Seconds between polls of each agent.
+    #[serde(default = "Rtt::default_poll")]
+    pub poll: f64,
+    /// A window with fewer handshakes than this is ignored.
+    #[serde(default = "Rtt::default_min_samples")]
+    pub min_samples: u64,
+    /// Seconds without a usable window after which an agent's measurement expires (then a
+    /// file's, or the next metric, applies).
+    #[serde(default = "Rtt::default_expire")]
+    pub expire: u64,
+}
+
+impl Rtt {
+    fn default_poll() -> f64 {
+        2.0
+    }
+    fn default_min_samples() -> u64 {
+        5
+    }
+    fn default_expire() -> u64 {
+        120
+    }
+}
+
+impl Default for Rtt {
+    fn default() -> Self {
+        Rtt {
+            files: Vec::new(),
+            agents: Vec::new(),
+            poll: Rtt::default_poll(),
+            min_samples: Rtt::default_min_samples(),
+            expire: Rtt::default_expire(),
+        }
+    }
 }
 
 /// A server as the sort sees it.
@@ -177,6 +256,7 @@ pub struct Config {
     pub servers: Vec<Server>,
     pub services: Vec<Service>,
     pub rtt: Rtt,
+    pub bgp: Bgp,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     pub default_weights: BTreeMap<String, f64>,
@@ -235,6 +315,39 @@ impl Config {
                     bail!("{}: igp_cost key {hop:?} is not an IP address", at());
                 }
             }
+            if s.bmp_router.is_some() && self.bgp.bmp_listen.is_none() {
+                bail!("{}: bmp_router needs [bgp] bmp_listen", at());
+            }
+            if s.bmp_router.is_none() && (s.bmp_peer.is_some() || s.bmp_policy.is_some()) {
+                bail!("{}: bmp_peer and bmp_policy need bmp_router", at());
+            }
+            if let Some(p) = &s.bmp_peer {
+                p.parse::<crate::inputs::mrt::PeerSelector>()
+                    .with_context(|| format!("{}: bmp_peer", at()))?;
+            }
+            if let Some(p) = &s.bmp_policy {
+                if !["pre", "post", "loc-rib"].contains(&p.as_str()) {
+                    bail!(
+                        "{}: bmp_policy {p:?} is not \"pre\", \"post\" or \"loc-rib\"",
+                        at()
+                    );
+                }
+            }
+        }
+        if self.bgp.hold == 0 || self.bgp.quiet == 0 {
+            bail!("[bgp]: hold and quiet are seconds above 0");
+        }
+        for url in &self.rtt.agents {
+            agent_url(url).with_context(|| format!("[rtt] agents: {url:?}"))?;
+        }
+        if !(self.rtt.poll >= 0.1 && self.rtt.poll <= 3600.0) {
+            bail!(
+                "[rtt]: poll {} is not from 0.1 to 3600 seconds",
+                self.rtt.poll
+            );
+        }
+        if self.rtt.expire == 0 {
+            bail!("[rtt]: expire is seconds above 0");
         }
         let mut servers = HashSet::new();
         for (i, s) in self.servers.iter().enumerate() {
@@ -278,6 +391,22 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// An agent's URL split into its address and path: only `http://IP:PORT/PATH`, since
+/// agents are reached on the sites' own networks and a name would need a resolver here.
+pub fn agent_url(url: &str) -> Result<(SocketAddr, String)> {
+    let rest = url
+        .strip_prefix("http://")
+        .context("give http://address:port/path")?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/rtt"),
+    };
+    let addr = host
+        .parse::<SocketAddr>()
+        .with_context(|| format!("{host:?} is not address:port (IPv6 in brackets)"))?;
+    Ok((addr, path.to_string()))
 }
 
 /// A policy from priority and weight tables as the config spells them (metric names).

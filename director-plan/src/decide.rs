@@ -473,6 +473,9 @@ mod tests {
             bgp_peer: None,
             igp_cost: Default::default(),
             asn: None,
+            bmp_router: None,
+            bmp_peer: None,
+            bmp_policy: None,
         };
         let server = |name: &str, site: &str| config::Server {
             name: name.into(),

@@ -20,6 +20,7 @@ pub mod explain;
 pub mod fleet;
 pub mod guard;
 pub mod inputs;
+pub mod live;
 pub mod minimal;
 pub mod model;
 pub mod prefix;

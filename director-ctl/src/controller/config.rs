@@ -257,6 +257,9 @@ struct File {
     service: Vec<Service>,
     #[serde(default)]
     rtt: plan::Rtt,
+    /// Live BGP over BMP.
+    #[serde(default)]
+    bgp: plan::Bgp,
     #[serde(default)]
     health: HealthDefaults,
     metrics: Option<MetricsConfig>,
@@ -318,6 +321,7 @@ impl Config {
                 servers: f.server.iter().map(Server::plan).collect(),
                 services: f.service.iter().map(Service::plan).collect(),
                 rtt: f.rtt,
+                bgp: f.bgp,
                 default_weights: f.default_weights,
                 default_priority: f.default_priority,
                 path: PathBuf::new(),

@@ -11,6 +11,7 @@ pub mod config;
 /// The test that keeps docs/config.md equal to the keys the config accepts.
 #[cfg(test)]
 mod config_doc;
+pub mod live;
 pub mod run;
 
 use std::net::IpAddr;

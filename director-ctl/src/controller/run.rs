@@ -32,10 +32,12 @@ use director_plan::compile::{diff, replace_subtree, Diff, Table};
 use director_plan::data::{load_rtt, Data};
 use director_plan::decide::{compute, plans, subtree, Computed, Ids, Unavailable};
 use director_plan::guard::{self, Refusal, Removal};
+use director_plan::prefix::order::sort_key;
 
 use super::apply::{assign_ids, publish_fronts, sync, update, write_objects};
 use super::checks::health_plan;
 use super::config::Config;
+use super::live::{self, Live};
 use crate::api::{self, Event, Log};
 use crate::dns;
 use crate::health::{self, Runner, Shared};
@@ -205,7 +207,31 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     // overlaps it; nothing is published before that round is complete.
     let shared = Shared::default();
     let checks = start_checks(pin_dir, &m, &cfg, shared.clone(), log)?;
-    let data = Data::load(&cfg.plan)?;
+    // Routers' BMP sessions and the agents' polls start before the files are read, so
+    // that the routers' tables come in meanwhile.
+    let mut live = Live::start(&cfg.plan, log)?;
+    let mut data = Data::load(&cfg.plan)?;
+    if let Some(l) = &mut live {
+        // On a restart the kernel holds the last decisions: they stay until the routers
+        // have sent their tables again (or their hold time passed), rather than being
+        // replaced by decisions made without them.
+        if !m.services()?.is_empty() && !l.bgp_ready() {
+            log.event(
+                Event::Refused {
+                    error: "waiting for BMP routers".into(),
+                },
+                format!(
+                    "keeping the kernel's decisions until the BMP routers have sent their \
+                     tables (at most {} s)",
+                    cfg.plan.bgp.hold
+                ),
+            );
+            while !l.bgp_ready() && !stopping() {
+                l.wait(Duration::from_millis(100));
+            }
+        }
+        l.overlay(&mut data);
+    }
     if let Some(r) = &checks {
         let limit = r.first_round_limit();
         if !r.wait_first_round(limit) {
@@ -303,14 +329,32 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         shared,
         table,
         http: http.map(|h| h.0),
+        live,
     };
     state.note_table(compute_s);
     let mut seen = stamps(&state.files);
+    let mut looked = Instant::now();
     while !STOP.load(Ordering::Relaxed) {
         let mut now = stamps(&state.files);
         let hupped = HUP.swap(false, Ordering::Relaxed);
         let confirmed = ACCEPT.swap(false, Ordering::Relaxed);
         if now == seen && !hupped && !confirmed {
+            if let Err(e) = state.follow_live(&mut m) {
+                log.event(
+                    Event::Refused {
+                        error: format!("{e:#}"),
+                    },
+                    format!("taking a live input's change failed: {e:#}"),
+                );
+            }
+            if looked.elapsed() < o.poll {
+                match &state.live {
+                    Some(l) => l.wait(live::DEBOUNCE.min(o.poll)),
+                    None => std::thread::sleep(o.poll - looked.elapsed()),
+                }
+                continue;
+            }
+            looked = Instant::now();
             // Queries to an address the host gained are answered from the next poll on;
             // to one it lost, passed to the host.
             if let Err(e) = follow_addresses(&mut m, pin_dir) {
@@ -330,7 +374,6 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
                     format!("re-sorting after a server state change failed: {e:#}"),
                 );
             }
-            std::thread::sleep(o.poll);
             continue;
         }
         // A file renamed into place (another inode) was written whole before it got its
@@ -467,6 +510,8 @@ struct State {
     dns: Option<dns::Server>,
     /// What the HTTP redirector reads from the config, when `[http]` is configured.
     http: Option<redirect::SharedSettings>,
+    /// BGP over BMP and RTT agents, when the config has them.
+    live: Option<Live>,
 }
 
 /// Starts the HTTP redirector when the config has `[http]` (its listen addresses are read
@@ -745,10 +790,145 @@ impl State {
         Ok(())
     }
 
+    /// Takes the live inputs' changes (debounced) and decides the prefixes under them
+    /// again: their subtrees when few, every prefix when many or when a subtree cannot be
+    /// done alone (ids or server states changed under it).
+    fn follow_live(&mut self, m: &mut Maps) -> Result<()> {
+        let Some(live) = &mut self.live else {
+            return Ok(());
+        };
+        let t = Instant::now();
+        let ch = live.take(&mut self.data);
+        if ch.prefixes.is_empty() {
+            return Ok(());
+        }
+        let mut full = ch.full;
+        let entries = if full {
+            self.resort_all(m)?
+        } else {
+            match self.resort_under(m, &ch.prefixes) {
+                Ok(n) => n,
+                Err(_) => {
+                    full = true;
+                    self.resort_all(m)?
+                }
+            }
+        };
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.note_table(ms / 1e3);
+        let prefixes = ch.prefixes.len();
+        self.log.event(
+            Event::Live {
+                bgp: ch.bgp,
+                rtt: ch.rtt,
+                prefixes,
+                full,
+                entries,
+                ms,
+            },
+            format!(
+                "live inputs changed ({} routes, {} RTT measurements): {prefixes} prefixes \
+                 decided again{}, {entries} entries written in {ms:.0} ms",
+                ch.bgp,
+                ch.rtt,
+                if full { " (all of them)" } else { "" }
+            ),
+        );
+        Ok(())
+    }
+
+    /// Decides `prefixes` (sorted) and what lies under them again, and writes what
+    /// changed; the number of entries written or deleted.
+    fn resort_under(&mut self, m: &mut Maps, prefixes: &[IpNet]) -> Result<usize> {
+        let _lock = WriteLock::take(&self.pin_dir)?;
+        if assign_ids(m, &self.cfg)? != self.ids
+            || down_servers(m, &self.cfg, &self.ids, &self.shared)? != self.down
+        {
+            bail!("servers or services changed in the kernel");
+        }
+        // A prefix no source knew before (a new announcement) joins the decided ones.
+        let all = &mut self.computed.all;
+        let new: Vec<(IpNet, Option<()>)> = prefixes
+            .iter()
+            .filter(|p| all.binary_search_by_key(&sort_key(p), sort_key).is_err())
+            .map(|p| (*p, Some(())))
+            .collect();
+        if !new.is_empty() {
+            let mut keyed: Vec<(IpNet, ())> = all.iter().map(|p| (*p, ())).collect();
+            director_plan::live::patch(&mut keyed, new);
+            *all = keyed.into_iter().map(|e| e.0).collect();
+            self.computed.prefixes = all.len();
+        }
+        let plans = plans(&self.cfg.plan, &self.ids, &self.down)?;
+        let mut roots: Vec<IpNet> = Vec::new();
+        for p in prefixes {
+            if !roots.last().is_some_and(|r| r.contains(p)) {
+                roots.push(*p);
+            }
+        }
+        // Every subtree first: one too large leaves the tables as they were, for the full
+        // pass to diff against what the kernel holds.
+        let fresh = roots
+            .iter()
+            .map(|root| {
+                subtree(&plans, &self.data, &self.computed.all, root, SUBTREE_LIMIT)
+                    .context("a changed prefix's subtree is too large")
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut diffs: Vec<Diff> = self
+            .computed
+            .tables
+            .iter()
+            .map(|_| Diff::default())
+            .collect();
+        for (root, fresh) in roots.iter().zip(fresh) {
+            for ((_, _, table), (new, d)) in self
+                .computed
+                .tables
+                .iter_mut()
+                .zip(fresh.iter().zip(diffs.iter_mut()))
+            {
+                let one = replace_subtree(table, root, new);
+                d.put.extend(one.put);
+                d.delete.extend(one.delete);
+            }
+        }
+        let mut written = 0;
+        for ((id, name, _), d) in self.computed.tables.iter().zip(&diffs) {
+            written += d.put.len() + d.delete.len();
+            write_diff(m, self.log, *id, name, None, d)?;
+        }
+        publish_fronts(m, tables_of(&self.computed), TableSource::Own)?;
+        Ok(written)
+    }
+
+    /// Decides every prefix again over the data as it is, and writes what changed.
+    fn resort_all(&mut self, m: &mut Maps) -> Result<usize> {
+        let (_lock, ids, down, new) =
+            compute_for_kernel(m, &self.pin_dir, &self.cfg, &self.data, &self.shared)?;
+        if ids != self.ids {
+            bail!("the kernel's ids changed: waiting for the next full recompute");
+        }
+        let mut written = 0;
+        for ((id, name, old), (_, _, t)) in self.computed.tables.iter().zip(&new.tables) {
+            let d = diff(&old.entries, &t.entries);
+            written += d.put.len() + d.delete.len();
+            write_diff(m, self.log, *id, name, None, &d)?;
+        }
+        publish_fronts(m, tables_of(&new), TableSource::Own)?;
+        self.computed = new;
+        self.down = down;
+        Ok(written)
+    }
+
     /// Only RTT files changed: recompute the prefixes under the changed measurements.
     /// A [`Refusal`] refuses the change (too many measurements gone); any other error means
     /// "do a full recompute" (a new prefix, a large subtree, a bad file, ids changed).
     fn rtt_changed(&mut self, m: &mut Maps, share: Option<f64>) -> Result<()> {
+        if self.live.is_some() {
+            // The files' measurements lie under the agents': the overlay is redone whole.
+            bail!("full");
+        }
         let t = Instant::now();
         let fresh = load_rtt(&self.cfg.plan)?;
         let before = self.data.summary.rtt_measurements;
@@ -791,7 +971,11 @@ impl State {
 /// of what the last applied state had (`None`: the operator confirmed it).
 fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -> Result<()> {
     let cfg = Config::load(path)?;
-    let data = Data::load(&cfg.plan)?;
+    let mut data = Data::load(&cfg.plan)?;
+    if let Some(l) = &mut state.live {
+        l.reconfigure(&cfg.plan);
+        l.overlay(&mut data);
+    }
     let (lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data, &state.shared)?;
     let removals = guard::removals(
         &guard::State {
@@ -874,6 +1058,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         shared: state.shared.clone(),
         table: state.table.clone(),
         http: state.http.take(),
+        live: state.live.take(),
     };
     state.note_table(state.computed.seconds);
     Ok(())

@@ -1,0 +1,376 @@
+//! The inputs that change while `run` runs: BGP from the sites' routers over BMP ([`bgp`])
+//! and RTT from the sites' agents ([`agents`]). They are kept beside what the files give
+//! (a live route or measurement wins for its prefix; when it goes, the file's applies
+//! again), and each change patches [`Data`] and names the prefixes under it, so that `run`
+//! decides only those again.
+
+pub mod agents;
+pub mod bgp;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Result;
+use director_plan::config::Config;
+use director_plan::data::Data;
+use director_plan::engine::Rtt;
+use director_plan::live::patch;
+use director_plan::live::rtt::{Merge, Settings, Source};
+use director_plan::model::Route;
+use director_plan::prefix::order::sort_key;
+use director_plan::prefix::sweep::covering;
+use ipnet::IpNet;
+
+use crate::api::{Event, Log};
+
+/// Changes closer together than this are taken together (a burst of withdrawals, a
+/// flapping peer): one re-sort, at most this long after the first.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// More changed prefixes than this are decided again in one full pass (a peer's whole
+/// table; a subtree at a time would cost more).
+pub const FULL_PASS: usize = 20_000;
+
+/// Wakes `run`'s loop when a live input changed, so that it does not sleep its poll out.
+#[derive(Default)]
+pub struct Wake {
+    flag: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Wake {
+    pub fn notify(&self) {
+        *self
+            .flag
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        self.cond.notify_all();
+    }
+
+    /// Sleeps up to `timeout`, less if notified (since the last wait).
+    pub fn wait(&self, timeout: Duration) {
+        let g = self
+            .flag
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (mut g, _) = self
+            .cond
+            .wait_timeout_while(g, timeout, |woken| !*woken)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *g = false;
+    }
+}
+
+/// What one look at the live inputs changed.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Prefixes whose route or measurement changed at some site, sorted.
+    pub prefixes: Vec<IpNet>,
+    /// So many that every prefix is decided again.
+    pub full: bool,
+    pub bgp: usize,
+    pub rtt: usize,
+}
+
+struct RttLive {
+    merge: Merge,
+    polled: Receiver<agents::Polled>,
+    site_index: HashMap<String, usize>,
+    /// Each site's live table as last published into the data, with where each value came
+    /// from (for `explain`).
+    tables: Vec<Vec<(IpNet, Rtt, Source)>>,
+    /// Agents whose last poll failed (logged once until they answer again).
+    failing: HashSet<String>,
+    changed: bool,
+}
+
+pub struct Live {
+    bgp: Option<bgp::Bgp>,
+    rtt: Option<RttLive>,
+    /// Per site: what its files give, where a live input may override it.
+    file_routes: Vec<Option<Vec<(IpNet, Route)>>>,
+    file_rtt: Vec<Vec<(IpNet, Rtt)>>,
+    wake: Arc<Wake>,
+    /// When the oldest change not yet taken was first seen.
+    since: Option<Instant>,
+    log: Log,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Live {
+    /// Starts what `cfg` asks for (the BMP listener, the agents' poller); `None` when it
+    /// asks for neither.
+    pub fn start(cfg: &Config, log: Log) -> Result<Option<Live>> {
+        let wake = Arc::new(Wake::default());
+        let bgp = bgp::Bgp::start(cfg, log, Arc::clone(&wake))?;
+        let rtt = if cfg.rtt.agents.is_empty() {
+            None
+        } else {
+            let (tx, rx) = channel();
+            let w = Arc::clone(&wake);
+            agents::start(
+                cfg.rtt.agents.clone(),
+                Duration::from_secs_f64(cfg.rtt.poll),
+                tx,
+                move || w.notify(),
+            );
+            Some(RttLive {
+                merge: Merge::new(
+                    cfg.sites.len(),
+                    Settings {
+                        min_samples: cfg.rtt.min_samples,
+                        expire_ms: cfg.rtt.expire.saturating_mul(1000),
+                    },
+                ),
+                polled: rx,
+                site_index: site_index(cfg),
+                tables: vec![Vec::new(); cfg.sites.len()],
+                failing: HashSet::new(),
+                changed: false,
+            })
+        };
+        if bgp.is_none() && rtt.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Live {
+            bgp,
+            rtt,
+            file_routes: Vec::new(),
+            file_rtt: Vec::new(),
+            wake,
+            since: None,
+            log,
+        }))
+    }
+
+    /// Sleeps up to `timeout`, less when a live input changed.
+    pub fn wait(&self, timeout: Duration) {
+        self.wake.wait(timeout);
+    }
+
+    /// Whether BGP has every configured router's table (or gave up waiting for it), so
+    /// that decisions made now do not drop routes a router is about to send.
+    pub fn bgp_ready(&mut self) -> bool {
+        self.bgp
+            .as_mut()
+            .is_none_or(|b| b.all_synced(Instant::now()))
+    }
+
+    /// A config was (re)loaded: its sites' views and agents. The listener and the agents'
+    /// list are the start's (a change needs a restart, like the other listeners).
+    pub fn reconfigure(&mut self, cfg: &Config) {
+        if let Some(b) = &mut self.bgp {
+            b.reconfigure(cfg);
+        }
+        if let Some(r) = &mut self.rtt {
+            r.site_index = site_index(cfg);
+            if r.tables.len() != cfg.sites.len() {
+                // Sites were added or removed: measurements are per site index.
+                r.merge = Merge::new(
+                    cfg.sites.len(),
+                    Settings {
+                        min_samples: cfg.rtt.min_samples,
+                        expire_ms: cfg.rtt.expire.saturating_mul(1000),
+                    },
+                );
+                r.tables = vec![Vec::new(); cfg.sites.len()];
+            }
+        }
+    }
+
+    /// Data freshly read from the files: keeps what they give, and lays the live routes
+    /// and measurements over it.
+    pub fn overlay(&mut self, data: &mut Data) {
+        self.file_routes = data.sites.iter().map(|_| None).collect();
+        if let Some(b) = &mut self.bgp {
+            b.take_dirty();
+            for (i, site) in data.sites.iter_mut().enumerate() {
+                if b.has_view(i) {
+                    let files = site.routes.clone();
+                    let live = b.table(i);
+                    patch(
+                        &mut site.routes,
+                        live.into_iter().map(|(p, r)| (p, Some(r))).collect(),
+                    );
+                    self.file_routes[i] = Some(files);
+                }
+            }
+        }
+        self.file_rtt = data.sites.iter().map(|s| s.rtt.clone()).collect();
+        if let Some(r) = &mut self.rtt {
+            for (i, site) in data.sites.iter_mut().enumerate() {
+                let t = r.merge.table(i, |p| covering(&site.routes, p).map(|e| e.0));
+                patch(
+                    &mut site.rtt,
+                    t.iter().map(|(p, v, _)| (*p, Some(*v))).collect(),
+                );
+                r.tables[i] = t;
+            }
+        }
+        data.summary.rtt_measurements = data.sites.iter().map(|s| s.rtt.len()).sum();
+    }
+
+    /// Takes what changed since the last look, once it has been quiet for [`DEBOUNCE`] (or
+    /// waited that long), into `data`; the caller decides the prefixes again.
+    pub fn take(&mut self, data: &mut Data) -> Changes {
+        let fresh_rtt = self.poll_agents();
+        let dirty_bgp = match &mut self.bgp {
+            Some(b) => {
+                b.tick(Instant::now());
+                b.dirty()
+            }
+            None => false,
+        };
+        if !fresh_rtt && !dirty_bgp {
+            self.since = None;
+            return Changes::default();
+        }
+        let first = *self.since.get_or_insert_with(Instant::now);
+        if first.elapsed() < DEBOUNCE {
+            return Changes::default();
+        }
+        if !self.bgp_ready() {
+            // A router is sending its table: decide once it has sent all of it.
+            return Changes::default();
+        }
+        self.since = None;
+        let mut out = Changes::default();
+        if let Some(b) = &mut self.bgp {
+            let dirty = b.take_dirty();
+            out.bgp = dirty.len();
+            if dirty.len() > FULL_PASS {
+                for (i, site) in data.sites.iter_mut().enumerate() {
+                    if let Some(files) = &self.file_routes[i] {
+                        let mut routes = files.clone();
+                        patch(
+                            &mut routes,
+                            b.table(i).into_iter().map(|(p, r)| (p, Some(r))).collect(),
+                        );
+                        site.routes = routes;
+                    }
+                }
+                out.full = true;
+            } else if !dirty.is_empty() {
+                for (i, site) in data.sites.iter_mut().enumerate() {
+                    let Some(files) = &self.file_routes[i] else {
+                        continue;
+                    };
+                    let changes = dirty
+                        .iter()
+                        .map(|p| {
+                            let r = b.best(i, p).or_else(|| {
+                                files
+                                    .binary_search_by_key(&sort_key(p), |e| sort_key(&e.0))
+                                    .ok()
+                                    .map(|j| files[j].1.clone())
+                            });
+                            (*p, r)
+                        })
+                        .collect();
+                    patch(&mut site.routes, changes);
+                }
+            }
+            out.prefixes = dirty;
+        }
+        if let Some(r) = &mut self.rtt {
+            if r.changed || out.bgp > 0 {
+                r.changed = false;
+                let mut fresh = Vec::with_capacity(data.sites.len());
+                for (i, site) in data.sites.iter().enumerate() {
+                    let t = r.merge.table(i, |p| covering(&site.routes, p).map(|e| e.0));
+                    let mut rtt = self.file_rtt.get(i).cloned().unwrap_or_default();
+                    patch(&mut rtt, t.iter().map(|(p, v, _)| (*p, Some(*v))).collect());
+                    r.tables[i] = t;
+                    fresh.push(rtt);
+                }
+                let changed = data.replace_rtt(fresh);
+                out.rtt = changed.len();
+                out.prefixes.extend(changed);
+            }
+        }
+        out.prefixes.sort_unstable_by_key(sort_key);
+        out.prefixes.dedup();
+        out.full |= out.prefixes.len() > FULL_PASS;
+        out
+    }
+
+    /// Merges every report that came in; whether a published value changed.
+    fn poll_agents(&mut self) -> bool {
+        let Some(r) = &mut self.rtt else {
+            return false;
+        };
+        let now = now_ms();
+        while let Ok(p) = r.polled.try_recv() {
+            match p.report {
+                Ok(report) => {
+                    if r.failing.remove(&p.agent) {
+                        self.log.event(
+                            Event::AgentReached {
+                                agent: p.agent.clone(),
+                            },
+                            format!("RTT agent {} answers again", p.agent),
+                        );
+                    }
+                    let Some(&site) = r.site_index.get(&report.site) else {
+                        if r.failing.insert(p.agent.clone()) {
+                            let error = format!(
+                                "it measures from site {:?}, which the config does not have",
+                                report.site
+                            );
+                            self.log.event(
+                                Event::AgentFailing {
+                                    agent: p.agent.clone(),
+                                    error: error.clone(),
+                                },
+                                format!("RTT agent {}: {error}", p.agent),
+                            );
+                        }
+                        continue;
+                    };
+                    r.changed |= r.merge.take(site, &p.agent, &report.records, now);
+                }
+                Err(e) => {
+                    if r.failing.insert(p.agent.clone()) {
+                        self.log.event(
+                            Event::AgentFailing {
+                                agent: p.agent.clone(),
+                                error: format!("{e:#}"),
+                            },
+                            format!("RTT agent unreachable: {e:#}"),
+                        );
+                    }
+                }
+            }
+        }
+        r.changed |= r.merge.expire(now);
+        r.changed
+    }
+
+    /// Where a site's live measurement of a prefix came from, for `explain`.
+    pub fn rtt_source(&self, site: usize, prefix: &IpNet) -> Option<&Source> {
+        let t = self.rtt.as_ref()?.tables.get(site)?;
+        t.binary_search_by_key(&sort_key(prefix), |e| sort_key(&e.0))
+            .ok()
+            .map(|i| &t[i].2)
+    }
+
+    /// The BMP collector's state, for `status` and the metrics.
+    pub fn bgp(&self) -> Option<&bgp::Bgp> {
+        self.bgp.as_ref()
+    }
+}
+
+fn site_index(cfg: &Config) -> HashMap<String, usize> {
+    cfg.sites
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.clone(), i))
+        .collect()
+}
