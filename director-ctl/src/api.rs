@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 // every document carries are director-plan's: it builds them.
 pub use director_plan::report::{
     BgpSource, Chosen, ClientLocation, Explain, ExplainServer, Inputs, Level, MedRow, Metric,
-    MetricValues, Odds, Outcome, Pick, PickRule, Row, RowResult, RttMeasurement, SiteRoutes, Sort,
-    Step, TableSummary, Term, Tier, VERSION,
+    MetricValues, Odds, Outcome, Pick, PickRule, Row, RowResult, RttAgent, RttMeasurement,
+    SiteRoutes, Sort, Step, TableSummary, Term, Tier, VERSION,
 };
 
 /// `address list --json`: the addresses queries may be sent to.

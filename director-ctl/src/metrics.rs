@@ -64,6 +64,68 @@ pub struct Sources {
     pub zones: Option<Arc<crate::dns::Stats>>,
     /// The HTTP redirector's counts, when `[http]` is configured.
     pub http: Option<Arc<crate::redirect::Counters>>,
+    /// `run`'s loop, which answers `/explain` from the data it decides with (live routes
+    /// and measurements included).
+    pub explain: Option<ExplainAsk>,
+}
+
+/// One `/explain` asked of `run`'s loop; the reply is the `explain --json` document, or
+/// why there is none.
+pub struct ExplainQuery {
+    pub service: String,
+    pub client: std::net::IpAddr,
+    pub reply: std::sync::mpsc::Sender<Result<String, String>>,
+}
+
+pub type ExplainAsk = std::sync::mpsc::Sender<ExplainQuery>;
+
+/// `service=S&client=A` from a query string.
+fn explain_query(q: &str) -> Result<(String, std::net::IpAddr), String> {
+    let mut service = None;
+    let mut client = None;
+    for pair in q.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = v.replace("%3A", ":").replace("%3a", ":");
+        match k {
+            "service" => service = Some(v),
+            "client" => {
+                client = Some(
+                    v.parse()
+                        .map_err(|_| format!("client {v:?} is not an IP address"))?,
+                );
+            }
+            _ => {}
+        }
+    }
+    match (service, client) {
+        (Some(s), Some(c)) => Ok((s, c)),
+        _ => Err("give ?service=NAME&client=ADDRESS".into()),
+    }
+}
+
+/// Asks `run`'s loop; it answers between its looks at the inputs (at most a poll later).
+fn explain(ask: &ExplainAsk, query: Option<&str>) -> (StatusCode, String) {
+    let (service, client) = match explain_query(query.unwrap_or("")) {
+        Ok(q) => q,
+        Err(e) => return (StatusCode::BAD_REQUEST, e + "\n"),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let q = ExplainQuery {
+        service,
+        client,
+        reply: tx,
+    };
+    if ask.send(q).is_err() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "run is stopping\n".into());
+    }
+    match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(Ok(json)) => (StatusCode::OK, json),
+        Ok(Err(e)) => (StatusCode::NOT_FOUND, e + "\n"),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "run did not answer in 10 s (busy deciding)\n".into(),
+        ),
+    }
 }
 
 /// Binds `listen` now (so a taken port is an error at start) and serves from a thread.
@@ -85,10 +147,15 @@ async fn accept(l: std::net::TcpListener, src: Sources) {
 }
 
 fn respond(req: &Request<hyper::body::Incoming>, src: &Sources) -> Response<Full<Bytes>> {
-    let (status, body) = if req.uri().path() != "/metrics" {
+    let (status, body) = if req.uri().path() == "/explain" {
+        match &src.explain {
+            Some(ask) => explain(ask, req.uri().query()),
+            None => (StatusCode::NOT_FOUND, "no explain here\n".to_string()),
+        }
+    } else if req.uri().path() != "/metrics" {
         (
             StatusCode::NOT_FOUND,
-            "not found: the metrics are at /metrics\n".to_string(),
+            "not found: the metrics are at /metrics (and explain at /explain)\n".to_string(),
         )
     } else {
         match render(src) {

@@ -32,6 +32,10 @@ pub struct SiteData {
     pub graph: Option<HashMap<String, f64>>,
     /// Measured RTT from this site per client prefix, sorted.
     pub rtt: Vec<(IpNet, Rtt)>,
+    /// Where the live ones among them came from (an agent's), sorted; for `explain`.
+    pub rtt_live: Vec<(IpNet, crate::live::rtt::Source)>,
+    /// The BMP router whose live routes lie over the files' (`bmp_router`).
+    pub bmp_router: Option<String>,
 }
 
 pub struct Data {
@@ -127,6 +131,8 @@ impl Data {
                 point,
                 graph,
                 rtt: Vec::new(),
+                rtt_live: Vec::new(),
+                bmp_router: s.bmp_router.clone(),
             });
         }
 

@@ -546,6 +546,8 @@ mod tests {
                     point: Some(GeoPoint { lat, lon }),
                     graph: None,
                     rtt: r.into_iter().map(|(p, ms)| (p, Rtt(ms))).collect(),
+                    rtt_live: Vec::new(),
+                    bmp_router: None,
                 })
                 .collect(),
             locations: locations

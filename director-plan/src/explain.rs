@@ -17,6 +17,7 @@ use crate::decide::{candidates, plans, Ids, SiteView};
 use crate::engine::{self, Explanation, Metric, Metrics, Rtt};
 use crate::inputs;
 use crate::model::{IpNet, Location};
+use crate::prefix::order::sort_key;
 use crate::prefix::sweep::{covering, host};
 use crate::report;
 use director_common::select::Mode;
@@ -95,12 +96,14 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
                     site_as: site.asn.unwrap_or(r.peer_as),
                     as_path_len: r.path_len,
                     med: r.med,
+                    router: data.sites[s.site].bmp_router.clone(),
                 }),
                 location: location.clone(),
                 rtt: rtt.map(|&(prefix, rtt)| report::RttMeasurement {
                     prefix,
                     ms: rtt.ms(),
                     file: rtt_file(&rtt_files, &site.name, &prefix),
+                    agent: rtt_agent(&data.sites[s.site].rtt_live, &prefix),
                 }),
                 portion: c.portion,
                 metrics: metric_values(&c.metrics),
@@ -153,6 +156,27 @@ fn rtt_file(files: &[RttFile<'_>], site: &str, prefix: &IpNet) -> Option<PathBuf
         .rev()
         .find(|(_, lines)| lines.iter().any(|(p, s, _)| p == prefix && s == site))
         .map(|(f, _)| (*f).clone())
+}
+
+/// The agent behind a site's live measurement of `prefix`, if it is live.
+fn rtt_agent(
+    live: &[(IpNet, crate::live::rtt::Source)],
+    prefix: &IpNet,
+) -> Option<report::RttAgent> {
+    let i = live
+        .binary_search_by_key(&sort_key(prefix), |e| sort_key(&e.0))
+        .ok()?;
+    let src = &live[i].1;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Some(report::RttAgent {
+        url: src.agent.clone(),
+        measured: src.measured.clone(),
+        samples: src.samples,
+        window_end_ms: src.window_end_ms,
+        age_s: now.saturating_sub(src.taken_ms) as f64 / 1e3,
+    })
 }
 
 fn metric_values(m: &Metrics) -> report::MetricValues {

@@ -109,6 +109,9 @@ pub struct BgpSource {
     pub as_path_len: u32,
     /// `null`: the route carried no MED (med counts it as 0).
     pub med: Option<u32>,
+    /// The BMP router whose live table is the site's view (its routes win over the files').
+    #[serde(default)]
+    pub router: Option<String>,
 }
 
 /// Where the client is: the most specific located prefix holding it, with a point or a
@@ -128,6 +131,24 @@ pub struct RttMeasurement {
     pub ms: f64,
     /// The RTT file that holds this measurement (the last one, if several do).
     pub file: Option<PathBuf>,
+    /// The agent that measured it, when it is live (it wins over the files').
+    #[serde(default)]
+    pub agent: Option<RttAgent>,
+}
+
+/// A live measurement's source: an RTT agent at the site.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RttAgent {
+    /// The agent's URL.
+    pub url: String,
+    /// The /24s (/48s) measured that the value stands for (rolled up to the route prefix).
+    pub measured: Vec<IpNet>,
+    /// Handshakes in the windows taken.
+    pub samples: u64,
+    /// When the newest window ended (the agent's clock, ms since the Unix epoch).
+    pub window_end_ms: u64,
+    /// Seconds since the controller took that window.
+    pub age_s: f64,
 }
 
 /// One server's metric values; `null` is missing data.

@@ -159,8 +159,13 @@ enum Cmd {
     },
     /// Every server's metrics for a client, the sort's levels, and why the winners won.
     Explain {
-        #[arg(long)]
-        config: PathBuf,
+        /// Decide from this config and the files it names.
+        #[arg(long, required_unless_present = "run")]
+        config: Option<PathBuf>,
+        /// Ask a running `run` instead (its `[metrics] listen` address): its decisions,
+        /// live BGP routes and agents' RTT included.
+        #[arg(long, conflicts_with = "config")]
+        run: Option<std::net::SocketAddr>,
         #[arg(long)]
         service: String,
         #[arg(long)]
@@ -916,15 +921,19 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Explain {
             config,
+            run,
             service,
             client,
             json,
         } => {
-            show(
-                json,
-                &controller::explain(&config, &service, client)?,
-                print::explain,
-            )?;
+            let e = match (config, run) {
+                (Some(config), _) => controller::explain(&config, &service, client)?,
+                (None, Some(addr)) => {
+                    controller::live::agents::explain_from(addr, &service, client)?
+                }
+                (None, None) => anyhow::bail!("give --config or --run"),
+            };
+            show(json, &e, print::explain)?;
         }
     }
     Ok(())

@@ -316,16 +316,16 @@ pub fn explain(e: &api::Explain) -> String {
             Some(b) if bgp_used => {
                 let med = b.med.map_or("none (counts as 0)".into(), |m| m.to_string());
                 let files: Vec<String> = b.files.iter().map(|f| f.display().to_string()).collect();
+                let from = match &b.router {
+                    Some(r) if files.is_empty() => format!("BMP router {r}"),
+                    Some(r) => format!("BMP router {r}, else {}", files.join(", ")),
+                    None => files.join(", "),
+                };
                 let _ = writeln!(
                     o,
                     "    bgp {} via next hop {}, exit AS {}, site AS {}, AS path {}, MED {med} \
-                     ({})",
-                    b.prefix,
-                    b.next_hop,
-                    b.exit_as,
-                    b.site_as,
-                    b.as_path_len,
-                    files.join(", ")
+                     ({from})",
+                    b.prefix, b.next_hop, b.exit_as, b.site_as, b.as_path_len,
                 );
             }
             None if bgp_used => o.push_str("    bgp: no route\n"),
@@ -338,7 +338,24 @@ pub fn explain(e: &api::Explain) -> String {
                         .file
                         .as_ref()
                         .map_or("-".into(), |f| f.display().to_string());
-                    let _ = writeln!(o, "    rtt {} ms for {} ({file})", r.ms, r.prefix);
+                    match &r.agent {
+                        Some(a) => {
+                            let _ = writeln!(
+                                o,
+                                "    rtt {} ms for {} (agent {}, {} handshakes from {} \
+                                 measured prefixes, taken {:.0} s ago)",
+                                r.ms,
+                                r.prefix,
+                                a.url,
+                                a.samples,
+                                a.measured.len(),
+                                a.age_s
+                            );
+                        }
+                        None => {
+                            let _ = writeln!(o, "    rtt {} ms for {} ({file})", r.ms, r.prefix);
+                        }
+                    }
                 }
                 None => o.push_str("    rtt: not measured\n"),
             }

@@ -57,7 +57,17 @@ pub fn check(path: &Path) -> Result<api::Check> {
 pub fn explain(path: &Path, service: &str, client: IpAddr) -> Result<api::Explain> {
     let cfg = Config::load(path)?;
     let data = Data::load(&cfg.plan)?;
-    let mut e = director_plan::explain::explain(&cfg.plan, &data, service, client)?;
+    explain_with(&cfg, &data, service, client)
+}
+
+/// `explain` over data already read (`run`'s, with its live inputs).
+pub fn explain_with(
+    cfg: &Config,
+    data: &Data,
+    service: &str,
+    client: IpAddr,
+) -> Result<api::Explain> {
+    let mut e = director_plan::explain::explain(&cfg.plan, data, service, client)?;
     let svc = cfg
         .services
         .iter()

@@ -303,6 +303,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     );
     let table = metrics::SharedTable::default();
     let http = start_http(pin_dir, &cfg, log)?;
+    let (explain_ask, explains) = std::sync::mpsc::channel();
     if let Some(mc) = &cfg.metrics {
         metrics::serve(
             mc.listen,
@@ -312,6 +313,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
                 table: table.clone(),
                 zones: dns.as_ref().map(|d| Arc::clone(&d.stats)),
                 http: http.as_ref().map(|h| h.1.clone()),
+                explain: Some(explain_ask),
             },
         )?;
     }
@@ -330,6 +332,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         table,
         http: http.map(|h| h.0),
         live,
+        explains,
     };
     state.note_table(compute_s);
     let mut seen = stamps(&state.files);
@@ -339,6 +342,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         let hupped = HUP.swap(false, Ordering::Relaxed);
         let confirmed = ACCEPT.swap(false, Ordering::Relaxed);
         if now == seen && !hupped && !confirmed {
+            state.answer_explains();
             if let Err(e) = state.follow_live(&mut m) {
                 log.event(
                     Event::Refused {
@@ -350,7 +354,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
             if looked.elapsed() < o.poll {
                 match &state.live {
                     Some(l) => l.wait(live::DEBOUNCE.min(o.poll)),
-                    None => std::thread::sleep(o.poll - looked.elapsed()),
+                    None => std::thread::sleep(o.poll.saturating_sub(looked.elapsed())),
                 }
                 continue;
             }
@@ -512,6 +516,8 @@ struct State {
     http: Option<redirect::SharedSettings>,
     /// BGP over BMP and RTT agents, when the config has them.
     live: Option<Live>,
+    /// `/explain` asked on the metrics listener.
+    explains: std::sync::mpsc::Receiver<metrics::ExplainQuery>,
 }
 
 /// Starts the HTTP redirector when the config has `[http]` (its listen addresses are read
@@ -790,6 +796,16 @@ impl State {
         Ok(())
     }
 
+    /// Answers `/explain` from the data the decisions are made with.
+    fn answer_explains(&self) {
+        while let Ok(q) = self.explains.try_recv() {
+            let r = super::explain_with(&self.cfg, &self.data, &q.service, q.client)
+                .and_then(|e| Ok(serde_json::to_string_pretty(&e)?))
+                .map_err(|e| format!("{e:#}"));
+            let _ = q.reply.send(r);
+        }
+    }
+
     /// Takes the live inputs' changes (debounced) and decides the prefixes under them
     /// again: their subtrees when few, every prefix when many or when a subtree cannot be
     /// done alone (ids or server states changed under it).
@@ -1059,6 +1075,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         table: state.table.clone(),
         http: state.http.take(),
         live: state.live.take(),
+        explains: std::mem::replace(&mut state.explains, std::sync::mpsc::channel().1),
     };
     state.note_table(state.computed.seconds);
     Ok(())

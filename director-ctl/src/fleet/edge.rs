@@ -159,6 +159,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
                 table: s.table.clone(),
                 zones: None,
                 http: None,
+                explain: None,
             },
         )?;
     }

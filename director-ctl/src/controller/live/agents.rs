@@ -68,6 +68,22 @@ pub fn fetch(url: &str) -> Result<Report> {
     serde_json::from_slice(&body).with_context(|| format!("agent {url}: not an RTT report"))
 }
 
+/// `explain` as a running `run` decides it (its `/explain` on the metrics listener).
+pub fn explain_from(
+    addr: SocketAddr,
+    service: &str,
+    client: std::net::IpAddr,
+) -> Result<crate::api::Explain> {
+    let body = get(addr, &format!("/explain?service={service}&client={client}"))
+        .with_context(|| format!("asking run at {addr}"))?;
+    serde_json::from_slice(&body).with_context(|| {
+        format!(
+            "run at {addr}: {}",
+            String::from_utf8_lossy(&body).trim_end()
+        )
+    })
+}
+
 fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
     s.set_read_timeout(Some(Duration::from_secs(3)))?;
@@ -85,7 +101,11 @@ fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>> {
         httparse::Status::Partial => bail!("the response ended inside its headers"),
     };
     if resp.code != Some(200) {
-        bail!("HTTP status {}", resp.code.unwrap_or(0));
+        bail!(
+            "HTTP status {}: {}",
+            resp.code.unwrap_or(0),
+            String::from_utf8_lossy(&raw[start..]).trim_end()
+        );
     }
     let chunked = resp.headers.iter().any(|h| {
         h.name.eq_ignore_ascii_case("transfer-encoding")

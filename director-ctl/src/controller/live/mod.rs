@@ -211,6 +211,7 @@ impl Live {
                     &mut site.rtt,
                     t.iter().map(|(p, v, _)| (*p, Some(*v))).collect(),
                 );
+                site.rtt_live = t.iter().map(|(p, _, src)| (*p, src.clone())).collect();
                 r.tables[i] = t;
             }
         }
@@ -291,6 +292,9 @@ impl Live {
                     fresh.push(rtt);
                 }
                 let changed = data.replace_rtt(fresh);
+                for (site, t) in data.sites.iter_mut().zip(&r.tables) {
+                    site.rtt_live = t.iter().map(|(p, _, src)| (*p, src.clone())).collect();
+                }
                 out.rtt = changed.len();
                 out.prefixes.extend(changed);
             }
