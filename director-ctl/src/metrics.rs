@@ -34,6 +34,21 @@ pub struct Table {
     /// An edge of a fleet: the version it answers from, and since when the store has not
     /// confirmed that version is current.
     pub fleet: Option<FleetTable>,
+    /// Live inputs, when `run` has them.
+    pub live: Option<LiveTable>,
+}
+
+/// BMP sessions and agents' measurements, as `run` last looked.
+#[derive(Clone, Debug, Default)]
+pub struct LiveTable {
+    /// Per router: its name (address, or sysName), connected, synced, routes held.
+    pub routers: Vec<(String, bool, bool, usize)>,
+    /// Bytes the routes and their interned attributes take.
+    pub rib_bytes: usize,
+    /// Per site: client prefixes with a live RTT.
+    pub rtt: Vec<(String, usize)>,
+    /// Agents whose last poll failed.
+    pub agents_failing: usize,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -372,6 +387,55 @@ pub fn render(src: &Sources) -> Result<String> {
             "Seconds since the store last confirmed this edge's table is the fleet's current \
              one (it keeps answering from it meanwhile).",
             f.stale_seconds(),
+        )?;
+    }
+    if let Some(l) = &t.live {
+        let up = gauge(
+            &reg,
+            "director_bmp_session_up",
+            "1 while a router's BMP session is up (0: lost, its routes kept for the hold time).",
+            &["router"],
+        )?;
+        let synced = gauge(
+            &reg,
+            "director_bmp_synced",
+            "1 once a router has sent its whole table in its current session.",
+            &["router"],
+        )?;
+        let routes = gauge(
+            &reg,
+            "director_bmp_routes",
+            "Routes held from a router (all its peers and RIBs).",
+            &["router"],
+        )?;
+        for (name, c, s, n) in &l.routers {
+            up.with_label_values(&[name.as_str()])
+                .set(f64::from(u8::from(*c)));
+            synced
+                .with_label_values(&[name.as_str()])
+                .set(f64::from(u8::from(*s)));
+            routes.with_label_values(&[name.as_str()]).set(*n as f64);
+        }
+        single(
+            &reg,
+            "director_bmp_rib_bytes",
+            "Memory the BMP routes and their interned attributes take.",
+            l.rib_bytes as f64,
+        )?;
+        let rtt = gauge(
+            &reg,
+            "director_rtt_live_prefixes",
+            "Client prefixes with an RTT from an agent, by site (after the roll-up).",
+            &["site"],
+        )?;
+        for (site, n) in &l.rtt {
+            rtt.with_label_values(&[site.as_str()]).set(*n as f64);
+        }
+        single(
+            &reg,
+            "director_rtt_agents_failing",
+            "RTT agents whose last poll failed.",
+            l.agents_failing as f64,
         )?;
     }
     let steered = counter(

@@ -359,6 +359,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
                 continue;
             }
             looked = Instant::now();
+            state.note_live();
             // Queries to an address the host gained are answered from the next poll on;
             // to one it lost, passed to the host.
             if let Err(e) = follow_addresses(&mut m, pin_dir) {
@@ -686,7 +687,18 @@ impl State {
             last_recompute: now,
             last_recompute_seconds: seconds,
             fleet: None,
+            live: self.live.as_ref().map(|l| l.stats(&self.cfg.plan)),
         };
+    }
+
+    /// The live inputs' state for the metrics (sessions come and go between changes).
+    fn note_live(&self) {
+        if let Some(l) = &self.live {
+            self.table
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .live = Some(l.stats(&self.cfg.plan));
+        }
     }
 
     /// Re-sorts every decision when a server went down or came back up since the last

@@ -1,39 +1,148 @@
-//! TEMPORARY placeholder until the BMP collector lands.
-use std::sync::Arc;
-use std::time::Instant;
+//! `run`'s side of the BMP collector: the listener (director-ctl's `bmp`), the collector
+//! state it feeds (director-plan's `inputs::bmp`) and each site's view of it.
 
-use anyhow::Result;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
 use director_plan::config::Config;
+use director_plan::inputs::bmp::{Collector, RouterRef, RouterStatus, Settings, ViewSpec};
 use director_plan::model::Route;
 use ipnet::IpNet;
 
 use super::Wake;
 use crate::api::Log;
+use crate::bmp::Listener;
 
-pub struct Bgp;
+pub struct Bgp {
+    collector: Arc<Mutex<Collector>>,
+    listener: Listener,
+    /// Per site (config order): its view, if it has a `bmp_router`.
+    views: Vec<Option<ViewSpec>>,
+    started: Instant,
+    hold: Duration,
+    last_tick: Instant,
+}
+
+fn views(cfg: &Config) -> Result<Vec<Option<ViewSpec>>> {
+    cfg.sites
+        .iter()
+        .map(|s| {
+            s.bmp_router
+                .as_deref()
+                .map(|r| {
+                    ViewSpec::parse(r, s.bmp_peer.as_deref(), s.bmp_policy.as_deref())
+                        .with_context(|| format!("[[site]] {:?}", s.name))
+                })
+                .transpose()
+        })
+        .collect()
+}
 
 impl Bgp {
-    pub fn start(_cfg: &Config, _log: Log, _wake: Arc<Wake>) -> Result<Option<Bgp>> {
-        Ok(None)
+    /// Listens on `[bgp] bmp_listen`, if the config has it.
+    pub fn start(cfg: &Config, log: Log, wake: Arc<Wake>) -> Result<Option<Bgp>> {
+        let Some(addr) = cfg.bgp.bmp_listen else {
+            return Ok(None);
+        };
+        let hold = Duration::from_secs(cfg.bgp.hold);
+        let collector = Arc::new(Mutex::new(Collector::new(Settings {
+            hold,
+            quiet: Duration::from_secs(cfg.bgp.quiet),
+        })));
+        let listener = Listener::start(addr, Arc::clone(&collector), move || wake.notify(), log)
+            .context("[bgp] bmp_listen")?;
+        Ok(Some(Bgp {
+            collector,
+            listener,
+            views: views(cfg)?,
+            started: Instant::now(),
+            hold,
+            last_tick: Instant::now(),
+        }))
     }
-    pub fn reconfigure(&mut self, _cfg: &Config) {}
-    pub fn all_synced(&mut self, _now: Instant) -> bool {
-        true
+
+    fn collector(&self) -> MutexGuard<'_, Collector> {
+        self.collector.lock().unwrap_or_else(PoisonError::into_inner)
     }
-    pub fn tick(&mut self, _now: Instant) {}
+
+    /// A reloaded config's views (the listener and the timers are the start's).
+    pub fn reconfigure(&mut self, cfg: &Config) {
+        match views(cfg) {
+            Ok(v) => self.views = v,
+            // The config was validated; a view it cannot give is left as it was.
+            Err(e) => log::warn!("BMP views kept: {e:#}"),
+        }
+    }
+
+    /// Every site's router has sent its table in its current session, or the hold time
+    /// since `run` started has passed (a router that never comes is not waited for longer
+    /// than its routes would have been kept).
+    pub fn all_synced(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.started) >= self.hold {
+            return true;
+        }
+        let status = self.collector().status(now);
+        self.views
+            .iter()
+            .flatten()
+            .all(|v| status.iter().any(|r| is(r, &v.router) && r.synced))
+    }
+
+    /// No connected router is in the middle of sending its table.
+    pub fn settled(&self) -> bool {
+        self.collector().all_synced()
+    }
+
+    /// Runs the collector's timers (about once a second).
+    pub fn tick(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.last_tick) >= Duration::from_secs(1) {
+            self.last_tick = now;
+            self.listener.tick();
+        }
+    }
+
     pub fn dirty(&self) -> bool {
-        false
+        self.collector().dirty_len() > 0
     }
+
     pub fn take_dirty(&mut self) -> Vec<IpNet> {
-        Vec::new()
+        self.collector().take_dirty()
     }
-    pub fn has_view(&self, _site: usize) -> bool {
-        false
+
+    pub fn has_view(&self, site: usize) -> bool {
+        self.views.get(site).is_some_and(Option::is_some)
     }
-    pub fn best(&self, _site: usize, _p: &IpNet) -> Option<Route> {
-        None
+
+    /// The site's live best route for exactly `p`.
+    pub fn best(&self, site: usize, p: &IpNet) -> Option<Route> {
+        let v = self.views.get(site)?.as_ref()?;
+        self.collector().best(v, p)
     }
-    pub fn table(&self, _site: usize) -> Vec<(IpNet, Route)> {
-        Vec::new()
+
+    /// The site's whole live table.
+    pub fn table(&self, site: usize) -> Vec<(IpNet, Route)> {
+        match self.views.get(site).and_then(Option::as_ref) {
+            Some(v) => self.collector().table(v),
+            None => Vec::new(),
+        }
+    }
+
+    /// Every router's state.
+    pub fn status(&self) -> Vec<RouterStatus> {
+        self.collector().status(Instant::now())
+    }
+
+    /// Routes held and bytes of memory they take (the RIBs and interned attributes).
+    pub fn size(&self) -> (usize, usize) {
+        let c = self.collector();
+        (c.routes(), c.heap_bytes())
+    }
+}
+
+fn is(r: &RouterStatus, want: &RouterRef) -> bool {
+    match want {
+        RouterRef::Addr(a) => r.address == *a,
+        RouterRef::Name(n) => r.name.as_deref() == Some(n.as_str()),
     }
 }

@@ -237,7 +237,7 @@ impl Live {
         if first.elapsed() < DEBOUNCE {
             return Changes::default();
         }
-        if !self.bgp_ready() {
+        if self.bgp.as_ref().is_some_and(|b| !b.settled()) {
             // A router is sending its table: decide once it has sent all of it.
             return Changes::default();
         }
@@ -365,9 +365,31 @@ impl Live {
             .map(|i| &t[i].2)
     }
 
-    /// The BMP collector's state, for `status` and the metrics.
-    pub fn bgp(&self) -> Option<&bgp::Bgp> {
-        self.bgp.as_ref()
+    /// What the metrics show of the live inputs.
+    pub fn stats(&self, cfg: &Config) -> crate::metrics::LiveTable {
+        let mut t = crate::metrics::LiveTable::default();
+        if let Some(b) = &self.bgp {
+            t.routers = b
+                .status()
+                .into_iter()
+                .map(|r| {
+                    let routes = r.peers.iter().map(|p| p.routes).sum();
+                    let name = r.name.unwrap_or_else(|| r.address.to_string());
+                    (name, r.connected, r.synced, routes)
+                })
+                .collect();
+            t.rib_bytes = b.size().1;
+        }
+        if let Some(r) = &self.rtt {
+            t.rtt = cfg
+                .sites
+                .iter()
+                .zip(&r.tables)
+                .map(|(s, t)| (s.name.clone(), t.len()))
+                .collect();
+            t.agents_failing = r.failing.len();
+        }
+        t
     }
 }
 
