@@ -444,6 +444,24 @@ pub enum Event {
     AgentFailing { agent: String, error: String },
     /// An RTT agent answers again.
     AgentReached { agent: String },
+    /// A router opened a BMP session (`name`: the sysName of its Initiation, if sent).
+    BmpUp {
+        router: IpAddr,
+        name: Option<String>,
+    },
+    /// A router's BMP session ended (`error` says why, unless it closed cleanly); its routes
+    /// are stale until it comes back or the hold time passes.
+    BmpDown {
+        router: IpAddr,
+        error: Option<String>,
+    },
+    /// A router's initial dump is in: `routes` from `peers` peers, `ms` after it connected.
+    BmpSynced {
+        router: IpAddr,
+        peers: usize,
+        routes: usize,
+        ms: u64,
+    },
 }
 
 /// How `run` and what it starts (the health checks) log their events, on stderr.

@@ -7,6 +7,7 @@
 //! layer checks the same way.
 
 pub mod api;
+pub mod bmp;
 pub mod checked;
 pub mod cli;
 pub mod controller;

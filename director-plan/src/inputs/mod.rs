@@ -2,6 +2,8 @@
 //!
 //! - [`mrt`]: MRT RIB and update files (bgpkit-parser) to one best
 //!   [`crate::model::Route`] per prefix;
+//! - [`bmp`]: live routes from routers' BMP sessions (RFC 7854), the same routes kept up to
+//!   date (pure: the listener in director-ctl hands in bytes and the time);
 //! - [`geo`]: a MaxMind DB GeoIP database to (network,
 //!   [`crate::model::GeoPoint`]) pairs;
 //! - [`csv`]: measured RTTs and operator-given client locations;
@@ -11,7 +13,9 @@
 //! Every error is an `anyhow` error whose message (with `{}`) names the file, the line or record
 //! where there is one, and the reason. None of these readers panics on bad input.
 
+pub mod bmp;
 pub mod csv;
+mod decision;
 #[cfg(test)]
 mod fuzz;
 pub mod geo;

@@ -49,13 +49,13 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use bgpkit_parser::models::{
-    AsPath, AsPathSegment, AttributeValue, Attributes, Bgp4MpEnum, Bgp4MpType, BgpMessage,
-    BgpState, BgpUpdateMessage, LegacyBgp, MrtMessage, NetworkPrefix, NextHopAddress, Origin, Safi,
-    TableDumpMessage, TableDumpV2Message, TableDumpV2Type,
+    AttributeValue, Bgp4MpEnum, Bgp4MpType, BgpMessage, BgpState, BgpUpdateMessage, LegacyBgp,
+    MrtMessage, NetworkPrefix, Safi, TableDumpMessage, TableDumpV2Message, TableDumpV2Type,
 };
 use bgpkit_parser::parser::iters::{RecoveryConfig, RecoveryEvent};
 use bgpkit_parser::BgpkitParser;
 
+use super::decision::{self, attrs_of, Attrs, Ranked};
 use crate::model::{IpNet, Route};
 
 /// Which peer's view to take: its address, or its AS number (all sessions of that AS).
@@ -98,7 +98,7 @@ impl fmt::Display for PeerSelector {
 }
 
 impl PeerSelector {
-    fn matches(&self, ip: IpAddr, asn: u32) -> bool {
+    pub(crate) fn matches(&self, ip: IpAddr, asn: u32) -> bool {
         match *self {
             PeerSelector::Addr(a) => a == ip,
             PeerSelector::Asn(n) => n == asn,
@@ -156,17 +156,6 @@ pub fn open_decompressed(path: &Path) -> Result<Box<dyn Read + Send>> {
         }
         _ => Box::new(reader),
     })
-}
-
-/// A route's attributes as the decision process needs them.
-#[derive(Clone, Copy, Debug)]
-struct Attrs {
-    path_len: u32,
-    neighbor_as: u32,
-    next_hop: Option<IpAddr>,
-    med: Option<u32>,
-    local_pref: Option<u32>,
-    origin: u8,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -359,7 +348,7 @@ impl State {
                         unknown += 1;
                         continue;
                     };
-                    let attrs = route_attrs(&entry.attributes, self.peers[peer as usize].asn);
+                    let attrs = attrs_of(&entry.attributes, self.peers[peer as usize].asn, None);
                     let path_id = entry.path_id.or(rib.prefix.path_id).unwrap_or(0);
                     self.announce(prefix, peer, path_id, attrs);
                 }
@@ -417,7 +406,7 @@ impl State {
 
     fn table_dump_v1(&mut self, m: TableDumpMessage) {
         let peer = self.peer(m.peer_ip, u32::from(m.peer_asn));
-        let attrs = route_attrs(&m.attributes, u32::from(m.peer_asn));
+        let attrs = attrs_of(&m.attributes, u32::from(m.peer_asn), None);
         self.announce(m.prefix.prefix, peer, 0, attrs);
     }
 
@@ -446,7 +435,7 @@ impl State {
         if update.announced_prefixes.is_empty() && mp_announced.is_empty() {
             return;
         }
-        let attrs = route_attrs(&update.attributes, self.peers[peer as usize].asn);
+        let attrs = attrs_of(&update.attributes, self.peers[peer as usize].asn, None);
         for p in update.announced_prefixes.iter().chain(mp_announced) {
             self.announce(p.prefix, peer, p.path_id.unwrap_or(0), attrs);
         }
@@ -497,99 +486,20 @@ impl State {
     }
 }
 
-/// Decision steps 1-3 then the tie-breaks; smaller is better.
-fn key(c: &Candidate, peers: &[PeerInfo]) -> (std::cmp::Reverse<u32>, u32, u8, IpAddr, u32) {
-    (
-        std::cmp::Reverse(c.attrs.local_pref.unwrap_or(100)),
-        c.attrs.path_len,
-        c.attrs.origin,
-        peers[c.peer as usize].ip,
-        c.path_id,
-    )
-}
-
+/// The best live candidate (routes of a session that went down since do not count).
 fn best<'a>(list: &'a [Candidate], peers: &[PeerInfo]) -> Option<&'a Candidate> {
-    let live = || {
-        list.iter()
-            .filter(|c| c.epoch == peers[c.peer as usize].epoch)
-    };
-    let mut it = live();
-    let first = it.next()?;
-    if it.next().is_none() {
-        return Some(first);
-    }
-    // Best per neighbour AS, with MED (step 4) between steps 3 and 5.
-    let mut groups: Vec<&Candidate> = Vec::new();
-    for c in live() {
-        match groups
-            .iter_mut()
-            .find(|g| g.attrs.neighbor_as == c.attrs.neighbor_as)
-        {
-            None => groups.push(c),
-            Some(g) => {
-                let (kc, kg) = (key(c, peers), key(g, peers));
-                let better = (&kc.0, kc.1, kc.2, c.attrs.med.unwrap_or(0), kc.3, kc.4)
-                    < (&kg.0, kg.1, kg.2, g.attrs.med.unwrap_or(0), kg.3, kg.4);
-                if better {
-                    *g = c;
-                }
-            }
-        }
-    }
-    groups.into_iter().min_by_key(|c| key(c, peers))
-}
-
-/// The attributes of a route; `peer_as` stands in for the neighbour AS of an empty path.
-fn route_attrs(attributes: &Attributes, peer_as: u32) -> Attrs {
-    let mut as_path: Option<&AsPath> = None;
-    let mut as4_path: Option<&AsPath> = None;
-    let mut next_hop = None;
-    let mut mp_next_hop = None;
-    let mut med = None;
-    let mut local_pref = None;
-    let mut origin = Origin::INCOMPLETE;
-    for attr in attributes.iter() {
-        match attr {
-            AttributeValue::AsPath(p) => as_path = Some(p),
-            AttributeValue::As4Path(p) => as4_path = Some(p),
-            AttributeValue::NextHop(a) => next_hop = Some(*a),
-            AttributeValue::MpReachNlri(n) => {
-                mp_next_hop = n.next_hop.as_ref().map(NextHopAddress::global_addr);
-            }
-            AttributeValue::MultiExitDiscriminator(m) => med = Some(*m),
-            AttributeValue::LocalPreference(l) => local_pref = Some(*l),
-            AttributeValue::Origin(o) => origin = *o,
-            _ => {}
-        }
-    }
-    let merged;
-    let path = match (as_path, as4_path) {
-        (Some(p), Some(p4)) => {
-            merged = AsPath::merge_aspath_as4path(p, p4);
-            Some(&merged)
-        }
-        (p, p4) => p.or(p4),
-    };
-    let (path_len, first_as) = match path {
-        Some(p) => (
-            p.route_len() as u32,
-            p.iter_segments()
-                .find_map(|s| match s {
-                    AsPathSegment::AsSequence(v) | AsPathSegment::AsSet(v) => v.first().copied(),
-                    _ => None,
-                })
-                .map(u32::from),
-        ),
-        None => (0, None),
-    };
-    Attrs {
-        path_len,
-        neighbor_as: first_as.unwrap_or(peer_as),
-        next_hop: next_hop.or(mp_next_hop),
-        med,
-        local_pref,
-        origin: origin as u8,
-    }
+    let live = list
+        .iter()
+        .filter(|c| c.epoch == peers[c.peer as usize].epoch)
+        .map(|c| {
+            let ranked = Ranked {
+                attrs: &c.attrs,
+                peer_ip: peers[c.peer as usize].ip,
+                path_id: c.path_id,
+            };
+            (c, ranked)
+        });
+    decision::best(live)
 }
 
 #[cfg(test)]
@@ -597,8 +507,8 @@ mod tests {
     use super::*;
     use crate::inputs::test_data;
     use bgpkit_parser::models::{
-        Afi, Asn, Attributes, Bgp4MpMessage, Bgp4MpStateChange, CommonHeader, ElemType, EntryType,
-        MrtRecord, Nlri,
+        Afi, AsPath, AsPathSegment, Asn, Attributes, Bgp4MpMessage, Bgp4MpStateChange,
+        CommonHeader, ElemType, EntryType, MrtRecord, NextHopAddress, Nlri, Origin,
     };
     use std::collections::{BTreeMap, HashSet};
     use std::io::Write;
