@@ -779,12 +779,9 @@ impl RouterLab {
             log = self.router.log.display(),
             id = router_v4(0),
         );
-        for i in 0..self.injectors.len() {
+        for (i, as_) in INJECTOR_AS.iter().enumerate().take(self.injectors.len()) {
             let peer = injector_v4(i);
-            c += &format!(
-                " neighbor {peer} remote-as {as_}\n neighbor {peer} timers connect 1\n",
-                as_ = INJECTOR_AS[i]
-            );
+            c += &format!(" neighbor {peer} remote-as {as_}\n neighbor {peer} timers connect 1\n");
         }
         for af in ["ipv4", "ipv6"] {
             c += &format!(" address-family {af} unicast\n");
@@ -827,12 +824,11 @@ impl RouterLab {
             "[global.config]\n  as = {ROUTER_AS}\n  router-id = \"{}\"\n  port = {BGP_PORT}\n",
             router_v4(0)
         );
-        for i in 0..self.injectors.len() {
+        for (i, as_) in INJECTOR_AS.iter().enumerate().take(self.injectors.len()) {
             c += &format!(
                 "\n[[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"{}\"\n\
-                 \x20   peer-as = {}\n{GOBGP_TIMERS}{GOBGP_AFIS}",
+                 \x20   peer-as = {as_}\n{GOBGP_TIMERS}{GOBGP_AFIS}",
                 injector_v4(i),
-                INJECTOR_AS[i]
             );
         }
         let policy = match self.policy {

@@ -198,7 +198,7 @@ impl Bmp {
                 .any(|e| e.elem_type == ElemType::WITHDRAW && e.prefix.prefix == p)
                 .then_some(()),
             _ => None,
-        })
+        });
     }
 
     #[track_caller]
@@ -214,7 +214,7 @@ impl Bmp {
         self.wait(WITHIN, &format!("peer down of {peer}"), |m| match m {
             Msg::PeerDown { peer: p } if *p == peer => Some(()),
             _ => None,
-        })
+        });
     }
 }
 
