@@ -28,6 +28,11 @@
 //! FRR quirks this harness works around or that tests should expect (FRR 8.4): without
 //! `soft-reconfiguration inbound` FRR's pre-policy dump is empty; it prepends its own AS to
 //! the AS path in route monitoring (pre-policy too). GoBGP sends no End-of-RIB after its dump.
+//!
+//! IPv6 prefixes ride the IPv4 sessions (both address families are active; the next hop is
+//! the injector's IPv6 link address). FRR takes them and reports them over BMP (a standard
+//! MP_REACH_NLRI, seen on the wire), but no test asserts them yet: in router_lab's reader
+//! the bgpkit-parsed update had no elements, which is still to be explained.
 
 use std::{
     collections::HashSet,
