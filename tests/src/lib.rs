@@ -9,5 +9,6 @@ pub mod netns;
 pub mod nginx;
 pub mod packets;
 pub mod pins;
+pub mod routers;
 pub mod tempdir;
 pub mod vipnet;

@@ -34,6 +34,10 @@ const PACKAGES: &[(&str, &str)] = &[
     // The fleet tests' store: a three-member cluster in a namespace (tests/src/fleet.rs).
     ("etcd-server", "etcd"),
     ("etcd-client", "etcdctl"),
+    // The router lab's BGP speakers that send BMP (tests/src/routers.rs): FRR's bgpd (in
+    // /usr/lib/frr, with its bmp module) and GoBGP (injectors, and a router of its own).
+    ("frr", "vtysh"),
+    ("gobgpd", "gobgpd"),
     // director-ctl's etcd client (etcd-client, tonic) compiles etcd's .proto files.
     ("protobuf-compiler", "protoc"),
 ];
