@@ -95,6 +95,8 @@ struct Setup {
     metrics_port: u16,
 }
 
+/// The edge lab, a router of `kind` with two injector peers reporting to `run`, and `run`
+/// with the router's first table in.
 fn setup(tag: &str, kind: RouterKind, hold: u64) -> Setup {
     let dir = TempDir::new("dlive", tag);
     let lab = Lab::new();
@@ -103,7 +105,10 @@ fn setup(tag: &str, kind: RouterKind, hold: u64) -> Setup {
         tag,
         &lab.edge_ns,
         std::net::SocketAddr::new(COLLECTOR.parse().unwrap(), BMP_PORT),
-        Options::new(kind),
+        Options {
+            peers: 2,
+            ..Options::new(kind)
+        },
     );
     let metrics_port = 19_180;
     let cfg = dir.path("director.toml");
@@ -176,14 +181,26 @@ fn frr_routes_steer_answers_and_withdrawals_follow_within_a_second() {
     // The router's own AS, which FRR puts in front in BMP, is not counted.
     assert_eq!(bgp.as_path_len, 2, "{bgp:?}");
 
+    // The peer that announced it goes down: its routes go with it.
     let t = Instant::now();
-    s.routers.peer_down();
+    s.routers.peer_down_at(0);
     until(&s.lab, CLIENT, Y_V4, Duration::from_secs(5));
     let down = t.elapsed();
     eprintln!("peer down → answer: {down:?}");
     assert!(down <= Duration::from_secs(2), "peer down took {down:?}");
-    s.routers.peer_up();
+    s.routers.peer_up_at(0);
+    s.routers.announce(PREFIX, &[64501], None, None);
     until(&s.lab, CLIENT, X_V4, Duration::from_secs(20));
+
+    // Both peers down at once: every site would lose everything; the routes stand.
+    s.routers.peer_down_at(0);
+    s.routers.peer_down_at(1);
+    s.run
+        .wait_for("lost all its peers", 1, Duration::from_secs(10));
+    for _ in 0..10 {
+        assert_eq!(answer(&s.lab, CLIENT), X_V4, "refused loss applied");
+        sleep(Duration::from_millis(100));
+    }
     s.run.assert_alive();
     drop(s.dir);
 }
@@ -208,7 +225,8 @@ fn a_lost_session_keeps_routes_for_the_hold_time_and_a_restart_keeps_decisions()
         assert_eq!(answer(&s.lab, CLIENT), X_V4, "at {:?}", cut.elapsed());
         sleep(Duration::from_millis(200));
     }
-    let gone = until(&s.lab, CLIENT, Y_V4, Duration::from_secs(hold + 5)) + Duration::from_secs(hold - 1);
+    let gone =
+        until(&s.lab, CLIENT, Y_V4, Duration::from_secs(hold + 5)) + Duration::from_secs(hold - 1);
     eprintln!("routes removed {gone:?} after the BMP link was cut (hold {hold} s)");
     s.routers.bmp_up();
     until(&s.lab, CLIENT, X_V4, Duration::from_secs(30));
@@ -220,7 +238,12 @@ fn a_lost_session_keeps_routes_for_the_hold_time_and_a_restart_keeps_decisions()
     let mut run = Controller::start(&s.lab, &cfg, &s.dir.path("run2.log"));
     let mut asked = 0;
     while run.count("synced") == 0 {
-        assert_eq!(answer(&s.lab, CLIENT), X_V4, "during the restart, at {:?}", t.elapsed());
+        assert_eq!(
+            answer(&s.lab, CLIENT),
+            X_V4,
+            "during the restart, at {:?}",
+            t.elapsed()
+        );
         asked += 1;
         assert!(t.elapsed() < Duration::from_secs(30), "{}", run.log());
     }
@@ -250,7 +273,11 @@ fn a_slice_of_the_real_table_is_taken_and_decided() {
     let mut s = setup("slice", RouterKind::Frr, 300);
     let table = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/data/bgp/rib.20140523.0600.slice-clean.bz2");
-    assert!(table.is_file(), "{} is missing (shared/data)", table.display());
+    assert!(
+        table.is_file(),
+        "{} is missing (shared/data)",
+        table.display()
+    );
     let before = s.run.count("live inputs changed");
     let t = Instant::now();
     let inj = s.routers.inject_mrt(&table, Some(50_000));

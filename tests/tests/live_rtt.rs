@@ -60,7 +60,8 @@ fn site(lab: &Lab, name: &str, one_way_ms: u64) -> Site {
     );
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let log = std::env::temp_dir().join(format!("live-rtt-agent-{}-{name}.log", std::process::id()));
+    let log =
+        std::env::temp_dir().join(format!("live-rtt-agent-{}-{name}.log", std::process::id()));
     let child = Command::new("nsenter")
         .arg(format!("--net=/run/netns/{}", lab.edge_ns))
         .arg(ctl_binary())

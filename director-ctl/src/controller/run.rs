@@ -397,6 +397,11 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
             && !confirmed
             && !changed.is_empty()
             && changed.iter().all(|f| state.cfg.plan.rtt.files.contains(f));
+        if confirmed {
+            if let Some(l) = &mut state.live {
+                l.confirmed = true;
+            }
+        }
         // SIGUSR1 is the operator's confirmation: this one recompute may remove anything.
         let share = (!confirmed).then_some(o.max_removal_share);
         let t = Instant::now();

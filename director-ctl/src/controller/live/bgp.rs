@@ -10,7 +10,7 @@ use director_plan::inputs::bmp::{Collector, RouterRef, RouterStatus, Settings, V
 use director_plan::model::Route;
 use ipnet::IpNet;
 
-use super::Wake;
+use super::wake::Wake;
 use crate::api::Log;
 use crate::bmp::Listener;
 
@@ -63,7 +63,9 @@ impl Bgp {
     }
 
     fn collector(&self) -> MutexGuard<'_, Collector> {
-        self.collector.lock().unwrap_or_else(PoisonError::into_inner)
+        self.collector
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A reloaded config's views (the listener and the timers are the start's).
@@ -100,6 +102,24 @@ impl Bgp {
             self.last_tick = now;
             self.listener.tick();
         }
+    }
+
+    /// Every site's router has lost every BGP peer it had (and had some), or the router
+    /// itself is gone: then the sites' whole live tables would go at once.
+    pub fn every_view_lost_its_peers(&self) -> bool {
+        let status = self.status();
+        let mut any = false;
+        for v in self.views.iter().flatten() {
+            any = true;
+            let lost = status
+                .iter()
+                .filter(|r| is(r, &v.router))
+                .all(|r| !r.peers.is_empty() && r.peers.iter().all(|p| !p.up));
+            if !lost || !status.iter().any(|r| is(r, &v.router)) {
+                return false;
+            }
+        }
+        any
     }
 
     pub fn dirty(&self) -> bool {

@@ -6,10 +6,13 @@
 
 pub mod agents;
 pub mod bgp;
+pub mod wake;
+
+pub use wake::Wake;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
@@ -32,36 +35,6 @@ pub const DEBOUNCE: Duration = Duration::from_millis(100);
 /// More changed prefixes than this are decided again in one full pass (a peer's whole
 /// table; a subtree at a time would cost more).
 pub const FULL_PASS: usize = 20_000;
-
-/// Wakes `run`'s loop when a live input changed, so that it does not sleep its poll out.
-#[derive(Default)]
-pub struct Wake {
-    flag: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl Wake {
-    pub fn notify(&self) {
-        *self
-            .flag
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-        self.cond.notify_all();
-    }
-
-    /// Sleeps up to `timeout`, less if notified (since the last wait).
-    pub fn wait(&self, timeout: Duration) {
-        let g = self
-            .flag
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (mut g, _) = self
-            .cond
-            .wait_timeout_while(g, timeout, |woken| !*woken)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *g = false;
-    }
-}
 
 /// What one look at the live inputs changed.
 #[derive(Debug, Default)]
@@ -95,6 +68,11 @@ pub struct Live {
     wake: Arc<Wake>,
     /// When the oldest change not yet taken was first seen.
     since: Option<Instant>,
+    /// The loss of every view's peers was refused (logged once).
+    refused: bool,
+    /// The operator confirmed a removal (SIGUSR1): the next change is taken whatever it
+    /// removes.
+    pub confirmed: bool,
     log: Log,
 }
 
@@ -146,6 +124,8 @@ impl Live {
             file_rtt: Vec::new(),
             wake,
             since: None,
+            refused: false,
+            confirmed: false,
             log,
         }))
     }
@@ -244,6 +224,26 @@ impl Live {
         self.since = None;
         let mut out = Changes::default();
         if let Some(b) = &mut self.bgp {
+            if b.every_view_lost_its_peers() && !self.confirmed {
+                // Withdrawals and a peer going down are taken as they come; every site
+                // losing every peer at once looks like the collector's side of the network,
+                // not the Internet's: the routes stand until a peer is back or an operator
+                // confirms (SIGUSR1).
+                if !self.refused {
+                    self.refused = true;
+                    self.log.event(
+                        Event::Refused {
+                            error: "every BMP view lost all its peers".into(),
+                        },
+                        "every site's BMP router lost all its peers at once: keeping their \
+                         routes until a peer is back (SIGUSR1 to take the loss)"
+                            .into(),
+                    );
+                }
+                return out;
+            }
+            self.refused = false;
+            self.confirmed = false;
             let dirty = b.take_dirty();
             out.bgp = dirty.len();
             if dirty.len() > FULL_PASS {
