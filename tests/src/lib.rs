@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests.
 pub mod bench;
 pub mod config;
+pub mod delay;
 pub mod farm;
 pub mod fixture;
 pub mod fleet;
@@ -9,5 +10,6 @@ pub mod netns;
 pub mod nginx;
 pub mod packets;
 pub mod pins;
+pub mod rtt;
 pub mod tempdir;
 pub mod vipnet;
