@@ -339,9 +339,9 @@ mod tests {
 
     #[test]
     fn layouts_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<RttKey>(), 20);
-        assert_eq!(core::mem::size_of::<RttStats>(), 24 + 2 * HIST_BUCKETS);
-        assert_eq!(core::mem::align_of::<RttStats>(), 8);
+        assert_eq!(size_of::<RttKey>(), 20);
+        assert_eq!(size_of::<RttStats>(), 24 + 2 * HIST_BUCKETS);
+        assert_eq!(align_of::<RttStats>(), 8);
     }
 
     #[test]

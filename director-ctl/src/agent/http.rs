@@ -45,8 +45,11 @@ fn respond(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
     } else {
         let doc = {
             // A poisoned lock still holds the last whole document (it is replaced whole).
-            let mut d = shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            d.now_ms = super::now_ms();
+            let mut d = shared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            d.now_ms = super::window::now_ms();
             d
         };
         match serde_json::to_string(&doc) {

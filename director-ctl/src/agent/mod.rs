@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::controller::run::{install_signals, stopping};
 use crate::kernel::rtt::{cgroup2_root, RttProbe};
-use window::Windows;
+use window::{now_ms, Windows};
 
 /// How long a drain waits after flipping the generation before it reads the old one: a
 /// program run that read the old generation ends within microseconds.
@@ -33,13 +33,6 @@ pub struct Options {
     pub max_prefixes: u32,
     /// A prefix's record is dropped once its window ended this long ago.
     pub retain_s: u64,
-}
-
-/// Unix time in ms.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn check(o: &Options) -> Result<()> {
@@ -122,7 +115,9 @@ pub fn run(o: &Options) -> Result<()> {
             counters.lost,
             counters.no_rtt
         );
-        let mut doc = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let mut doc = shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         doc.records = windows.records();
         doc.counters = counters;
     }

@@ -1,7 +1,7 @@
 //! The agent's windows: each drain's per-prefix samples add to the window being filled;
 //! when it ends, every prefix with enough samples gets its record replaced by this
 //! window's. Windows start at multiples of their length in Unix time, so records of the
-//! same window from every site cover the same span. Pure: the clock is passed in.
+//! same window from every site cover the same span. Pure: the clock ([`now_ms`]) is passed in.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -30,6 +30,13 @@ pub struct Windows {
     retain_ms: u64,
     current: HashMap<IpNet, Hist>,
     last: BTreeMap<IpNet, RttRecord>,
+}
+
+/// Unix time in ms: the clock the agent passes in (and stamps its reports with).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn aligned(t: u64, len: u64) -> u64 {
