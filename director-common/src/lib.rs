@@ -17,6 +17,7 @@ pub mod maps;
 pub mod name;
 pub mod peers;
 pub mod rrl;
+pub mod rtt;
 pub mod select;
 pub mod steer;
 

@@ -548,3 +548,47 @@ pub struct FleetEdge {
     pub report_age_s: f64,
     pub version_age_s: f64,
 }
+
+/// `GET /rtt` of `director-ctl agent`: per client prefix, the handshake RTTs of its last
+/// complete window at this site. The controller reads it with this same type.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RttReport {
+    pub version: u32,
+    pub site: String,
+    /// Window length; windows start at multiples of it (Unix time), at every site alike.
+    pub window_s: u64,
+    /// The agent's clock when it answered (Unix ms), to judge the records' age by.
+    pub now_ms: u64,
+    /// Sorted by prefix.
+    pub records: Vec<RttRecord>,
+    pub counters: RttCounters,
+}
+
+/// One prefix's last complete window with at least `--min-samples` handshakes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RttRecord {
+    /// The client /24 (IPv4) or /48 (IPv6).
+    pub prefix: IpNet,
+    pub min_ms: f64,
+    /// From a log histogram: within 4.5 % of the true median (exact when min = max).
+    pub median_ms: f64,
+    pub samples: u64,
+    /// [start, end) in Unix ms. The first window after the agent starts begins when it did.
+    pub window_start_ms: u64,
+    pub window_end_ms: u64,
+}
+
+/// Totals since the agent attached.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RttCounters {
+    /// Handshake RTTs taken by the kernel program.
+    pub samples: u64,
+    /// Samples whose prefix's entry was evicted before a drain read it (map too small).
+    pub lost: u64,
+    /// Handshakes the kernel had no RTT for (retransmitted SYN-ACK, SYN cookie).
+    pub no_rtt: u64,
+    /// Samples the map refused an entry for.
+    pub no_entry: u64,
+    /// Windows closed.
+    pub windows: u64,
+}

@@ -6,6 +6,7 @@
 //! to the kernel). [`api`] holds the `--json` documents and [`checked`] the values every
 //! layer checks the same way.
 
+pub mod agent;
 pub mod api;
 pub mod bmp;
 pub mod checked;

@@ -19,10 +19,15 @@ mod parse;
 mod policy;
 mod rewrite;
 mod rrl;
+mod rtt;
 mod steer;
 mod turnaround;
 
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{sock_ops, xdp},
+    programs::{SockOpsContext, XdpContext},
+};
 use aya_log_ebpf::debug;
 use director_common::{
     counters::Reason,
@@ -152,4 +157,14 @@ pub fn director_decap(ctx: XdpContext) -> u32 {
     // Passed either way: a frame that is not ours is the stack's to judge.
     let _ = decap::strip(&ctx);
     xdp_action::XDP_PASS
+}
+
+/// Passive RTT for `director-ctl agent` (see `rtt`): attached to a cgroup of a site's
+/// servers, never to director's edge. Each accepted connection's handshake RTT is added
+/// to its client prefix's histogram; the connection itself is not touched.
+#[sock_ops]
+pub fn director_rtt(ctx: SockOpsContext) -> u32 {
+    rtt::observe(&ctx);
+    // sock_ops programs answer 1 for "carry on"; no reply is set.
+    1
 }

@@ -4,7 +4,7 @@
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
     macros::map,
-    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, LruHashMap, LruPerCpuHashMap, PerCpuArray},
 };
 use director_common::{
     counters::COUNTER_SLOTS,
@@ -16,6 +16,7 @@ use director_common::{
         MAX_RRL_EXEMPT, MAX_SERVERS, MAX_SERVICES, NAME_SLOTS,
     },
     rrl,
+    rtt::{RttKey, RttStats, COUNT_SLOTS as RTT_COUNT_SLOTS},
     steer::{Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS},
 };
 
@@ -120,3 +121,19 @@ pub static DIR_STEER_COUNTERS: PerCpuArray<u64> = PerCpuArray::pinned(COUNT_SLOT
 /// Connections steered per server (new and moved flows).
 #[map]
 pub static DIR_SRV_FLOWS: PerCpuArray<u64> = PerCpuArray::pinned(MAX_SERVERS, 0);
+
+/// `director_rtt`'s maps, none pinned: each agent loads its own copy and reads it itself.
+/// Client prefix → this CPU's handshake RTTs (`director_common::rtt`). One entry here, so
+/// that loading the object for the XDP program allocates nothing for it; the agent sets
+/// the size at load (`--max-prefixes`, default `MAX_RTT_PREFIXES`).
+#[map]
+pub static DIR_RTT: LruPerCpuHashMap<RttKey, RttStats> = LruPerCpuHashMap::with_max_entries(1, 0);
+/// `[0]`: the generation new samples go under (the agent flips it before each drain).
+#[map]
+pub static DIR_RTT_GEN: Array<u32> = Array::with_max_entries(1, 0);
+/// Never written: the zero value new `DIR_RTT` entries start from.
+#[map]
+pub static DIR_RTT_ZERO: Array<RttStats> = Array::with_max_entries(1, 0);
+/// Samples per generation, handshakes without an RTT, inserts refused (`rtt::Count`).
+#[map]
+pub static DIR_RTT_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(RTT_COUNT_SLOTS, 0);

@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests.
 pub mod bench;
 pub mod config;
+pub mod delay;
 pub mod farm;
 pub mod fixture;
 pub mod fleet;
@@ -10,5 +11,6 @@ pub mod nginx;
 pub mod packets;
 pub mod pins;
 pub mod routers;
+pub mod rtt;
 pub mod tempdir;
 pub mod vipnet;

@@ -186,6 +186,39 @@ enum Cmd {
         #[arg(long)]
         zones: PathBuf,
     },
+    /// On a site's servers: measure the handshake RTT of every accepted TCP connection (a
+    /// cgroup sock_ops program), per client /24 and /48, and serve each prefix's last
+    /// complete window as JSON at `GET /rtt` for the controller. Stops on SIGINT/SIGTERM.
+    Agent {
+        /// This site's name, as the controller knows it.
+        #[arg(long)]
+        site: String,
+        /// The cgroup v2 directory whose sockets are measured (with its descendants').
+        /// Default: the cgroup2 root found in /proc/mounts (every socket of the host).
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
+        /// Where `GET /rtt` is served.
+        #[arg(long, default_value = "127.0.0.1:9470")]
+        listen: std::net::SocketAddr,
+        /// Window length in seconds; windows start at multiples of it in Unix time.
+        #[arg(long, default_value_t = 10)]
+        window_s: u64,
+        /// How often the kernel's map is drained, in milliseconds (bounds how many
+        /// prefixes it must hold at once).
+        #[arg(long, default_value_t = 2000)]
+        drain_ms: u64,
+        /// A prefix's window is reported only with at least this many handshakes.
+        #[arg(long, default_value_t = 1)]
+        min_samples: u64,
+        /// Client prefixes the kernel map holds between two drains (memory: this × CPUs ×
+        /// 280 bytes); past it, the least recently used are evicted and counted as lost.
+        #[arg(long, default_value_t = director_common::rtt::MAX_RTT_PREFIXES)]
+        max_prefixes: u32,
+        /// A prefix with no new window is still reported until its last ended this long
+        /// ago, in seconds.
+        #[arg(long, default_value_t = 300)]
+        retain_s: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -915,6 +948,25 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Zone(c) => zone(c)?,
         Cmd::Serve { zones } => crate::dns::serve(&dir, &zones)?,
+        Cmd::Agent {
+            site,
+            cgroup,
+            listen,
+            window_s,
+            drain_ms,
+            min_samples,
+            max_prefixes,
+            retain_s,
+        } => crate::agent::run(&crate::agent::Options {
+            site,
+            cgroup,
+            listen,
+            window_s,
+            drain_ms,
+            min_samples,
+            max_prefixes,
+            retain_s,
+        })?,
         Cmd::Check { config, json } => {
             let report = controller::check(&config)?;
             show(json, &report, |r| print::check(&config, r))?;
@@ -956,7 +1008,7 @@ pub fn main() {
             std::process::exit(2);
         }
     };
-    if matches!(cli.cmd, Cmd::Run { .. }) {
+    if matches!(cli.cmd, Cmd::Run { .. } | Cmd::Agent { .. }) {
         // `run` is a daemon: a reader of its log going away is no reason to die by signal.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     }

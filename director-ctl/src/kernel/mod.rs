@@ -15,6 +15,7 @@ pub mod nexthop;
 pub mod pins;
 pub mod program;
 pub mod resolve;
+pub mod rtt;
 pub mod steer;
 
 pub use lock::WriteLock;

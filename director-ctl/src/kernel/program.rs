@@ -62,7 +62,7 @@ pub fn program_mut(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
         .try_into()?)
 }
 
-fn verifier_error(e: aya::programs::ProgramError) -> anyhow::Error {
+pub(super) fn verifier_error(e: aya::programs::ProgramError) -> anyhow::Error {
     // The verifier log is long; its last lines say what failed.
     let text = format!("{e:#?}");
     let tail: Vec<&str> = text.lines().rev().take(25).collect();
@@ -83,7 +83,7 @@ fn is_bpffs(path: &Path) -> bool {
 }
 
 /// Pins need a bpffs; many machines mount one at /sys/fs/bpf, some do not.
-fn ensure_bpffs_dir(dir: &Path) -> Result<()> {
+pub(super) fn ensure_bpffs_dir(dir: &Path) -> Result<()> {
     let mount = Path::new("/sys/fs/bpf");
     if dir.starts_with(mount) && !is_bpffs(mount) {
         let (src, fstype) = (c"bpf", c"bpf");
@@ -401,7 +401,7 @@ fn attach_helper_locked(dir: &Path, iface: &str, helper: Helper, mode: Mode) -> 
 const HELPER_MAPS: &str = "helper-maps-";
 
 /// A directory of map pins removed on drop (on every path out of a helper's attach).
-struct MapPins(PathBuf);
+pub(super) struct MapPins(pub(super) PathBuf);
 
 impl Drop for MapPins {
     fn drop(&mut self) {
@@ -447,7 +447,7 @@ pub fn detach_helper(pin_dir: &Path, iface: &str, helper: Helper) -> Result<()> 
 }
 
 /// The names of the maps in director's object (what a load pins).
-fn object_map_names() -> Result<Vec<String>> {
+pub(super) fn object_map_names() -> Result<Vec<String>> {
     let obj = aya_obj::Object::parse(EBPF_OBJECT).context("reading the XDP object")?;
     Ok(obj.maps.keys().cloned().collect())
 }

@@ -1,0 +1,145 @@
+//! `director-ctl agent`: passive RTT at a site. The sock_ops program (`kernel::rtt`) takes
+//! the handshake RTT of every connection the site's servers accept; this loop drains its
+//! map every `--drain-ms`, adds the samples to per-prefix windows ([`window`]) and
+//! publishes each prefix's last complete window at `GET /rtt` ([`http`]), which the
+//! controller polls. One log line per window. SIGINT/SIGTERM detach and end it.
+
+pub mod http;
+pub mod window;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::controller::run::{install_signals, stopping};
+use crate::kernel::rtt::{cgroup2_root, RttProbe};
+use window::{now_ms, Windows};
+
+/// How long a drain waits after flipping the generation before it reads the old one: a
+/// program run that read the old generation ends within microseconds.
+const GRACE: Duration = Duration::from_millis(10);
+
+pub struct Options {
+    pub site: String,
+    /// The cgroup v2 directory whose sockets (and its descendants') are measured; `None`:
+    /// the cgroup2 root (every socket of the host).
+    pub cgroup: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub window_s: u64,
+    pub drain_ms: u64,
+    pub min_samples: u64,
+    pub max_prefixes: u32,
+    /// A prefix's record is dropped once its window ended this long ago.
+    pub retain_s: u64,
+}
+
+fn check(o: &Options) -> Result<()> {
+    if o.site.is_empty() || o.site.contains(char::is_whitespace) {
+        bail!("--site {:?}: a name without spaces", o.site);
+    }
+    if o.window_s == 0 {
+        bail!("--window-s: at least 1");
+    }
+    if o.drain_ms < 50 || o.drain_ms > o.window_s * 1000 {
+        bail!(
+            "--drain-ms {}: from 50 to the window ({} ms)",
+            o.drain_ms,
+            o.window_s * 1000
+        );
+    }
+    if o.max_prefixes < 16 {
+        bail!("--max-prefixes {}: at least 16", o.max_prefixes);
+    }
+    Ok(())
+}
+
+pub fn run(o: &Options) -> Result<()> {
+    check(o)?;
+    let cgroup = match &o.cgroup {
+        Some(c) => c.clone(),
+        None => cgroup2_root()?,
+    };
+    install_signals();
+    let mut probe = RttProbe::attach(&cgroup, o.max_prefixes)?;
+    let shared = http::empty(&o.site, o.window_s);
+    http::serve(o.listen, shared.clone())?;
+    eprintln!(
+        "director-ctl agent: site {}: measuring accepted connections in {}; GET http://{}/rtt",
+        o.site,
+        cgroup.display(),
+        o.listen
+    );
+    let mut windows = Windows::new(
+        o.window_s * 1000,
+        now_ms(),
+        o.min_samples,
+        o.retain_s * 1000,
+    );
+    let drain = Duration::from_millis(o.drain_ms);
+    let mut counters = crate::api::RttCounters::default();
+    let mut next_drain = Instant::now() + drain;
+    while !stopping() {
+        // The next drain: at its interval, or at the window's end if that comes first, so
+        // that every sample is counted in the window it was taken in (to within the grace).
+        let until_end = Duration::from_millis(windows.end_ms().saturating_sub(now_ms()));
+        let due = next_drain.min(Instant::now() + until_end);
+        if !sleep_until(due) {
+            break;
+        }
+        next_drain = Instant::now() + drain;
+        let d = probe.drain(GRACE).context("draining DIR_RTT")?;
+        for (prefix, h) in &d.prefixes {
+            windows.add(*prefix, h);
+        }
+        counters.samples = d.counted.samples;
+        counters.no_rtt = d.counted.no_rtt;
+        counters.no_entry = d.counted.no_entry;
+        counters.lost += d.lost;
+        let now = now_ms();
+        if now < windows.end_ms() {
+            continue;
+        }
+        let c = windows.close(now);
+        counters.windows += 1;
+        eprintln!(
+            "director-ctl agent: site {}: window {}..{}: {} samples, {} prefixes ({} reported), \
+             {} lost, {} without rtt",
+            o.site,
+            c.start_ms,
+            c.end_ms,
+            c.samples,
+            c.prefixes,
+            c.reported,
+            counters.lost,
+            counters.no_rtt
+        );
+        let mut doc = shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        doc.records = windows.records();
+        doc.counters = counters;
+    }
+    drop(probe);
+    eprintln!(
+        "director-ctl agent: site {}: stopped; detached from {}",
+        o.site,
+        cgroup.display()
+    );
+    Ok(())
+}
+
+/// Sleeps until `due` in short steps; false if a signal asked to stop meanwhile.
+fn sleep_until(due: Instant) -> bool {
+    loop {
+        if stopping() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        std::thread::sleep((due - now).min(Duration::from_millis(100)));
+    }
+}

@@ -1,0 +1,258 @@
+//! The agent's sock_ops program (`director_rtt`): loaded from director's object, attached
+//! to a cgroup through a bpf_link only this process holds (the kernel detaches it when the
+//! process ends, however it ends), and its map drained.
+//!
+//! The object's maps are made by any load of it. The pinned ones (the edge's) go into a
+//! directory of this process's own, unpinned once loaded, so an edge's pins on the same
+//! host are neither reused nor touched, and each is sized to one entry: this process reads
+//! only the unpinned RTT maps, which are its own.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use aya::maps::{Array, MapData, MapError, PerCpuArray, PerCpuHashMap};
+use aya::programs::{CgroupAttachMode, SockOps};
+use aya::{Ebpf, EbpfLoader};
+use director_common::rtt::{
+    self, Count, Hist, RttKey, RttStats, FAMILY_V4, MAP_RTT, MAP_RTT_COUNTERS, MAP_RTT_GEN,
+    PROGRAM_RTT, V4_PREFIX_LEN, V6_PREFIX_LEN,
+};
+use ipnet::IpNet;
+
+use super::program::{
+    ensure_bpffs_dir, object_map_names, require_privileges, verifier_error, MapPins,
+};
+use crate::EBPF_OBJECT;
+
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+/// The cgroup2 mount point in /proc/mounts (/sys/fs/cgroup on unified hosts,
+/// /sys/fs/cgroup/unified on hybrid ones).
+pub fn cgroup2_root() -> Result<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").context("reading /proc/mounts")?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, at, fstype) = (f.next()?, f.next()?, f.next()?);
+            (fstype == "cgroup2").then(|| PathBuf::from(at))
+        })
+        .next()
+        .context("no cgroup2 file system is mounted (see /proc/mounts): give --cgroup")
+}
+
+fn is_cgroup2(path: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a C string and a zeroed statfs that live across the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == CGROUP2_SUPER_MAGIC }
+}
+
+/// What the kernel counted since the attach, all CPUs together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Samples written (both generations).
+    pub samples: u64,
+    /// Handshakes without an RTT (retransmitted SYN-ACK, SYN cookie).
+    pub no_rtt: u64,
+    /// Samples dropped because the map refused their prefix an entry.
+    pub no_entry: u64,
+}
+
+/// One drain: per prefix, what the handshakes since the last drain measured.
+#[derive(Debug, Default)]
+pub struct Drained {
+    pub prefixes: Vec<(IpNet, Hist)>,
+    pub samples: u64,
+    /// Samples counted by the program but not found: their entries were evicted (the map
+    /// was full) before this drain read them.
+    pub lost: u64,
+    pub counted: Counted,
+}
+
+/// The attached program and its maps; dropping it detaches the program.
+pub struct RttProbe {
+    stats: PerCpuHashMap<MapData, RttKey, RttStats>,
+    gen: Array<MapData, u32>,
+    counters: PerCpuArray<MapData, u64>,
+    /// The generation the program writes under now.
+    writing: u8,
+    /// Per generation, its samples counter when it was last drained.
+    drained_at: [u64; 2],
+    max_prefixes: u32,
+    /// Last: holds the program and its link (dropped after the maps).
+    _ebpf: Ebpf,
+}
+
+impl RttProbe {
+    /// Loads `director_rtt` with a `DIR_RTT` of `max_prefixes` entries and attaches it to
+    /// the cgroup v2 directory `cgroup` (its sockets and those of every cgroup below it).
+    pub fn attach(cgroup: &Path, max_prefixes: u32) -> Result<RttProbe> {
+        require_privileges("agent")?;
+        if !is_cgroup2(cgroup) {
+            bail!(
+                "{} is not a cgroup v2 directory (the cgroup2 mount is in /proc/mounts)",
+                cgroup.display()
+            );
+        }
+        let mut ebpf = load(max_prefixes)?;
+        let prog: &mut SockOps = ebpf
+            .program_mut(PROGRAM_RTT)
+            .with_context(|| format!("the object has no program named {PROGRAM_RTT}"))?
+            .try_into()?;
+        prog.load()
+            .map_err(verifier_error)
+            .context("the kernel refused the sock_ops program")?;
+        let dir = File::open(cgroup).with_context(|| format!("opening {}", cgroup.display()))?;
+        // A bpf_link (kernel 5.7+): it goes beside any other sock_ops program of the cgroup
+        // whatever the mode, and the kernel refuses link flags, so the mode must be Single
+        // (no flags), not AllowMultiple.
+        prog.attach(dir, CgroupAttachMode::Single)
+            .with_context(|| format!("attaching to the cgroup {}", cgroup.display()))?;
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .with_context(|| format!("the object has no map {name}"))
+        };
+        let stats = PerCpuHashMap::try_from(take(MAP_RTT)?)?;
+        let gen = Array::try_from(take(MAP_RTT_GEN)?)?;
+        let counters = PerCpuArray::try_from(take(MAP_RTT_COUNTERS)?)?;
+        Ok(RttProbe {
+            stats,
+            gen,
+            counters,
+            writing: 0,
+            drained_at: [0; 2],
+            max_prefixes,
+            _ebpf: ebpf,
+        })
+    }
+
+    /// Flips the generation, waits `grace` for program runs that read the old one to end,
+    /// then reads and deletes every entry of the old one.
+    ///
+    /// Why a flip rather than reading and deleting entries in place: a program run that
+    /// found an entry just before the delete would write its sample into memory already
+    /// read (and, in an LRU map, possibly reused), and the sample would be lost unseen.
+    /// After the flip nothing writes the old generation's entries (a run takes
+    /// microseconds; the grace is milliseconds), so every one is read whole.
+    pub fn drain(&mut self, grace: Duration) -> Result<Drained> {
+        let old = self.writing;
+        self.writing = old ^ 1;
+        self.gen
+            .set(0, u32::from(self.writing), 0)
+            .context("flipping DIR_RTT_GEN")?;
+        std::thread::sleep(grace);
+        let mut out = Drained::default();
+        let mut prefixes = Vec::new();
+        for key in self.keys_of(old) {
+            let values = match self.stats.get(&key, 0) {
+                Ok(v) => v,
+                // Evicted since it was listed: counted as lost below.
+                Err(MapError::KeyNotFound) => continue,
+                Err(e) => return Err(e).context("reading DIR_RTT"),
+            };
+            let mut h = Hist::default();
+            for v in values.iter() {
+                h.add_stats(v);
+            }
+            match self.stats.remove(&key) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(e).context("deleting from DIR_RTT"),
+            }
+            out.samples += h.samples;
+            prefixes.push((prefix_of(&key), h));
+        }
+        out.prefixes = prefixes;
+        let total = self.count(rtt::samples_slot(old))?;
+        let written = total.saturating_sub(self.drained_at[usize::from(old)]);
+        self.drained_at[usize::from(old)] = total;
+        out.lost = written.saturating_sub(out.samples);
+        out.counted = Counted {
+            samples: self.count(rtt::samples_slot(0))? + self.count(rtt::samples_slot(1))?,
+            no_rtt: self.count(Count::NoRtt as u32)?,
+            no_entry: self.count(Count::NoEntry as u32)?,
+        };
+        Ok(out)
+    }
+
+    /// The keys of generation `gen`, each once. Listing walks the hash with get_next_key;
+    /// a key evicted under it restarts the walk, so the walk is bounded and deduplicated.
+    fn keys_of(&self, gen: u8) -> HashSet<RttKey> {
+        let bound = 4 * self.max_prefixes as usize + 16;
+        self.stats
+            .keys()
+            .take(bound)
+            .filter_map(Result::ok)
+            .filter(|k| k.gen == gen)
+            .collect()
+    }
+
+    fn count(&self, slot: u32) -> Result<u64> {
+        let per_cpu = self
+            .counters
+            .get(&slot, 0)
+            .context("reading DIR_RTT_COUNTERS")?;
+        Ok(per_cpu.iter().sum())
+    }
+}
+
+/// The prefix a key stands for.
+pub fn prefix_of(k: &RttKey) -> IpNet {
+    let mut bytes = [0u8; 16];
+    for (chunk, w) in bytes.chunks_exact_mut(4).zip(k.addr) {
+        chunk.copy_from_slice(&w.to_ne_bytes());
+    }
+    let (ip, len) = if k.family == FAMILY_V4 {
+        let b = [bytes[0], bytes[1], bytes[2], bytes[3]];
+        (IpAddr::V4(Ipv4Addr::from(b)), V4_PREFIX_LEN)
+    } else {
+        (IpAddr::V6(Ipv6Addr::from(bytes)), V6_PREFIX_LEN)
+    };
+    // The lengths are constants within both families' bounds.
+    IpNet::new(ip, len).unwrap_or_else(|_| IpNet::from(ip))
+}
+
+/// Loads the object with its pinned maps in a directory of this process's own (removed
+/// once loaded) and every one of the edge's maps shrunk to one entry.
+fn load(max_prefixes: u32) -> Result<Ebpf> {
+    let names = object_map_names()?;
+    let pins = MapPins(PathBuf::from(format!(
+        "/sys/fs/bpf/director-agent-{}",
+        std::process::id()
+    )));
+    ensure_bpffs_dir(&pins.0)?;
+    let mut loader = EbpfLoader::new();
+    loader.default_map_pin_directory(&pins.0);
+    for name in names
+        .iter()
+        .filter(|n| n.starts_with("DIR_") && !n.starts_with("DIR_RTT"))
+    {
+        loader.map_max_entries(name, 1);
+    }
+    loader.map_max_entries(MAP_RTT, max_prefixes);
+    let ebpf = loader
+        .load(EBPF_OBJECT)
+        .context("loading director's object (are you root?)")?;
+    drop(pins);
+    Ok(ebpf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_their_prefixes() {
+        let w = |b: [u8; 4]| u32::from_ne_bytes(b);
+        let k = rtt::key_v4(0, w([198, 51, 100, 7]));
+        assert_eq!(prefix_of(&k).to_string(), "198.51.100.0/24");
+        let k = rtt::key_v6(1, [w([0x20, 0x01, 0x0d, 0xb8]), w([0, 2, 0, 9]), 0, 1]);
+        assert_eq!(prefix_of(&k).to_string(), "2001:db8:2::/48");
+    }
+}

@@ -1,0 +1,236 @@
+//! `director-ctl agent` end to end (root): handshakes through a userspace delay line
+//! (`director_tests::delay`) to a server in a cgroup of the test's own, measured by the
+//! agent's sock_ops program and read back from `GET /rtt`.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use director_ctl::api::{RttRecord, RttReport};
+use director_tests::delay::{enter, DelayLink};
+use director_tests::rtt::{
+    connect_all, cpu_ns, into_next_window, report, start_agent, start_sink, Cgroup,
+};
+
+const SINK: &str = env!("CARGO_BIN_EXE_accept_sink");
+
+fn ips(list: &[&str]) -> Vec<IpAddr> {
+    list.iter()
+        .map(|s| s.parse().expect("an address"))
+        .collect()
+}
+
+/// Polls `/rtt` until every prefix of `want` has a record of the window ending at
+/// `end_ms`; returns those records by prefix.
+fn window_records(
+    agent: SocketAddr,
+    end_ms: u64,
+    want: &[&str],
+    log: impl Fn() -> String,
+) -> BTreeMap<String, RttRecord> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut last: Option<RttReport> = None;
+    while Instant::now() < deadline {
+        if let Ok(r) = report(agent) {
+            let got: BTreeMap<String, RttRecord> = r
+                .records
+                .iter()
+                .filter(|x| x.window_end_ms == end_ms)
+                .map(|x| (x.prefix.to_string(), x.clone()))
+                .collect();
+            if want.iter().all(|p| got.contains_key(*p)) {
+                return got;
+            }
+            last = Some(r);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "no window ending at {end_ms} for all of {want:?}; last report {last:#?}\nagent log:\n{}",
+        log()
+    );
+}
+
+fn assert_near(r: &RttRecord, want_ms: f64) {
+    let tol = (want_ms * 0.05).max(2.0);
+    assert!(
+        (r.min_ms - want_ms).abs() <= tol,
+        "{}: min {} ms, configured {want_ms} ms (±{tol})",
+        r.prefix,
+        r.min_ms
+    );
+    assert!(
+        r.median_ms >= r.min_ms && (r.median_ms - want_ms).abs() <= tol * 1.5,
+        "{}: median {} ms, configured {want_ms} ms",
+        r.prefix,
+        r.median_ms
+    );
+}
+
+/// Connections from three IPv4 /24s (one with two addresses) and two IPv6 /48s over a
+/// 20 ms + 20 ms path: each prefix's window has exactly its connections and a minimum
+/// within 2 ms (or 5 %) of 40 ms. Then the delay steps to 40 ms each way, and the first
+/// window that starts after the step shows 80 ms.
+#[test]
+fn handshake_rtt_per_prefix_and_a_step_change() {
+    let clients = ips(&[
+        "192.0.2.10",
+        "192.0.2.11",
+        "198.51.100.10",
+        "203.0.113.10",
+        "2001:db8:1::10",
+        "2001:db8:2::10",
+    ]);
+    let servers = ips(&["198.18.0.1", "2001:db8:ff::1"]);
+    let link = DelayLink::new(&clients, &servers, Duration::from_millis(20));
+    let cg = Cgroup::new("rtt-step");
+    let dst: Vec<SocketAddr> = servers.iter().map(|a| SocketAddr::new(*a, 8080)).collect();
+    let _sink = start_sink(SINK.as_ref(), &link.server_ns, &cg, &dst);
+    let window_ms = 3000;
+    let (agent, listen) = start_agent(&cg, window_ms / 1000, 500);
+    let per_source = 6;
+    let want: BTreeMap<&str, u64> = [
+        ("192.0.2.0/24", 2 * per_source as u64),
+        ("198.51.100.0/24", per_source as u64),
+        ("203.0.113.0/24", per_source as u64),
+        ("2001:db8:1::/48", per_source as u64),
+        ("2001:db8:2::/48", per_source as u64),
+    ]
+    .into();
+    let prefixes: Vec<&str> = want.keys().copied().collect();
+
+    // All connections well inside one window (they take about 100 ms).
+    let start = into_next_window(window_ms, 300);
+    connect_all(&link.client_ns, &clients, &dst, per_source);
+    assert!(
+        now_before(start + window_ms - 500),
+        "the connections took too long"
+    );
+    let got = window_records(listen, start + window_ms, &prefixes, || agent.log());
+    for (p, r) in &got {
+        println!(
+            "{p}: min {:.3} ms, median {:.3} ms, {} samples (configured 40 ms)",
+            r.min_ms, r.median_ms, r.samples
+        );
+        assert_eq!(r.samples, want[p.as_str()], "{p}: samples");
+        assert_eq!(r.window_start_ms, start, "{p}");
+        assert_near(r, 40.0);
+    }
+
+    link.set_delay(Duration::from_millis(40));
+    let start = into_next_window(window_ms, 300);
+    connect_all(&link.client_ns, &clients, &dst, 2);
+    let got = window_records(listen, start + window_ms, &prefixes, || agent.log());
+    for (p, r) in &got {
+        println!(
+            "after the step: {p}: min {:.3} ms, median {:.3} ms, {} samples (configured 80 ms)",
+            r.min_ms, r.median_ms, r.samples
+        );
+        assert_eq!(r.samples, 2 * want[p.as_str()] / per_source as u64, "{p}");
+        assert_near(r, 80.0);
+    }
+    let r = report(listen).expect("a report");
+    assert_eq!(r.site, "test-site");
+    assert_eq!(r.window_s, 3);
+    assert_eq!(r.counters.lost, 0);
+    assert!(link.relayed() > 0);
+}
+
+fn now_before(t: u64) -> bool {
+    director_tests::rtt::now_ms() < t
+}
+
+/// The agent detaches on SIGTERM: it exits 0 and says so.
+#[test]
+fn agent_stops_on_sigterm() {
+    let cg = Cgroup::new("rtt-stop");
+    let (mut agent, _) = start_agent(&cg, 2, 500);
+    assert!(
+        agent.stop(Duration::from_secs(5)),
+        "still running after SIGTERM"
+    );
+    let st = agent.child.wait().expect("its status");
+    assert!(st.success(), "exit {st}: {}", agent.log());
+    assert!(agent.log().contains("detached"), "{}", agent.log());
+}
+
+/// A rate figure: many short connections on the server namespace's loopback, from 1,024
+/// /24s of 127/8 (bounded in count and time); every handshake is counted, and the agent's
+/// own CPU (all its threads, from schedstat) stays small. Prints samples/s and CPU.
+#[test]
+fn rate_and_agent_cpu() {
+    const CONNECTIONS: usize = 30_000;
+    const THREADS: usize = 4;
+    const PREFIXES: usize = 1024;
+    let link = DelayLink::new(&[], &[], Duration::ZERO);
+    let cg = Cgroup::new("rtt-rate");
+    let port = 8081;
+    let dst: SocketAddr = ([127, 0, 0, 1], port).into();
+    let _sink = start_sink(SINK.as_ref(), &link.server_ns, &cg, &[dst]);
+    let (agent, listen) = start_agent(&cg, 2, 2000);
+    let cpu0 = cpu_ns(agent.pid());
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(30);
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let ns = link.server_ns.clone();
+            std::thread::spawn(move || -> usize {
+                enter(&ns).expect("entering the namespace");
+                let mut made = 0;
+                for i in 0..CONNECTIONS / THREADS {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    // 1,024 client /24s, so that each drain has many entries to read.
+                    let k = (t * CONNECTIONS / THREADS + i) % PREFIXES;
+                    let src: IpAddr = format!("127.{}.{}.1", 1 + k / 256, k % 256)
+                        .parse()
+                        .expect("an address");
+                    let s =
+                        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                            .expect("a socket");
+                    // Reset on close: no TIME_WAIT piles up on either side.
+                    s.set_linger(Some(Duration::ZERO)).expect("linger");
+                    s.bind(&SocketAddr::new(src, 0).into()).expect("bind");
+                    if s.connect(&dst.into()).is_ok() {
+                        made += 1;
+                    }
+                }
+                made
+            })
+        })
+        .collect();
+    let made: usize = threads
+        .into_iter()
+        .map(|t| t.join().expect("a client thread"))
+        .sum();
+    let load = t0.elapsed();
+    // Until the agent has drained (and published) every sample.
+    let wait = Instant::now() + Duration::from_secs(10);
+    let counters = loop {
+        let c = report(listen).expect("a report").counters;
+        if c.samples >= made as u64 || Instant::now() > wait {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let wall = t0.elapsed();
+    let cpu = cpu_ns(agent.pid()) - cpu0;
+    let rate = made as f64 / load.as_secs_f64();
+    let share = cpu as f64 / wall.as_nanos() as f64;
+    println!(
+        "rate: {made} connections in {:.2} s = {rate:.0} handshake samples/s; agent CPU {:.1} ms \
+         over {:.2} s = {:.2} % of a core; counters {counters:?}",
+        load.as_secs_f64(),
+        cpu as f64 / 1e6,
+        wall.as_secs_f64(),
+        share * 100.0
+    );
+    assert_eq!(counters.samples, made as u64, "every handshake sampled");
+    assert_eq!(counters.lost, 0);
+    assert!(
+        share < 0.10,
+        "the agent used {:.1} % of a core",
+        share * 100.0
+    );
+}
