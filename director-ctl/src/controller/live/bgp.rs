@@ -134,10 +134,13 @@ impl Bgp {
         self.views.get(site).is_some_and(Option::is_some)
     }
 
-    /// The site's live best route for exactly `p`.
-    pub fn best(&self, site: usize, p: &IpNet) -> Option<Route> {
-        let v = self.views.get(site)?.as_ref()?;
-        self.collector().best(v, p)
+    /// The site's live best route for each of `prefixes` (one look at the collector).
+    pub fn best_of(&self, site: usize, prefixes: &[IpNet]) -> Vec<Option<Route>> {
+        let Some(v) = self.views.get(site).and_then(Option::as_ref) else {
+            return vec![None; prefixes.len()];
+        };
+        let c = self.collector();
+        prefixes.iter().map(|p| c.best(v, p)).collect()
     }
 
     /// The site's whole live table.

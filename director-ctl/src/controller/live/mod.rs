@@ -245,40 +245,39 @@ impl Live {
             self.refused = false;
             self.confirmed = false;
             let dirty = b.take_dirty();
-            out.bgp = dirty.len();
-            if dirty.len() > FULL_PASS {
-                for (i, site) in data.sites.iter_mut().enumerate() {
-                    if let Some(files) = &self.file_routes[i] {
-                        let mut routes = files.clone();
-                        patch(
-                            &mut routes,
-                            b.table(i).into_iter().map(|(p, r)| (p, Some(r))).collect(),
-                        );
-                        site.routes = routes;
+            // The collector names every prefix whose candidates changed; only those whose
+            // best route at a site changed are decided again (a peer going down while
+            // another has the same routes changes none).
+            let mut changed: Vec<IpNet> = Vec::new();
+            for (i, site) in data.sites.iter_mut().enumerate() {
+                let Some(files) = &self.file_routes[i] else {
+                    continue;
+                };
+                let live = b.best_of(i, &dirty);
+                let mut changes = Vec::new();
+                for (p, now) in dirty.iter().zip(live) {
+                    let now = now.or_else(|| {
+                        files
+                            .binary_search_by_key(&sort_key(p), |e| sort_key(&e.0))
+                            .ok()
+                            .map(|j| files[j].1.clone())
+                    });
+                    let before = site
+                        .routes
+                        .binary_search_by_key(&sort_key(p), |e| sort_key(&e.0))
+                        .ok()
+                        .map(|j| &site.routes[j].1);
+                    if now.as_ref() != before {
+                        changes.push((*p, now));
                     }
                 }
-                out.full = true;
-            } else if !dirty.is_empty() {
-                for (i, site) in data.sites.iter_mut().enumerate() {
-                    let Some(files) = &self.file_routes[i] else {
-                        continue;
-                    };
-                    let changes = dirty
-                        .iter()
-                        .map(|p| {
-                            let r = b.best(i, p).or_else(|| {
-                                files
-                                    .binary_search_by_key(&sort_key(p), |e| sort_key(&e.0))
-                                    .ok()
-                                    .map(|j| files[j].1.clone())
-                            });
-                            (*p, r)
-                        })
-                        .collect();
-                    patch(&mut site.routes, changes);
-                }
+                changed.extend(changes.iter().map(|c| c.0));
+                patch(&mut site.routes, changes);
             }
-            out.prefixes = dirty;
+            changed.sort_unstable_by_key(sort_key);
+            changed.dedup();
+            out.bgp = changed.len();
+            out.prefixes = changed;
         }
         if let Some(r) = &mut self.rtt {
             if r.changed || out.bgp > 0 {
