@@ -1,10 +1,11 @@
 //! `cargo xtask bench`: per-packet cost from BPF_PROG_TEST_RUN, answers per second on a veth
 //! against knot in the same run, TCP steering to a VIP (its cost per packet, and HTTP through
 //! director, nftables DNAT and HAProxy with the edge's CPU per connection), the
-//! controller's full-scale compile, and health checks at scale (1,000 servers x 3 services
-//! every second), printed as tables
-//! (the bench programs of the test crate). Issue 8's starting program is built from its
-//! commit beside ours, so that its cost per answer is measured in the same run.
+//! controller's full-scale compile, health checks at scale (1,000 servers x 3 services
+//! every second), and live BGP over BMP at full table scale (a replayer in the bench as the
+//! router), printed as tables (the bench programs of the test crate). Issue 8's starting
+//! program is built from its commit beside ours, so that its cost per answer is measured in
+//! the same run.
 //! `--only <section>` runs one part, e.g. `--only testrun` for the per-packet cost alone
 //! (bench's section 1 and 1b, bench_steer's S1): minutes where the whole takes much longer.
 
@@ -53,15 +54,16 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
 }
 
 /// The sections `--only` takes, as the bench binaries name them (director_tests::bench::args).
-pub const SECTIONS: [&str; 5] = ["testrun", "wire", "controller", "health", "fleet"];
+pub const SECTIONS: [&str; 6] = ["testrun", "wire", "controller", "health", "fleet", "live"];
 
 /// Each bench binary with the sections it has, in the order they run.
-const BINARIES: [(&str, &[&str]); 5] = [
+const BINARIES: [(&str, &[&str]); 6] = [
     ("bench", &["testrun", "wire"]),
     ("bench_steer", &["testrun", "wire"]),
     ("bench_controller", &["controller"]),
     ("bench_health", &["health"]),
     ("bench_fleet", &["fleet"]),
+    ("bench_live", &["live"]),
 ];
 
 pub fn run_bench(seconds: u32, baseline: Option<&str>, only: Option<&str>) -> Result<()> {
