@@ -198,8 +198,8 @@ impl Live {
         data.summary.rtt_measurements = data.sites.iter().map(|s| s.rtt.len()).sum();
     }
 
-    /// Takes what changed since the last look, once it has been quiet for [`DEBOUNCE`] (or
-    /// waited that long), into `data`; the caller decides the prefixes again.
+    /// Takes what changed since the last look into `data`, [`DEBOUNCE`] after the first of
+    /// it (so a burst is one change); the caller decides the prefixes again.
     pub fn take(&mut self, data: &mut Data) -> Changes {
         let fresh_rtt = self.poll_agents();
         let dirty_bgp = match &mut self.bgp {
