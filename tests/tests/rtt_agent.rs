@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use director_ctl::api::{RttRecord, RttReport};
 use director_tests::delay::{enter, DelayLink};
 use director_tests::rtt::{
-    connect_all, cpu_ns, into_next_window, report, start_agent, start_sink, Cgroup,
+    connect_all, cpu_ns, into_next_window, report, start_agent, start_sink, Cgroup, Process,
 };
 
 const SINK: &str = env!("CARGO_BIN_EXE_accept_sink");
@@ -51,20 +51,70 @@ fn window_records(
     );
 }
 
-fn assert_near(r: &RttRecord, want_ms: f64) {
+/// Whether a record's minimum and median are within max(2 ms, 5 %) of `want_ms` (the
+/// median with half as much again), or what is off.
+fn near(r: &RttRecord, want_ms: f64) -> Result<(), String> {
     let tol = (want_ms * 0.05).max(2.0);
+    if (r.min_ms - want_ms).abs() > tol {
+        return Err(format!(
+            "{}: min {} ms, configured {want_ms} ms (±{tol})",
+            r.prefix, r.min_ms
+        ));
+    }
+    if r.median_ms < r.min_ms || (r.median_ms - want_ms).abs() > tol * 1.5 {
+        return Err(format!(
+            "{}: median {} ms, configured {want_ms} ms",
+            r.prefix, r.median_ms
+        ));
+    }
+    Ok(())
+}
+
+/// Measures one window of `per_source` connections from each client: every prefix has
+/// exactly its handshakes (asserted), and the RTTs are near `want_ms` (returned: on this
+/// shared machine a window can catch the relay thread starved, so the caller tries the
+/// next window once before failing; a CI run saw every handshake of one window 10 ms late).
+#[allow(clippy::too_many_arguments)]
+fn one_window(
+    link: &DelayLink,
+    clients: &[IpAddr],
+    dst: &[SocketAddr],
+    listen: SocketAddr,
+    agent: &Process,
+    want: &BTreeMap<&str, u64>,
+    per_source: usize,
+    want_ms: f64,
+) -> Result<u64, String> {
+    let window_ms = 3000;
+    let prefixes: Vec<&str> = want.keys().copied().collect();
+    let start = into_next_window(window_ms, 300);
+    connect_all(&link.client_ns, clients, dst, per_source);
     assert!(
-        (r.min_ms - want_ms).abs() <= tol,
-        "{}: min {} ms, configured {want_ms} ms (±{tol})",
-        r.prefix,
-        r.min_ms
+        now_before(start + window_ms - 500),
+        "the connections took too long"
     );
-    assert!(
-        r.median_ms >= r.min_ms && (r.median_ms - want_ms).abs() <= tol * 1.5,
-        "{}: median {} ms, configured {want_ms} ms",
-        r.prefix,
-        r.median_ms
-    );
+    let got = window_records(listen, start + window_ms, &prefixes, || agent.log());
+    let mut off = Vec::new();
+    for (p, r) in &got {
+        println!(
+            "{p}: min {:.3} ms, median {:.3} ms, {} samples (configured {want_ms} ms)",
+            r.min_ms, r.median_ms, r.samples
+        );
+        assert_eq!(
+            r.samples,
+            want[p.as_str()] * per_source as u64,
+            "{p}: samples"
+        );
+        assert_eq!(r.window_start_ms, start, "{p}");
+        if let Err(e) = near(r, want_ms) {
+            off.push(e);
+        }
+    }
+    if off.is_empty() {
+        Ok(start)
+    } else {
+        Err(off.join("; "))
+    }
 }
 
 /// Connections from three IPv4 /24s (one with two addresses) and two IPv6 /48s over a
@@ -86,48 +136,34 @@ fn handshake_rtt_per_prefix_and_a_step_change() {
     let cg = Cgroup::new("rtt-step");
     let dst: Vec<SocketAddr> = servers.iter().map(|a| SocketAddr::new(*a, 8080)).collect();
     let _sink = start_sink(SINK.as_ref(), &link.server_ns, &cg, &dst);
-    let window_ms = 3000;
-    let (agent, listen) = start_agent(&cg, window_ms / 1000, 500);
-    let per_source = 6;
+    let (agent, listen) = start_agent(&cg, 3, 500);
+    // Connections per client address of each prefix.
     let want: BTreeMap<&str, u64> = [
-        ("192.0.2.0/24", 2 * per_source as u64),
-        ("198.51.100.0/24", per_source as u64),
-        ("203.0.113.0/24", per_source as u64),
-        ("2001:db8:1::/48", per_source as u64),
-        ("2001:db8:2::/48", per_source as u64),
+        ("192.0.2.0/24", 2),
+        ("198.51.100.0/24", 1),
+        ("203.0.113.0/24", 1),
+        ("2001:db8:1::/48", 1),
+        ("2001:db8:2::/48", 1),
     ]
     .into();
-    let prefixes: Vec<&str> = want.keys().copied().collect();
-
-    // All connections well inside one window (they take about 100 ms).
-    let start = into_next_window(window_ms, 300);
-    connect_all(&link.client_ns, &clients, &dst, per_source);
-    assert!(
-        now_before(start + window_ms - 500),
-        "the connections took too long"
-    );
-    let got = window_records(listen, start + window_ms, &prefixes, || agent.log());
-    for (p, r) in &got {
-        println!(
-            "{p}: min {:.3} ms, median {:.3} ms, {} samples (configured 40 ms)",
-            r.min_ms, r.median_ms, r.samples
+    for (delay_ms, per_source) in [(20, 6), (40, 2)] {
+        // The first pass at 20 ms each way; then the delay steps to 40 ms, and the first
+        // window that starts after the step shows 80 ms.
+        link.set_delay(Duration::from_millis(delay_ms));
+        let want_ms = 2.0 * delay_ms as f64;
+        let first = one_window(
+            &link, &clients, &dst, listen, &agent, &want, per_source, want_ms,
         );
-        assert_eq!(r.samples, want[p.as_str()], "{p}: samples");
-        assert_eq!(r.window_start_ms, start, "{p}");
-        assert_near(r, 40.0);
-    }
-
-    link.set_delay(Duration::from_millis(40));
-    let start = into_next_window(window_ms, 300);
-    connect_all(&link.client_ns, &clients, &dst, 2);
-    let got = window_records(listen, start + window_ms, &prefixes, || agent.log());
-    for (p, r) in &got {
-        println!(
-            "after the step: {p}: min {:.3} ms, median {:.3} ms, {} samples (configured 80 ms)",
-            r.min_ms, r.median_ms, r.samples
-        );
-        assert_eq!(r.samples, 2 * want[p.as_str()] / per_source as u64, "{p}");
-        assert_near(r, 80.0);
+        if let Err(e) = first {
+            println!("one window off ({e}); measuring the next");
+            let again = one_window(
+                &link, &clients, &dst, listen, &agent, &want, per_source, want_ms,
+            );
+            assert!(
+                again.is_ok(),
+                "two windows in a row off: {e}; then {again:?}"
+            );
+        }
     }
     let r = report(listen).expect("a report");
     assert_eq!(r.site, "test-site");
