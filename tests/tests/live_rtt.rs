@@ -172,8 +172,11 @@ fn answers_follow_the_rtt_agents_measure() {
         let agent = rtt.agent.as_ref().expect("a live measurement");
         assert_eq!(&agent.url, url);
         assert!(agent.samples >= 3 && agent.age_s < 10.0, "{agent:?}");
+        // The published value is smoothed and moves only beyond max(1 ms, 5 %): it may
+        // lag the path by that much more than the agent's own ±5 % (rtt_agent.rs checks
+        // the agent's accuracy).
         assert!(
-            (rtt.ms - ms).abs() <= (ms * 0.05).max(2.0),
+            (rtt.ms - ms).abs() <= (ms * 0.10).max(4.0),
             "{server}: {} ms measured over a {ms} ms path",
             rtt.ms
         );
