@@ -564,19 +564,9 @@ pub struct RttReport {
     pub counters: RttCounters,
 }
 
-/// One prefix's last complete window with at least `--min-samples` handshakes.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RttRecord {
-    /// The client /24 (IPv4) or /48 (IPv6).
-    pub prefix: IpNet,
-    pub min_ms: f64,
-    /// From a log histogram: within 4.5 % of the true median (exact when min = max).
-    pub median_ms: f64,
-    pub samples: u64,
-    /// [start, end) in Unix ms. The first window after the agent starts begins when it did.
-    pub window_start_ms: u64,
-    pub window_end_ms: u64,
-}
+/// One prefix's last complete window with at least `--min-samples` handshakes: the
+/// planner's record, which the controller's merge takes as the agent serves it.
+pub use director_plan::live::rtt::Record as RttRecord;
 
 /// Totals since the agent attached.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
