@@ -444,6 +444,31 @@ pub enum Event {
     AgentFailing { agent: String, error: String },
     /// An RTT agent answers again.
     AgentReached { agent: String },
+    /// A replica hook ended (`error` unless it succeeded).
+    ReplicaHook {
+        hook: String,
+        service: String,
+        server: String,
+        error: Option<String>,
+    },
+    /// A replica changed state: `copy` (its bonus crossed the threshold: the copy hook
+    /// runs), `joined` (its health check passes: it gets clients), `drain` (its bonus
+    /// stayed low: no new clients), `retire` (drained: the retire hook runs).
+    Replica {
+        action: String,
+        service: String,
+        server: String,
+        bonus: f64,
+    },
+    /// Capacity spill moved demand: groups of client prefixes of a service (those that
+    /// share a decision) from a site over its target to their next site, or back.
+    Spilled {
+        moved: Vec<SpillMove>,
+        returned: Vec<SpillMove>,
+    },
+    /// Every site with a capacity is over its target: nothing spills (there is nowhere
+    /// to send it).
+    AllOverTarget { sites: Vec<String> },
     /// A router opened a BMP session (`name`: the sysName of its Initiation, if sent).
     BmpUp {
         router: IpAddr,
@@ -581,4 +606,130 @@ pub struct RttCounters {
     pub no_entry: u64,
     /// Windows closed.
     pub windows: u64,
+}
+
+/// One group of client prefixes moved by capacity spill (or back).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpillMove {
+    pub service: String,
+    pub from: String,
+    pub to: String,
+    /// Answers plus new flows per second the group had when it moved.
+    pub rate: f64,
+    /// What the move costs its clients: the difference in distance (km, or the location
+    /// graph's cost) from their place to the two sites; lower moved first.
+    pub loss: f64,
+    /// Its decision as planned, servers best first.
+    pub servers: Vec<String>,
+}
+
+/// `demand --json`, and `GET /demand` on `run`'s metrics listener: what the kernel
+/// counted over the last cycle, as rates per second.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Demand {
+    /// Seconds the rates are over (the last cycle).
+    pub window_s: f64,
+    /// One answer or new flow in `sample` is recorded with its client prefix; 0: none.
+    pub sample: u32,
+    pub services: Vec<ServiceDemand>,
+    pub sites: Vec<SiteDemand>,
+    pub servers: Vec<ServerDemand>,
+    /// The sampled client prefixes with the most demand, most first.
+    pub prefixes: Vec<PrefixDemand>,
+    pub spill: SpillState,
+    pub replicas: Vec<ReplicaState>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceDemand {
+    pub service: String,
+    /// Answers plus new flows per second.
+    pub rate: f64,
+    /// Counted since the program's maps were made.
+    pub total: u64,
+    /// Per decision (the group of its client prefixes that share one), most demand first.
+    pub decisions: Vec<DecisionDemand>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionDemand {
+    /// The decision as the kernel holds it: servers best first ...
+    pub servers: Vec<String>,
+    /// ... the first `primary` sharing answers.
+    pub primary: u8,
+    /// The sites of the primaries.
+    pub sites: Vec<String>,
+    pub rate: f64,
+    /// Table entries that point at it.
+    pub entries: usize,
+    /// Capacity spill moved it here (from the decision planned for its prefixes).
+    pub spilled: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SiteDemand {
+    pub site: String,
+    /// Its node in the location graph (or its name).
+    pub location: String,
+    /// Answers plus new flows per second sent to its servers.
+    pub rate: f64,
+    pub capacity: Option<f64>,
+    /// `rate / capacity`.
+    pub load: Option<f64>,
+    /// The share of capacity spill keeps it under.
+    pub target: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerDemand {
+    pub server: String,
+    pub site: String,
+    /// DNS answers that sent clients to it first, per second.
+    pub answers: f64,
+    /// New flows steered to it, per second.
+    pub flows: f64,
+    pub capacity: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrefixDemand {
+    pub service: String,
+    pub prefix: IpNet,
+    /// Whom the prefix is: "resolver" (a DNS query without ECS: the resolver's address),
+    /// "ecs" (the client subnet a resolver sent) or "client" (a new flow's source).
+    pub by: String,
+    /// Estimated answers plus new flows per second (samples scaled to the service's
+    /// counted rate).
+    pub rate: f64,
+    /// Sampled records over the window.
+    pub samples: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpillState {
+    /// Every site with a capacity is over its target: nothing spills.
+    pub all_over: bool,
+    /// Sites over their target in the last cycle.
+    pub over: Vec<String>,
+    /// Groups moved now, and since when (Unix seconds).
+    pub moved: Vec<SpillOverride>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpillOverride {
+    #[serde(flatten)]
+    pub group: SpillMove,
+    pub since: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaState {
+    pub service: String,
+    pub server: String,
+    pub site: String,
+    pub bonus: f64,
+    /// "absent", "copying", "serving" or "draining".
+    pub state: String,
+    /// Unix seconds since it is in that state (absent: null).
+    pub since: Option<f64>,
 }

@@ -36,6 +36,8 @@ pub struct Table {
     pub fleet: Option<FleetTable>,
     /// Live inputs, when `run` has them.
     pub live: Option<LiveTable>,
+    /// The last demand cycle's rates, when `run` has had one.
+    pub demand: Option<crate::api::Demand>,
 }
 
 /// BMP sessions and agents' measurements, as `run` last looked.
@@ -82,6 +84,89 @@ pub struct Sources {
     /// `run`'s loop, which answers `/explain` from the data it decides with (live routes
     /// and measurements included).
     pub explain: Option<ExplainAsk>,
+    /// `run`'s loop again, for `/demand` and `/impact`.
+    pub ask: Option<RunAsk>,
+}
+
+/// What `/demand` and `/impact` ask of `run`'s loop.
+pub enum RunQuery {
+    /// The last demand cycle's report (`demand --json`).
+    Demand,
+    /// The impact of the config at `config` (`impact --json`), with the `top` moves.
+    Impact { config: PathBuf, top: usize },
+}
+
+pub struct RunAsked {
+    pub what: RunQuery,
+    pub reply: std::sync::mpsc::Sender<Result<String, String>>,
+}
+
+pub type RunAsk = std::sync::mpsc::Sender<RunAsked>;
+
+/// `%XX` escapes decoded (query values are paths and addresses).
+fn unescape(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn ask_run(ask: &RunAsk, path: &str, query: Option<&str>) -> (StatusCode, String) {
+    let what = if path == "/demand" {
+        RunQuery::Demand
+    } else {
+        let mut config = None;
+        let mut top = 20;
+        for pair in query.unwrap_or("").split('&') {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "config" => config = Some(PathBuf::from(unescape(v))),
+                "top" => match v.parse() {
+                    Ok(n) => top = n,
+                    Err(_) => {
+                        return (StatusCode::BAD_REQUEST, format!("top {v:?} is not a number\n"))
+                    }
+                },
+                _ => {}
+            }
+        }
+        let Some(config) = config else {
+            return (
+                StatusCode::BAD_REQUEST,
+                "give ?config=PATH (the candidate config, absolute)\n".into(),
+            );
+        };
+        RunQuery::Impact { config, top }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    if ask.send(RunAsked { what, reply: tx }).is_err() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "run is stopping\n".into());
+    }
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(Ok(json)) => (StatusCode::OK, json),
+        Ok(Err(e)) => (StatusCode::UNPROCESSABLE_ENTITY, e + "\n"),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "run did not answer in 60 s (busy deciding)\n".into(),
+        ),
+    }
 }
 
 /// One `/explain` asked of `run`'s loop; the reply is the `explain --json` document, or
@@ -162,10 +247,16 @@ async fn accept(l: std::net::TcpListener, src: Sources) {
 }
 
 fn respond(req: &Request<hyper::body::Incoming>, src: &Sources) -> Response<Full<Bytes>> {
-    let (status, body) = if req.uri().path() == "/explain" {
+    let path = req.uri().path();
+    let (status, body) = if path == "/explain" {
         match &src.explain {
             Some(ask) => explain(ask, req.uri().query()),
             None => (StatusCode::NOT_FOUND, "no explain here\n".to_string()),
+        }
+    } else if path == "/demand" || path == "/impact" {
+        match &src.ask {
+            Some(ask) => ask_run(ask, path, req.uri().query()),
+            None => (StatusCode::NOT_FOUND, "no run here\n".to_string()),
         }
     } else if req.uri().path() != "/metrics" {
         (
@@ -389,6 +480,9 @@ pub fn render(src: &Sources) -> Result<String> {
             f.stale_seconds(),
         )?;
     }
+    if let Some(d) = &t.demand {
+        demand_gauges(&reg, d)?;
+    }
     if let Some(l) = &t.live {
         let up = gauge(
             &reg,
@@ -482,4 +576,53 @@ pub fn render(src: &Sources) -> Result<String> {
     let mut buf = Vec::new();
     TextEncoder::new().encode(&reg.gather(), &mut buf)?;
     Ok(String::from_utf8(buf)?)
+}
+
+/// The last demand cycle as gauges: per service and per site, and the replicas' bonuses.
+fn demand_gauges(reg: &Registry, d: &crate::api::Demand) -> Result<()> {
+    let svc = gauge(
+        reg,
+        "director_demand_rate",
+        "Answers plus new flows per second, by service, over the last demand cycle.",
+        &["service"],
+    )?;
+    for s in &d.services {
+        svc.with_label_values(&[s.service.as_str()]).set(s.rate);
+    }
+    let site = gauge(
+        reg,
+        "director_demand_site_rate",
+        "Answers plus new flows per second sent to a site's servers.",
+        &["site"],
+    )?;
+    let load = gauge(
+        reg,
+        "director_demand_site_load",
+        "A site's demand as a share of its capacity (sites with a capacity).",
+        &["site"],
+    )?;
+    for s in &d.sites {
+        site.with_label_values(&[s.site.as_str()]).set(s.rate);
+        if let Some(l) = s.load {
+            load.with_label_values(&[s.site.as_str()]).set(l);
+        }
+    }
+    single(
+        reg,
+        "director_spill_groups",
+        "Groups of client prefixes capacity spill has moved to another site now.",
+        d.spill.moved.len() as f64,
+    )?;
+    let bonus = gauge(
+        reg,
+        "director_replica_bonus",
+        "A replica candidate's bonus (k / distance per visitor, fading).",
+        &["service", "server", "state"],
+    )?;
+    for r in &d.replicas {
+        bonus
+            .with_label_values(&[r.service.as_str(), r.server.as_str(), r.state.as_str()])
+            .set(r.bonus);
+    }
+    Ok(())
 }

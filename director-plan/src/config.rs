@@ -57,6 +57,10 @@ pub struct Site {
     /// Which of the router's RIBs: "pre", "post" or "loc-rib"; default: what it sends
     /// (Loc-RIB, else post-policy, else pre-policy).
     pub bmp_policy: Option<String>,
+    /// Answers plus new flows per second the site takes (default: the sum of its
+    /// servers' `capacity`, if they all have one). Capacity spill reads it; the sort
+    /// does not.
+    pub capacity: Option<f64>,
 }
 
 /// Live BGP from the sites' routers (BMP, RFC 7854).

@@ -476,6 +476,7 @@ mod tests {
             bmp_router: None,
             bmp_peer: None,
             bmp_policy: None,
+            capacity: None,
         };
         let server = |name: &str, site: &str| config::Server {
             name: name.into(),

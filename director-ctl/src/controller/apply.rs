@@ -220,7 +220,7 @@ pub fn sync(m: &mut Maps, cfg: &Config, c: &Computed, ids: &Ids) -> Result<usize
         old.sort_unstable_by_key(|(p, _)| sort_key(p));
     }
     let current = current.iter().map(|(id, v)| (*id, v.as_slice())).collect();
-    converge(m, cfg, c, ids, current, TableSource::Kernel)
+    converge(m, cfg, c, ids, current, TableSource::Kernel, &|_, _| None)
 }
 
 /// As [`sync`], from `before`, the computation the kernel holds (`run` keeps it), so the
@@ -231,6 +231,7 @@ pub fn update(
     before: &Computed,
     c: &Computed,
     ids: &Ids,
+    over: &dyn Fn(u32, &Decision) -> Option<Decision>,
 ) -> Result<usize> {
     c.fits()?;
     let current = before
@@ -238,7 +239,7 @@ pub fn update(
         .iter()
         .map(|(id, _, t)| (*id, t.entries.as_slice()))
         .collect();
-    converge(m, cfg, c, ids, current, TableSource::Own)
+    converge(m, cfg, c, ids, current, TableSource::Own, over)
 }
 
 /// New objects first, then each service's changed entries in place, then the objects the
@@ -251,6 +252,7 @@ fn converge(
     ids: &Ids,
     mut current: BTreeMap<u32, &[(IpNet, Decision)]>,
     from: TableSource,
+    over: &dyn Fn(u32, &Decision) -> Option<Decision>,
 ) -> Result<usize> {
     write_objects(m, cfg, ids)?;
     let mut n = 0;
@@ -259,9 +261,11 @@ fn converge(
         let d = diff(old, &t.entries);
         n += d.put.len() + d.delete.len();
         if !d.is_empty() {
+            // Entries of groups capacity spill moved get the moved decision.
+            let put = super::run::overlaid(*id, &d.put, over);
             m.apply_decisions(DecisionChange {
                 service: *id,
-                put: &d.put,
+                put: &put,
                 delete: &d.delete,
             })?;
         }

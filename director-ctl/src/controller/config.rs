@@ -23,6 +23,7 @@ use director_common::steer::{default_mss, Forward};
 use director_plan::config::{self as plan, Portions};
 use serde::Deserialize;
 
+use super::demand::config::DemandConfig;
 use crate::health::config::{check_timing, Check, HealthDefaults, HttpUrl, LoadSource};
 use crate::metrics::MetricsConfig;
 use crate::redirect::config::{url_host, Http};
@@ -53,6 +54,9 @@ pub struct Server {
     /// The name HTTP redirects send clients to (DistributedDirector's `server-name`: the
     /// URL shows a name, not an address); without it, the address.
     pub hostname: Option<String>,
+    /// Answers plus new flows per second it takes (capacity spill keeps its site under a
+    /// share of the sum).
+    pub capacity: Option<f64>,
 }
 
 impl Server {
@@ -140,6 +144,11 @@ pub struct Service {
     /// Whether the name is answered in DNS too. Default: yes without VIPs; with VIPs
     /// the name only names the service (queries for it pass to the host).
     pub dns: Option<bool>,
+    /// Servers that could serve it but do not hold it yet: each gets the demand's bonus
+    /// and is copied to (a hook) when it crosses `[demand.replicas] threshold`. Listed
+    /// with `servers` once the config is read; in answers only while a replica.
+    #[serde(default)]
+    pub replicas: Vec<String>,
 }
 
 impl Service {
@@ -243,6 +252,37 @@ impl Steer {
     }
 }
 
+/// Checks each service's `replicas` and lists them with its servers: from here on they
+/// are its servers (ids, health checks, the sort), held out of its answers by `run`
+/// until they hold it.
+fn add_replicas(f: &mut File) -> Result<()> {
+    for (i, s) in f.service.iter_mut().enumerate() {
+        let at = || format!("[[service]] #{} ({:?})", i + 1, s.name);
+        let mut seen = HashSet::new();
+        for r in &s.replicas {
+            if !f.server.iter().any(|sv| &sv.name == r) {
+                bail!("{}: replicas: no [[server]] is named {r:?}", at());
+            }
+            if s.servers.contains(r) {
+                bail!("{}: replicas: {r:?} already serves it (it is in servers)", at());
+            }
+            if !seen.insert(r) {
+                bail!("{}: replicas: {r:?} is listed twice", at());
+            }
+        }
+        if !s.replicas.is_empty() && s.health.is_none() {
+            bail!(
+                "{}: replicas need a health check: a replica gets clients only once its \
+                 check passes, so that a failed copy never does",
+                at()
+            );
+        }
+        let extra = s.replicas.clone();
+        s.servers.extend(extra);
+    }
+    Ok(())
+}
+
 /// The file as written: every section, in the order of the reference.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -273,6 +313,9 @@ struct File {
     /// SYN steering: outer sources for `ipip` and the flood guard.
     #[serde(default)]
     steer: Steer,
+    /// Demand: counters, capacity spill, replicas.
+    #[serde(default)]
+    demand: DemandConfig,
     /// Weights and priorities for services that give neither (DistributedDirector's
     /// `default-weights` and `default-priority`).
     #[serde(default)]
@@ -295,6 +338,7 @@ pub struct Config {
     pub http: Option<Http>,
     pub rrl: rrl::Defaults,
     pub steer: Steer,
+    pub demand: DemandConfig,
     /// The file it came from; paths in it are relative to its directory.
     pub path: PathBuf,
 }
@@ -312,8 +356,9 @@ impl Config {
     }
 
     pub fn parse(text: &str) -> Result<Config> {
-        let f: File =
+        let mut f: File =
             toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        add_replicas(&mut f)?;
         let c = Config {
             plan: plan::Config {
                 geo: f.geo,
@@ -334,6 +379,7 @@ impl Config {
             http: f.http,
             rrl: f.rrl,
             steer: f.steer,
+            demand: f.demand,
             path: PathBuf::new(),
         };
         c.validate()?;
@@ -394,6 +440,21 @@ impl Config {
             );
         }
         self.steer.validate()?;
+        self.demand.validate()?;
+        for (i, s) in self.servers.iter().enumerate() {
+            if let Some(c) = s.capacity {
+                if !(c.is_finite() && c > 0.0) {
+                    bail!("[[server]] #{} ({:?}): capacity {c} must be above 0", i + 1, s.name);
+                }
+            }
+        }
+        for (i, s) in self.plan.sites.iter().enumerate() {
+            if let Some(c) = s.capacity {
+                if !(c.is_finite() && c > 0.0) {
+                    bail!("[[site]] #{} ({:?}): capacity {c} must be above 0", i + 1, s.name);
+                }
+            }
+        }
         let mut vips = HashSet::new();
         let d = &self.health;
         check_timing(d.interval, d.timeout, d.rise, d.fall, d.jitter).context("[health]")?;

@@ -7,6 +7,7 @@
 
 pub mod apply;
 pub mod checks;
+pub mod demand;
 pub mod config;
 /// The test that keeps docs/config.md equal to the keys the config accepts.
 #[cfg(test)]

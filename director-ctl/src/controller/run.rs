@@ -37,6 +37,8 @@ use director_plan::prefix::order::sort_key;
 use super::apply::{assign_ids, publish_fronts, sync, update, write_objects};
 use super::checks::health_plan;
 use super::config::Config;
+use super::demand::config::DemandConfig;
+use super::demand::Demand;
 use super::live::{self, Live};
 use crate::api::{self, Event, Log};
 use crate::dns;
@@ -60,7 +62,28 @@ pub struct Options {
     pub log: Log,
 }
 
-/// Writes one service's changed entries and logs them.
+/// A group's decision as capacity spill has it, if spill moved the group.
+pub type Overlay<'a> = &'a dyn Fn(u32, &Decision) -> Option<Decision>;
+
+/// The entries as the kernel gets them: each planned decision through `over`, with the
+/// entry's own scope.
+pub fn overlaid(service: u32, put: &[(IpNet, Decision)], over: Overlay) -> Vec<(IpNet, Decision)> {
+    put.iter()
+        .map(|(p, d)| match over(service, d) {
+            Some(e) => (
+                *p,
+                Decision {
+                    prefix_len: d.prefix_len,
+                    ..e
+                },
+            ),
+            None => (*p, *d),
+        })
+        .collect()
+}
+
+/// Writes one service's changed entries (through capacity spill's overrides) and logs
+/// them.
 fn write_diff(
     m: &mut Maps,
     log: Log,
@@ -68,13 +91,15 @@ fn write_diff(
     name: &str,
     under: Option<IpNet>,
     d: &Diff,
+    over: Overlay,
 ) -> Result<()> {
     if d.is_empty() {
         return Ok(());
     }
+    let put = overlaid(service, &d.put, over);
     m.apply_decisions(DecisionChange {
         service,
-        put: &d.put,
+        put: &put,
         delete: &d.delete,
     })?;
     let (rewritten, deleted) = (d.put.len(), d.delete.len());
@@ -247,7 +272,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
             );
         }
     }
-    let (lock, ids, down, computed) = compute_for_kernel(&m, pin_dir, &cfg, &data, &shared)?;
+    let (lock, ids, down, computed) = compute_for_kernel(&m, pin_dir, &cfg, &data, &shared, &Held::new())?;
     // On a restart, what the kernel holds is the last applied state; a config cut short
     // since would drop its services and servers.
     let removals = guard::removals_from_kernel(
@@ -304,6 +329,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     let table = metrics::SharedTable::default();
     let http = start_http(pin_dir, &cfg, log)?;
     let (explain_ask, explains) = std::sync::mpsc::channel();
+    let (run_ask, asked) = std::sync::mpsc::channel();
     if let Some(mc) = &cfg.metrics {
         metrics::serve(
             mc.listen,
@@ -314,9 +340,11 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
                 zones: dns.as_ref().map(|d| Arc::clone(&d.stats)),
                 http: http.as_ref().map(|h| h.1.clone()),
                 explain: Some(explain_ask),
+                ask: Some(run_ask),
             },
         )?;
     }
+    let cfg_demand = cfg.demand.clone();
     let mut state = State {
         dns,
         files,
@@ -333,16 +361,42 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         http: http.map(|h| h.0),
         live,
         explains,
+        asked,
+        demand: Demand::new(pin_dir, &cfg_demand, log),
+        held: Held::new(),
     };
     state.note_table(compute_s);
     let mut seen = stamps(&state.files);
     let mut looked = Instant::now();
+    let mut demand_at = Instant::now();
+    // The first cycle takes the starting counts.
+    if let Err(e) = state.demand_cycle(&mut m) {
+        log.event(
+            Event::Refused {
+                error: format!("{e:#}"),
+            },
+            format!("demand: reading the counters failed: {e:#}"),
+        );
+    }
     while !STOP.load(Ordering::Relaxed) {
         let mut now = stamps(&state.files);
         let hupped = HUP.swap(false, Ordering::Relaxed);
         let confirmed = ACCEPT.swap(false, Ordering::Relaxed);
         if now == seen && !hupped && !confirmed {
             state.answer_explains();
+            state.answer_asks(&mut m);
+            state.demand.drain();
+            if demand_at.elapsed().as_secs_f64() >= state.demand.cfg.interval {
+                demand_at = Instant::now();
+                if let Err(e) = state.demand_cycle(&mut m) {
+                    log.event(
+                        Event::Refused {
+                            error: format!("{e:#}"),
+                        },
+                        format!("demand: the cycle failed: {e:#}"),
+                    );
+                }
+            }
             if let Err(e) = state.follow_live(&mut m) {
                 log.event(
                     Event::Refused {
@@ -477,6 +531,7 @@ fn compute_for_kernel(
     cfg: &Config,
     data: &Data,
     shared: &Shared,
+    held: &Held,
 ) -> Result<(WriteLock, Ids, Unavailable, Computed)> {
     const UNLOCKED_TRIES: usize = 2;
     for attempt in 0..=UNLOCKED_TRIES {
@@ -486,13 +541,13 @@ fn compute_for_kernel(
             None
         };
         let ids = assign_ids(m, cfg)?;
-        let down = down_servers(m, cfg, &ids, shared)?;
+        let down = down_servers(m, cfg, &ids, shared, held)?;
         let computed = compute(&cfg.plan, data, &ids, &down)?;
         let lock = match early {
             Some(l) => l,
             None => WriteLock::take(pin_dir)?,
         };
-        if assign_ids(m, cfg)? == ids && down_servers(m, cfg, &ids, shared)? == down {
+        if assign_ids(m, cfg)? == ids && down_servers(m, cfg, &ids, shared, held)? == down {
             return Ok((lock, ids, down, computed));
         }
     }
@@ -524,6 +579,12 @@ struct State {
     live: Option<Live>,
     /// `/explain` asked on the metrics listener.
     explains: std::sync::mpsc::Receiver<metrics::ExplainQuery>,
+    /// `/demand` and `/impact` asked there.
+    asked: std::sync::mpsc::Receiver<metrics::RunAsked>,
+    /// Counted demand, capacity spill and replicas.
+    demand: Demand,
+    /// The replicas that hold their service now (the others are out of its answers).
+    held: Held,
 }
 
 /// Starts the HTTP redirector when the config has `[http]` (its listen addresses are read
@@ -628,9 +689,37 @@ impl Hopper {
     }
 }
 
+/// Whether two configs read the same inputs (then `impact` decides over the data `run`
+/// holds, live routes included, instead of reading the files again).
+fn same_inputs(a: &director_plan::config::Config, b: &director_plan::config::Config) -> bool {
+    a.geo == b.geo
+        && a.rtt == b.rtt
+        && a.sites.len() == b.sites.len()
+        && a.sites.iter().zip(&b.sites).all(|(x, y)| {
+            x.bgp == y.bgp
+                && x.bgp_peer == y.bgp_peer
+                && x.igp_cost == y.igp_cost
+                && x.asn == y.asn
+                && x.lat == y.lat
+                && x.lon == y.lon
+                && x.location == y.location
+                && x.name == y.name
+                && x.bmp_router == y.bmp_router
+        })
+}
+
+/// (service, server) names of the replicas that hold their service.
+pub type Held = std::collections::BTreeSet<(String, String)>;
+
 /// The config's servers (by kernel id) that the kernel holds out: set down or drained,
 /// and per service, out by health checks.
-fn down_servers(m: &Maps, cfg: &Config, ids: &Ids, shared: &Shared) -> Result<Unavailable> {
+fn down_servers(
+    m: &Maps,
+    cfg: &Config,
+    ids: &Ids,
+    shared: &Shared,
+    held: &Held,
+) -> Result<Unavailable> {
     let ours: HashSet<u16> = ids.servers.iter().copied().collect();
     let servers = m
         .servers()?
@@ -647,6 +736,17 @@ fn down_servers(m: &Maps, cfg: &Config, ids: &Ids, shared: &Shared) -> Result<Un
         let out: HashSet<u16> = ours.iter().copied().filter(|&s| mask.is_out(s)).collect();
         if !out.is_empty() {
             health.insert(id, out);
+        }
+    }
+    // A replica candidate that does not hold its service is no server of it yet.
+    for (svc, &id) in cfg.services.iter().zip(&ids.services) {
+        for r in &svc.replicas {
+            if held.contains(&(svc.name.clone(), r.clone())) {
+                continue;
+            }
+            if let Some(i) = cfg.servers.iter().position(|s| &s.name == r) {
+                health.entry(id).or_default().insert(ids.servers[i]);
+            }
         }
     }
     let services: HashSet<u32> = ids.services.iter().copied().collect();
@@ -709,16 +809,16 @@ impl State {
     /// Re-sorts every decision when a server went down or came back up since the last
     /// sort, and writes what changed.
     fn follow_server_states(&mut self, m: &mut Maps) -> Result<()> {
-        if down_servers(m, &self.cfg, &self.ids, &self.shared)? == self.down {
+        if down_servers(m, &self.cfg, &self.ids, &self.shared, &self.held)? == self.down {
             return Ok(());
         }
         // Wait for a quiet window, not a fixed one: a change that lands just after the
         // first look restarts the wait instead of costing a re-sort of its own.
         let first = Instant::now();
-        let mut down = down_servers(m, &self.cfg, &self.ids, &self.shared)?;
+        let mut down = down_servers(m, &self.cfg, &self.ids, &self.shared, &self.held)?;
         loop {
             std::thread::sleep(COALESCE);
-            let now = down_servers(m, &self.cfg, &self.ids, &self.shared)?;
+            let now = down_servers(m, &self.cfg, &self.ids, &self.shared, &self.held)?;
             let settled = now == down;
             down = now;
             if settled || first.elapsed() >= COALESCE_MAX {
@@ -731,15 +831,16 @@ impl State {
         let t = Instant::now();
         let new = compute(&self.cfg.plan, &self.data, &self.ids, &down)?;
         let _lock = WriteLock::take(&self.pin_dir)?;
-        if down_servers(m, &self.cfg, &self.ids, &self.shared)? != down {
+        if down_servers(m, &self.cfg, &self.ids, &self.shared, &self.held)? != down {
             // Changed again while sorting: the next look sorts for the newest states.
             return Ok(());
         }
         let mut rewritten = 0;
+        let dm = &self.demand;
         for ((id, name, old), (_, _, t)) in self.computed.tables.iter().zip(&new.tables) {
             let d = diff(&old.entries, &t.entries);
             rewritten += d.put.len() + d.delete.len();
-            write_diff(m, self.log, *id, name, None, &d)?;
+            write_diff(m, self.log, *id, name, None, &d, &|sv, d| dm.effective(sv, d))?;
         }
         publish_fronts(m, tables_of(&new), TableSource::Own)?;
         let name_of: HashMap<u16, &str> = self
@@ -813,6 +914,120 @@ impl State {
         Ok(())
     }
 
+    /// One demand cycle: rates, spill and replicas; writes the groups whose override came
+    /// or went, and lets the next look at the servers' states take replicas in or out.
+    fn demand_cycle(&mut self, m: &mut Maps) -> Result<()> {
+        let mut verdicts: HashMap<(u32, u16), Option<bool>> = HashMap::new();
+        for (svc, &sid) in self.cfg.services.iter().zip(&self.ids.services) {
+            if svc.replicas.is_empty() {
+                continue;
+            }
+            let mask = m.health(sid)?;
+            for r in &svc.replicas {
+                if let Some(i) = self.cfg.servers.iter().position(|s| &s.name == r) {
+                    let id = self.ids.servers[i];
+                    verdicts.insert((sid, id), mask.verdict(id));
+                }
+            }
+        }
+        let verdict = |svc: u32, srv: u16| verdicts.get(&(svc, srv)).copied().flatten();
+        let ctx = super::demand::Ctx {
+            cfg: &self.cfg,
+            data: &self.data,
+            computed: &self.computed,
+            ids: &self.ids,
+            verdict: &verdict,
+            log: self.log,
+        };
+        let out = self.demand.cycle(m, &ctx)?;
+        self.table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .demand = Some(self.demand.report().clone());
+        if out.replicas_changed {
+            self.held = self.demand.held(&self.cfg, &self.ids);
+        }
+        if out.regrouped.is_empty() {
+            return Ok(());
+        }
+        let _lock = WriteLock::take(&self.pin_dir)?;
+        let dm = &self.demand;
+        for (id, name, t) in &self.computed.tables {
+            let put: Vec<(IpNet, Decision)> = t
+                .entries
+                .iter()
+                .filter(|(_, d)| {
+                    let s = super::demand::engine::stored(d);
+                    out.regrouped.iter().any(|(sv, p)| sv == id && *p == s)
+                })
+                .copied()
+                .collect();
+            let d = Diff {
+                put,
+                delete: Vec::new(),
+            };
+            write_diff(m, self.log, *id, name, None, &d, &|sv, d| dm.effective(sv, d))?;
+        }
+        publish_fronts(m, tables_of(&self.computed), TableSource::Own)?;
+        Ok(())
+    }
+
+    /// Answers `/demand` and `/impact`.
+    fn answer_asks(&mut self, m: &mut Maps) {
+        while let Ok(q) = self.asked.try_recv() {
+            let r = match &q.what {
+                metrics::RunQuery::Demand => {
+                    serde_json::to_string_pretty(self.demand.report()).map_err(|e| e.to_string())
+                }
+                metrics::RunQuery::Impact { config, top } => self
+                    .impact(m, config, *top)
+                    .and_then(|i| Ok(serde_json::to_string_pretty(&i)?))
+                    .map_err(|e| format!("{e:#}")),
+            };
+            let _ = q.reply.send(r);
+        }
+    }
+
+    /// What applying the config at `path` would move, weighted by the demand measured.
+    fn impact(&self, m: &Maps, path: &Path, top: usize) -> Result<api::Impact> {
+        let cfg = Config::load(path)?;
+        let fresh;
+        let data = if same_inputs(&cfg.plan, &self.cfg.plan) {
+            &self.data
+        } else {
+            fresh = Data::load(&cfg.plan)?;
+            &fresh
+        };
+        let ids = assign_ids(m, &cfg)?;
+        let down = down_servers(m, &cfg, &ids, &self.shared, &self.held)?;
+        let candidate = compute(&cfg.plan, data, &ids, &down)?;
+        let dm = &self.demand;
+        let current: Vec<(u32, Vec<(IpNet, Decision)>)> = self
+            .computed
+            .tables
+            .iter()
+            .map(|(id, _, t)| (*id, overlaid(*id, &t.entries, &|sv, d| dm.effective(sv, d))))
+            .collect();
+        super::demand::impact::preview(
+            &super::demand::impact::Sides {
+                cfg: &self.cfg,
+                ids: &self.ids,
+                tables: &current,
+            },
+            &super::demand::impact::Sides {
+                cfg: &cfg,
+                ids: &ids,
+                tables: &candidate
+                    .tables
+                    .iter()
+                    .map(|(id, _, t)| (*id, t.entries.clone()))
+                    .collect::<Vec<_>>(),
+            },
+            &self.demand,
+            top,
+        )
+    }
+
     /// Answers `/explain` from the data the decisions are made with.
     fn answer_explains(&self) {
         while let Ok(q) = self.explains.try_recv() {
@@ -875,7 +1090,7 @@ impl State {
     fn resort_under(&mut self, m: &mut Maps, prefixes: &[IpNet]) -> Result<usize> {
         let _lock = WriteLock::take(&self.pin_dir)?;
         if assign_ids(m, &self.cfg)? != self.ids
-            || down_servers(m, &self.cfg, &self.ids, &self.shared)? != self.down
+            || down_servers(m, &self.cfg, &self.ids, &self.shared, &self.held)? != self.down
         {
             bail!("servers or services changed in the kernel");
         }
@@ -927,9 +1142,10 @@ impl State {
             }
         }
         let mut written = 0;
+        let dm = &self.demand;
         for ((id, name, _), d) in self.computed.tables.iter().zip(&diffs) {
             written += d.put.len() + d.delete.len();
-            write_diff(m, self.log, *id, name, None, d)?;
+            write_diff(m, self.log, *id, name, None, d, &|sv, d| dm.effective(sv, d))?;
         }
         publish_fronts(m, tables_of(&self.computed), TableSource::Own)?;
         Ok(written)
@@ -938,15 +1154,16 @@ impl State {
     /// Decides every prefix again over the data as it is, and writes what changed.
     fn resort_all(&mut self, m: &mut Maps) -> Result<usize> {
         let (_lock, ids, down, new) =
-            compute_for_kernel(m, &self.pin_dir, &self.cfg, &self.data, &self.shared)?;
+            compute_for_kernel(m, &self.pin_dir, &self.cfg, &self.data, &self.shared, &self.held)?;
         if ids != self.ids {
             bail!("the kernel's ids changed: waiting for the next full recompute");
         }
         let mut written = 0;
+        let dm = &self.demand;
         for ((id, name, old), (_, _, t)) in self.computed.tables.iter().zip(&new.tables) {
             let d = diff(&old.entries, &t.entries);
             written += d.put.len() + d.delete.len();
-            write_diff(m, self.log, *id, name, None, &d)?;
+            write_diff(m, self.log, *id, name, None, &d, &|sv, d| dm.effective(sv, d))?;
         }
         publish_fronts(m, tables_of(&new), TableSource::Own)?;
         self.computed = new;
@@ -969,7 +1186,7 @@ impl State {
         guard::check(&[Removal::count("RTT measurements", before, after)], share)?;
         let _lock = WriteLock::take(&self.pin_dir)?;
         if assign_ids(m, &self.cfg)? != self.ids
-            || down_servers(m, &self.cfg, &self.ids, &self.shared)? != self.down
+            || down_servers(m, &self.cfg, &self.ids, &self.shared, &self.held)? != self.down
         {
             bail!("servers or services changed in the kernel");
         }
@@ -988,10 +1205,11 @@ impl State {
                 .context("a changed RTT prefix needs a full recompute")?;
             updates.push((*root, fresh));
         }
+        let dm = &self.demand;
         for (root, fresh) in updates {
             for ((id, name, table), new) in self.computed.tables.iter_mut().zip(fresh) {
                 let d = replace_subtree(table, &root, &new);
-                write_diff(m, self.log, *id, name, Some(root), &d)?;
+                write_diff(m, self.log, *id, name, Some(root), &d, &|sv, d| dm.effective(sv, d))?;
             }
         }
         publish_fronts(m, tables_of(&self.computed), TableSource::Own)?;
@@ -1009,7 +1227,7 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         l.reconfigure(&cfg.plan);
         l.overlay(&mut data);
     }
-    let (lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data, &state.shared)?;
+    let (lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data, &state.shared, &state.held)?;
     let removals = guard::removals(
         &guard::State {
             cfg: &state.cfg.plan,
@@ -1029,7 +1247,8 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
     if cfg.servers != state.cfg.servers || cfg.services != state.cfg.services {
         // In place, like every other change: only one table ever holds entries, and each
         // address keeps its old answer or gets its new one at every moment.
-        let written = update(m, &cfg, &state.computed, &new, &ids)?;
+        let dm = &state.demand;
+        let written = update(m, &cfg, &state.computed, &new, &ids, &|sv, d| dm.effective(sv, d))?;
         let entries = new.tables.iter().map(|t| t.2.entries.len()).sum();
         state.log.event(
             Event::Reconfigured { entries, written },
@@ -1048,9 +1267,10 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
             .iter()
             .map(|(id, _, t)| (*id, t))
             .collect();
+        let dm = &state.demand;
         for (id, name, t) in &new.tables {
             let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
-            write_diff(m, state.log, *id, name, None, &d)?;
+            write_diff(m, state.log, *id, name, None, &d, &|sv, d| dm.effective(sv, d))?;
         }
         publish_fronts(m, tables_of(&new), TableSource::Own)?;
     }
@@ -1093,7 +1313,11 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         http: state.http.take(),
         live: state.live.take(),
         explains: std::mem::replace(&mut state.explains, std::sync::mpsc::channel().1),
+        asked: std::mem::replace(&mut state.asked, std::sync::mpsc::channel().1),
+        demand: std::mem::replace(&mut state.demand, Demand::idle(&DemandConfig::default())),
+        held: std::mem::take(&mut state.held),
     };
+    state.demand.reconfigure(&state.cfg.demand);
     state.note_table(state.computed.seconds);
     Ok(())
 }

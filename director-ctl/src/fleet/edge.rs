@@ -160,6 +160,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
                 zones: None,
                 http: None,
                 explain: None,
+                ask: None,
             },
         )?;
     }

@@ -1,0 +1,10 @@
+//! Demand: what the kernel counted, turned into rates per (service, decision), per server
+//! and site, and per sampled client prefix; capacity spill and replica placement decided
+//! on them each cycle (director-plan's `demand`), and the hooks replicas run.
+
+pub mod config;
+pub mod hooks;
+pub mod engine;
+pub mod samples;
+
+pub use engine::{Ctx, Demand, Outcome};
