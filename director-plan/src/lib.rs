@@ -14,6 +14,7 @@
 pub mod compile;
 pub mod config;
 pub mod data;
+pub mod demand;
 pub mod decide;
 pub mod engine;
 pub mod explain;
