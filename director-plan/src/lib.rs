@@ -14,8 +14,8 @@
 pub mod compile;
 pub mod config;
 pub mod data;
-pub mod demand;
 pub mod decide;
+pub mod demand;
 pub mod engine;
 pub mod explain;
 pub mod fleet;

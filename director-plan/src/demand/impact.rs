@@ -26,6 +26,9 @@ use super::{clean_rate, scope_cleared, site_shares, PrefixDemand};
 use crate::prefix::order::{sort_key, sorted, subtree_range};
 use crate::prefix::sweep::Sweep;
 
+/// One service's table, as [`impact`] takes it.
+type Entries<'a> = &'a [(IpNet, Decision)];
+
 /// One site's side of the change.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SiteImpact {
@@ -93,9 +96,7 @@ fn prepare(table: &[(IpNet, Decision)], site_of: &dyn Fn(u16) -> Option<usize>) 
     let table: Cow<'_, [(IpNet, Decision)]> = if ordered {
         Cow::Borrowed(table)
     } else {
-        Cow::Owned(sorted(
-            table.iter().map(|(p, d)| (p.trunc(), *d)).collect(),
-        ))
+        Cow::Owned(sorted(table.iter().map(|(p, d)| (p.trunc(), *d)).collect()))
     };
     let mut index: HashMap<Decision, u32> = HashMap::new();
     let mut decisions = Vec::new();
@@ -160,17 +161,13 @@ fn spread(t: &Prepared, sweep: &mut Sweep<'_, u32>, p: &IpNet, out: &mut Vec<(us
 
 /// Whether an item lands on the same decision in both tables with nothing inside it: the
 /// common case, answered without spreading.
-fn same_single(
-    old: &Prepared,
-    new: &Prepared,
-    o: Option<u32>,
-    n: Option<u32>,
-    p: &IpNet,
-) -> bool {
+fn same_single(old: &Prepared, new: &Prepared, o: Option<u32>, n: Option<u32>, p: &IpNet) -> bool {
     let inside = |t: &Prepared| !subtree_range(&t.entries, p).is_empty();
     match (o, n) {
         (Some(o), Some(n)) => {
-            old.decisions[o as usize].0 == new.decisions[n as usize].0 && !inside(old) && !inside(new)
+            old.decisions[o as usize].0 == new.decisions[n as usize].0
+                && !inside(old)
+                && !inside(new)
         }
         (None, None) => !inside(old) && !inside(new),
         _ => false,
@@ -190,8 +187,7 @@ pub fn impact(
     top: usize,
 ) -> Impact {
     // Per service: (current, candidate); a service listed twice keeps its last table.
-    let mut services: BTreeMap<u32, (&[(IpNet, Decision)], &[(IpNet, Decision)])> =
-        BTreeMap::new();
+    let mut services: BTreeMap<u32, (Entries<'_>, Entries<'_>)> = BTreeMap::new();
     for &(s, t) in current {
         services.entry(s).or_insert((&[], &[])).0 = t;
     }
@@ -376,16 +372,31 @@ mod tests {
             (net("10.0.0.128/25"), dec(&[11])),
         ];
         let demand = PrefixDemand::from_rates(
-            [(5, net("10.0.0.0/24"), 100.0), (5, net("10.0.1.0/24"), 50.0)].into_iter(),
+            [
+                (5, net("10.0.0.0/24"), 100.0),
+                (5, net("10.0.1.0/24"), 50.0),
+            ]
+            .into_iter(),
         );
         let sites = [
-            SiteLoad { site: 0, capacity: Some(1000.0), load: 150.0 },
-            SiteLoad { site: 1, capacity: None, load: 0.0 },
+            SiteLoad {
+                site: 0,
+                capacity: Some(1000.0),
+                load: 150.0,
+            },
+            SiteLoad {
+                site: 1,
+                capacity: None,
+                load: 0.0,
+            },
         ];
         let i = impact(&[(5, &cur)], &[(5, &cand)], &demand, &site_of, &sites, 10);
         assert_eq!(i.moves.len(), 1);
         let m = &i.moves[0];
-        assert_eq!((m.prefix, m.from.clone(), m.to.clone()), (net("10.0.0.0/24"), vec![0], vec![1]));
+        assert_eq!(
+            (m.prefix, m.from.clone(), m.to.clone()),
+            (net("10.0.0.0/24"), vec![0], vec![1])
+        );
         assert!((m.rate - 50.0).abs() < 1e-9);
         assert!((i.moved_rate - 50.0).abs() < 1e-9);
         assert!((site(&i, 0).moving_out - 50.0).abs() < 1e-9);
@@ -396,7 +407,11 @@ mod tests {
 
         // A demand /25 inside an entry of its own, and a /23 over the /24s: exact shares.
         let demand = PrefixDemand::from_rates(
-            [(5, net("10.0.0.128/25"), 8.0), (5, net("10.0.0.0/23"), 40.0)].into_iter(),
+            [
+                (5, net("10.0.0.128/25"), 8.0),
+                (5, net("10.0.0.0/23"), 40.0),
+            ]
+            .into_iter(),
         );
         let i = impact(&[(5, &cur)], &[(5, &cand)], &demand, &site_of, &sites, 10);
         assert!((i.moved_rate - (8.0 + 40.0 / 4.0)).abs() < 1e-9);
@@ -407,7 +422,11 @@ mod tests {
     fn a_service_in_one_table_moves_all_of_its_demand() {
         let t = vec![(net("::/0"), dec(&[21])), (net("0.0.0.0/0"), dec(&[22]))];
         let demand = PrefixDemand::from_rates(
-            [(1, net("2001:db8::/48"), 3.0), (1, net("192.0.2.0/24"), 1.0)].into_iter(),
+            [
+                (1, net("2001:db8::/48"), 3.0),
+                (1, net("192.0.2.0/24"), 1.0),
+            ]
+            .into_iter(),
         );
         let gone = impact(&[(1, &t)], &[], &demand, &site_of, &[], 1);
         assert!((gone.moved_rate - 4.0).abs() < 1e-9);
@@ -429,7 +448,19 @@ mod tests {
             (net("10.1.2.0/24"), dec(&[1, 11])),
         ];
         // The same table in another order, with other scopes.
-        let mut u: Vec<_> = t.iter().rev().map(|&(p, d)| (p, Decision { prefix_len: 30, ..d })).collect();
+        let mut u: Vec<_> = t
+            .iter()
+            .rev()
+            .map(|&(p, d)| {
+                (
+                    p,
+                    Decision {
+                        prefix_len: 30,
+                        ..d
+                    },
+                )
+            })
+            .collect();
         u.rotate_left(1);
         let demand = PrefixDemand::from_rates(
             [
@@ -439,14 +470,25 @@ mod tests {
             ]
             .into_iter(),
         );
-        let sites = [SiteLoad { site: 0, capacity: Some(10.0), load: 7.0 }];
+        let sites = [SiteLoad {
+            site: 0,
+            capacity: Some(10.0),
+            load: 7.0,
+        }];
         let i = impact(&[(1, &t)], &[(1, &u)], &demand, &site_of, &sites, 10);
         assert_eq!(i.moved_rate, 0.0);
         assert!(i.moves.is_empty());
         assert_eq!(i.changed_ranges, 0);
         assert_eq!(
             i.sites,
-            vec![SiteImpact { site: 0, load: 7.0, moving_in: 0.0, moving_out: 0.0, projected: 7.0, capacity: Some(10.0) }]
+            vec![SiteImpact {
+                site: 0,
+                load: 7.0,
+                moving_in: 0.0,
+                moving_out: 0.0,
+                projected: 7.0,
+                capacity: Some(10.0)
+            }]
         );
         let json = serde_json::to_value(&i).unwrap();
         assert_eq!(json["changed_ranges"], 0);
@@ -459,8 +501,10 @@ mod tests {
     #[ignore]
     fn impact_at_scale() {
         let (cur, cand, demand) = scale_world(750_000, 1_000_000);
-        let c: Vec<(u32, &[(IpNet, Decision)])> = cur.iter().map(|(s, t)| (*s, t.as_slice())).collect();
-        let n: Vec<(u32, &[(IpNet, Decision)])> = cand.iter().map(|(s, t)| (*s, t.as_slice())).collect();
+        let c: Vec<(u32, &[(IpNet, Decision)])> =
+            cur.iter().map(|(s, t)| (*s, t.as_slice())).collect();
+        let n: Vec<(u32, &[(IpNet, Decision)])> =
+            cand.iter().map(|(s, t)| (*s, t.as_slice())).collect();
         let started = std::time::Instant::now();
         let i = impact(&c, &n, &demand, &site_of, &[], 20);
         eprintln!(
@@ -481,7 +525,9 @@ mod tests {
     pub(crate) fn scale_world(entries: usize, items: usize) -> (Tables, Tables, PrefixDemand) {
         let mut x: u64 = 1;
         let mut next = move || {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             x >> 33
         };
         let per = entries / 4;
@@ -492,13 +538,21 @@ mod tests {
             for _ in 0..per {
                 let addr = (next() as u32) << 1;
                 let len = [16u8, 20, 24][(next() % 3) as usize];
-                let p = IpNet::new(std::net::IpAddr::from(addr.to_be_bytes()), len).unwrap().trunc();
+                let p = IpNet::new(std::net::IpAddr::from(addr.to_be_bytes()), len)
+                    .unwrap()
+                    .trunc();
                 t.push((p, dec(&[(next() % 40) as u16])));
             }
             let t = sorted(t);
             let c: Vec<_> = t
                 .iter()
-                .map(|&(p, d)| if next() % 50 == 0 { (p, dec(&[(next() % 40) as u16])) } else { (p, d) })
+                .map(|&(p, d)| {
+                    if next() % 50 == 0 {
+                        (p, dec(&[(next() % 40) as u16]))
+                    } else {
+                        (p, d)
+                    }
+                })
                 .collect();
             cur.push((s, t));
             cand.push((s, c));

@@ -40,7 +40,10 @@ pub struct Group {
 /// `d` without its ECS scope: entries for different prefixes with the same ranking are the
 /// same decision (the kernel stores them once, with `prefix_len` 0).
 pub fn scope_cleared(d: &Decision) -> Decision {
-    Decision { prefix_len: 0, ..*d }
+    Decision {
+        prefix_len: 0,
+        ..*d
+    }
 }
 
 /// A total order on decisions (scope ignored): `Decision` has none, and maps keyed by it
@@ -109,6 +112,9 @@ pub(crate) fn clean_rate(r: f64) -> f64 {
     }
 }
 
+/// Values per prefix, keyed in [`sort_key`] order (one slot per prefix while counting).
+type ByPrefix<V> = BTreeMap<(u8, u128, u8), (IpNet, V)>;
+
 /// Demand per client prefix, per service, from the kernel's samples scaled to its exact
 /// counters.
 ///
@@ -134,7 +140,7 @@ impl PrefixDemand {
         samples: impl Iterator<Item = (u32, IpNet, u64)>,
         service_rates: &BTreeMap<u32, f64>,
     ) -> PrefixDemand {
-        let mut counts: BTreeMap<u32, BTreeMap<(u8, u128, u8), (IpNet, u64)>> = BTreeMap::new();
+        let mut counts: BTreeMap<u32, ByPrefix<u64>> = BTreeMap::new();
         for (service, prefix, count) in samples {
             if count == 0 || !service_rates.contains_key(&service) {
                 continue;
@@ -167,7 +173,7 @@ impl PrefixDemand {
     /// Builds from per-prefix rates directly (tests, benches, a controller that already has
     /// them); same normalisation as [`Self::from_samples`], rates of one prefix added.
     pub fn from_rates(rates: impl Iterator<Item = (u32, IpNet, f64)>) -> PrefixDemand {
-        let mut per: BTreeMap<u32, BTreeMap<(u8, u128, u8), (IpNet, f64)>> = BTreeMap::new();
+        let mut per: BTreeMap<u32, ByPrefix<f64>> = BTreeMap::new();
         for (service, prefix, rate) in rates {
             let p = prefix.trunc();
             let slot = per
@@ -233,7 +239,10 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert!((s[0].1 - 1.0 / 3.0).abs() < 1e-12 && (s[1].1 - 2.0 / 3.0).abs() < 1e-12);
         // A weight-0 primary gets nothing while another has a weight.
-        assert_eq!(site_shares(&dec(&[1, 11], 2, &[0, 3]), &site_of), vec![(1, 1.0)]);
+        assert_eq!(
+            site_shares(&dec(&[1, 11], 2, &[0, 3]), &site_of),
+            vec![(1, 1.0)]
+        );
         // No primary with a site: nowhere.
         assert!(site_shares(&dec(&[200, 1], 1, &[1, 1]), &site_of).is_empty());
         assert!(site_shares(&Decision::default(), &site_of).is_empty());

@@ -75,7 +75,11 @@ pub enum ReplicaState {
 #[serde(rename_all = "snake_case", tag = "action")]
 pub enum ReplicaAction {
     /// Copy the resource to the server (it stays out of answers until it is healthy).
-    Copy { service: u32, server: u16, bonus: f64 },
+    Copy {
+        service: u32,
+        server: u16,
+        bonus: f64,
+    },
     /// The copy is healthy (or a draining one is wanted again): put it in decisions.
     Joined { service: u32, server: u16 },
     /// No new clients for the copy; existing ones finish.
@@ -237,9 +241,9 @@ impl Replicas {
     /// Whether the server is in the service's decisions: serving, or draining (still there
     /// for its existing clients, with no new ones). A copy being made is not.
     pub fn holds(&self, service: u32, server: u16) -> bool {
-        self.entries.get(&(service, server)).is_some_and(|e| {
-            matches!(e.state, ReplicaState::Serving | ReplicaState::Draining)
-        })
+        self.entries
+            .get(&(service, server))
+            .is_some_and(|e| matches!(e.state, ReplicaState::Serving | ReplicaState::Draining))
     }
 
     /// Every candidate's bonus and state, in (service, server) order.
@@ -272,7 +276,11 @@ mod tests {
     }
 
     fn bonus(r: &Replicas, server: u16) -> f64 {
-        r.report().iter().find(|x| x.server == server).unwrap().bonus
+        r.report()
+            .iter()
+            .find(|x| x.server == server)
+            .unwrap()
+            .bonus
     }
 
     #[test]
@@ -280,17 +288,29 @@ mod tests {
         let s = ReplicaSettings::default();
         let mut r = Replicas::new();
         let cands = [(1, 1), (1, 5)];
-        let v = [Visitor { service: 1, count: 10.0, place: 2 }];
+        let v = [Visitor {
+            service: 1,
+            count: 10.0,
+            place: 2,
+        }];
         r.cycle(0.0, &cands, &v, &distance, &up, &s);
         // 100 km from server 1, 300 km from server 5.
         assert!((bonus(&r, 1) - 100.0).abs() < 1e-9);
         assert!((bonus(&r, 5) - 1000.0 * 10.0 / 300.0).abs() < 1e-9);
         let mut far = Replicas::new();
-        let v = [Visitor { service: 1, count: 10.0, place: 99 }];
+        let v = [Visitor {
+            service: 1,
+            count: 10.0,
+            place: 99,
+        }];
         far.cycle(0.0, &cands, &v, &distance, &up, &s);
         assert!(far.report().iter().all(|x| x.bonus == 0.0));
         // Another service's visitors give nothing.
-        let v = [Visitor { service: 2, count: 10.0, place: 1 }];
+        let v = [Visitor {
+            service: 2,
+            count: 10.0,
+            place: 1,
+        }];
         far.cycle(0.0, &cands, &v, &distance, &up, &s);
         assert!(far.report().iter().all(|x| x.bonus == 0.0));
     }
@@ -301,7 +321,11 @@ mod tests {
         let mut r = Replicas::new();
         let cands = [(1, 3)];
         // 100 visitors on top of the server: 100 000 per window, well over the threshold.
-        let v = [Visitor { service: 1, count: 100.0, place: 3 }];
+        let v = [Visitor {
+            service: 1,
+            count: 100.0,
+            place: 3,
+        }];
         let down = |_: u32, _: u16| Some(false);
         let mut all = Vec::new();
         for i in 0..10 {
@@ -309,11 +333,24 @@ mod tests {
             assert!(!r.holds(1, 3));
         }
         assert_eq!(all.len(), 1);
-        assert!(matches!(all[0], ReplicaAction::Copy { service: 1, server: 3, .. }));
+        assert!(matches!(
+            all[0],
+            ReplicaAction::Copy {
+                service: 1,
+                server: 3,
+                ..
+            }
+        ));
         assert_eq!(r.report()[0].state, ReplicaState::Copying);
         // Healthy at last: it joins, once.
         let a = r.cycle(50.0, &cands, &v, &distance, &up, &s);
-        assert_eq!(a, vec![ReplicaAction::Joined { service: 1, server: 3 }]);
+        assert_eq!(
+            a,
+            vec![ReplicaAction::Joined {
+                service: 1,
+                server: 3
+            }]
+        );
         assert!(r.holds(1, 3));
         assert!(r.cycle(55.0, &cands, &v, &distance, &up, &s).is_empty());
     }
@@ -323,7 +360,11 @@ mod tests {
         let s = ReplicaSettings::default();
         let mut r = Replicas::new();
         let cands = [(1, 3)];
-        let v = [Visitor { service: 1, count: 4.0, place: 3 }];
+        let v = [Visitor {
+            service: 1,
+            count: 4.0,
+            place: 3,
+        }];
         r.cycle(0.0, &cands, &v, &distance, &up, &s);
         assert!((bonus(&r, 3) - 4000.0).abs() < 1e-9);
         r.cycle(300.0, &cands, &[], &distance, &up, &s);
@@ -353,8 +394,20 @@ mod tests {
         assert_eq!(
             log,
             vec![
-                (600.0, ReplicaAction::Drain { service: 1, server: 3 }),
-                (660.0, ReplicaAction::Retire { service: 1, server: 3 }),
+                (
+                    600.0,
+                    ReplicaAction::Drain {
+                        service: 1,
+                        server: 3
+                    }
+                ),
+                (
+                    660.0,
+                    ReplicaAction::Retire {
+                        service: 1,
+                        server: 3
+                    }
+                ),
             ]
         );
         assert!(!r.holds(1, 3));
@@ -364,9 +417,19 @@ mod tests {
         r.cycle(0.0, &cands, &[], &distance, &up, &s);
         r.cycle(600.0, &cands, &[], &distance, &up, &s);
         assert!(r.holds(1, 3));
-        let v = [Visitor { service: 1, count: 100.0, place: 3 }];
+        let v = [Visitor {
+            service: 1,
+            count: 100.0,
+            place: 3,
+        }];
         let a = r.cycle(610.0, &cands, &v, &distance, &up, &s);
-        assert_eq!(a, vec![ReplicaAction::Joined { service: 1, server: 3 }]);
+        assert_eq!(
+            a,
+            vec![ReplicaAction::Joined {
+                service: 1,
+                server: 3
+            }]
+        );
         // Dropped from the candidates: forgotten.
         r.cycle(615.0, &[], &v, &distance, &up, &s);
         assert!(r.report().is_empty() && !r.holds(1, 3));
@@ -374,10 +437,17 @@ mod tests {
 
     #[test]
     fn visitor_order_does_not_matter_and_reports_name_states() {
-        let s = ReplicaSettings { threshold: 500.0, ..Default::default() };
+        let s = ReplicaSettings {
+            threshold: 500.0,
+            ..Default::default()
+        };
         let cands = [(1, 1), (1, 5), (2, 2)];
         let mut v: Vec<Visitor> = (0..30)
-            .map(|i| Visitor { service: 1 + (i % 2) as u32, count: 0.1 * f64::from(i), place: (i % 7) as usize })
+            .map(|i| Visitor {
+                service: 1 + (i % 2) as u32,
+                count: 0.1 * f64::from(i),
+                place: (i % 7) as usize,
+            })
             .collect();
         let mut a = Replicas::new();
         let mut b = Replicas::new();
@@ -387,8 +457,15 @@ mod tests {
         assert_eq!(xa, xb);
         assert_eq!(a.report(), b.report());
         let json = serde_json::to_string(&a.report()[0]).unwrap();
-        assert!(json.contains("\"state\":\"copying\"") || json.contains("\"state\":\"absent\""), "{json}");
-        let act = serde_json::to_string(&ReplicaAction::Drain { service: 1, server: 2 }).unwrap();
+        assert!(
+            json.contains("\"state\":\"copying\"") || json.contains("\"state\":\"absent\""),
+            "{json}"
+        );
+        let act = serde_json::to_string(&ReplicaAction::Drain {
+            service: 1,
+            server: 2,
+        })
+        .unwrap();
         assert_eq!(act, r#"{"action":"drain","service":1,"server":2}"#);
     }
 }

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use director_common::maps::Decision;
 
 use super::{
-    clean_rate, decision_key, in_use, primaries, scope_cleared, share_at, site_shares,
-    DecisionKey, Group,
+    clean_rate, decision_key, in_use, primaries, scope_cleared, share_at, site_shares, DecisionKey,
+    Group,
 };
 
 /// The loop's knobs; shares are of a site's capacity.
@@ -226,7 +226,11 @@ fn waterfall(
         let full = d.servers[..in_use(&d)]
             .iter()
             .filter_map(|&s| site_of(s))
-            .find(|s| change.get(s).is_some_and(|&v| v > 0.0 && !board.room(*s, v)));
+            .find(|s| {
+                change
+                    .get(s)
+                    .is_some_and(|&v| v > 0.0 && !board.room(*s, v))
+            });
         match full {
             None => return Some((away, d, change)),
             Some(s) => away.push(s),
@@ -355,12 +359,22 @@ impl Spill {
         if !out.all_over {
             for &(_, site, excess) in &over {
                 self.shed(
-                    now_s, site, excess, &by_key, &mut board, &mut touched, site_of, loss,
-                    settings, &mut out,
+                    now_s,
+                    site,
+                    excess,
+                    &by_key,
+                    &mut board,
+                    &mut touched,
+                    site_of,
+                    loss,
+                    settings,
+                    &mut out,
                 );
             }
         }
-        self.bring_back(now_s, &by_key, &mut board, &touched, site_of, settings, &mut out);
+        self.bring_back(
+            now_s, &by_key, &mut board, &touched, site_of, settings, &mut out,
+        );
         out
     }
 
@@ -490,7 +504,12 @@ impl Spill {
         }
         let mut returned: BTreeMap<usize, f64> = BTreeMap::new();
         let budget = |board: &Board, s: usize| -> Option<f64> {
-            board.limit.get(&s).copied().flatten().map(|l| settings.max_step * l)
+            board
+                .limit
+                .get(&s)
+                .copied()
+                .flatten()
+                .map(|l| settings.max_step * l)
         };
         let mut refilled: BTreeSet<usize> = BTreeSet::new();
         for (_, k) in order {
@@ -516,9 +535,8 @@ impl Spill {
                 let fits = change.iter().all(|(&s, &v)| {
                     v <= 0.0
                         || (board.room(s, v)
-                            && budget(board, s).is_none_or(|b| {
-                                returned.get(&s).copied().unwrap_or(0.0) + v <= b
-                            }))
+                            && budget(board, s)
+                                .is_none_or(|b| returned.get(&s).copied().unwrap_or(0.0) + v <= b))
                 });
                 if fits {
                     chosen = Some((away, d, change));
