@@ -15,6 +15,7 @@ pub mod compile;
 pub mod config;
 pub mod data;
 pub mod decide;
+pub mod demand;
 pub mod engine;
 pub mod explain;
 pub mod fleet;
