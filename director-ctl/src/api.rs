@@ -733,3 +733,44 @@ pub struct ReplicaState {
     /// Unix seconds since it is in that state (absent: null).
     pub since: Option<f64>,
 }
+
+/// `impact --json`: what a candidate config would move, by the demand measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Impact {
+    /// Seconds the comparison took (the candidate's compile not included).
+    pub seconds: f64,
+    /// The demand window the weights come from, and its sampled prefixes.
+    pub window_s: f64,
+    pub demand_prefixes: usize,
+    /// Answers plus new flows per second that would go to another site.
+    pub moved_rate: f64,
+    /// Prefixes whose answer would change.
+    pub changed_ranges: usize,
+    pub sites: Vec<SiteImpact>,
+    /// The prefixes that move the most demand, most first.
+    pub moves: Vec<PrefixMove>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SiteImpact {
+    pub site: String,
+    /// Measured now (per second).
+    pub load: f64,
+    pub moving_in: f64,
+    pub moving_out: f64,
+    /// `load - moving_out + moving_in`.
+    pub projected: f64,
+    /// In the candidate config.
+    pub capacity: Option<f64>,
+    /// `projected / capacity`.
+    pub projected_share: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrefixMove {
+    pub service: String,
+    pub prefix: IpNet,
+    pub from: Vec<String>,
+    pub to: Vec<String>,
+    pub rate: f64,
+}

@@ -10,7 +10,9 @@ use director_common::demand::Sample;
 use director_common::maps::Decision;
 use director_plan::data::Data;
 use director_plan::decide::{Computed, Ids};
-use director_plan::demand::replicas::{ReplicaAction, ReplicaSettings, Replicas, Visitor};
+use director_plan::demand::replicas::{
+    ReplicaAction, ReplicaSettings, ReplicaState, Replicas, Visitor,
+};
 use director_plan::demand::spill::{SiteLoad, Spill, SpillSettings};
 use director_plan::demand::{site_shares, Group};
 use director_plan::model::Location;
@@ -74,6 +76,8 @@ pub struct Demand {
     copy: Hook,
     retire: Hook,
     report: api::Demand,
+    /// Each service's rate in the last cycle (what sampled prefixes are scaled to).
+    service_rates: BTreeMap<u32, f64>,
 }
 
 impl Demand {
@@ -96,11 +100,12 @@ impl Demand {
             last: None,
             ring,
             samples: Samples::default(),
-            spill: Spill::default(),
-            replicas: Replicas::default(),
+            spill: Spill::new(),
+            replicas: Replicas::new(),
             copy: Hook::default(),
             retire: Hook::default(),
             report: empty_report(cfg),
+            service_rates: BTreeMap::new(),
         };
         d.reconfigure(cfg);
         d
@@ -266,7 +271,6 @@ impl Demand {
             .collect();
 
         // Spill.
-        let places = &self.samples;
         let loss = |g: &Group, from: usize, to: usize| -> f64 {
             let Some((_, p)) = entries.get(&(g.service, g.planned)) else {
                 return 0.0;
@@ -280,7 +284,6 @@ impl Demand {
                 _ => 0.0,
             }
         };
-        let _ = places;
         let before: BTreeSet<(u32, Decision)> =
             self.spill.overrides().map(|o| (o.service, o.planned)).collect();
         let c = self
@@ -391,28 +394,20 @@ impl Demand {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         for a in &actions {
-            let (what, service, server, bonus) = match a {
+            let (what, service, server) = match a {
                 ReplicaAction::Copy {
-                    service,
-                    server,
-                    bonus,
-                } => ("copy", *service, *server, *bonus),
-                ReplicaAction::Joined {
-                    service,
-                    server,
-                    bonus,
-                } => ("joined", *service, *server, *bonus),
-                ReplicaAction::Drain {
-                    service,
-                    server,
-                    bonus,
-                } => ("drain", *service, *server, *bonus),
-                ReplicaAction::Retire {
-                    service,
-                    server,
-                    bonus,
-                } => ("retire", *service, *server, *bonus),
+                    service, server, ..
+                } => ("copy", *service, *server),
+                ReplicaAction::Joined { service, server } => ("joined", *service, *server),
+                ReplicaAction::Drain { service, server } => ("drain", *service, *server),
+                ReplicaAction::Retire { service, server } => ("retire", *service, *server),
             };
+            let bonus = self
+                .replicas
+                .report()
+                .iter()
+                .find(|r| r.service == service && r.server == server)
+                .map_or(0.0, |r| r.bonus);
             out.replicas_changed = true;
             let call = HookCall {
                 event: what.to_string(),
@@ -469,7 +464,8 @@ impl Demand {
             decisions.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.servers.cmp(&b.servers)));
             services.push(api::ServiceDemand {
                 service: svc.name.clone(),
-                rate: rate(total, last.services.get(&sid)),
+                // DIR_DEMAND counts answers and new flows; DIR_SVC_STATS answers only.
+                rate: decisions.iter().map(|d| d.rate).sum(),
                 total,
                 decisions,
             });
@@ -489,11 +485,10 @@ impl Demand {
                 target: caps[i].map(|_| self.cfg.spill.target),
             })
             .collect();
-        let prefixes = self.samples.report(
-            &|id| service_name(id),
-            &services_rates(&services, ctx),
-            200,
-        );
+        self.service_rates = services_rates(&services, ctx);
+        let prefixes = self
+            .samples
+            .report(&|id| service_name(id), &self.service_rates, 200);
         let moved = self
             .spill
             .overrides()
@@ -530,8 +525,14 @@ impl Demand {
                     .map(|&i| site_name(i))
                     .unwrap_or_default(),
                 bonus: r.bonus,
-                state: r.state.to_string(),
-                since: r.since.map(|s| wall - (now - s)),
+                state: match r.state {
+                    ReplicaState::Absent => "absent",
+                    ReplicaState::Copying => "copying",
+                    ReplicaState::Serving => "serving",
+                    ReplicaState::Draining => "draining",
+                }
+                .to_string(),
+                since: (r.state != ReplicaState::Absent).then(|| wall - (now - r.since)),
             })
             .collect();
         self.report = api::Demand {
@@ -552,11 +553,27 @@ impl Demand {
         Ok(out)
     }
 
-    /// Per-prefix demand over the last window, for `impact`.
+    /// Per-prefix demand over the last window, for `impact`: samples scaled to each
+    /// service's counted rate.
     pub fn prefix_demand(&self) -> director_plan::demand::PrefixDemand {
-        let rates: BTreeMap<u32, f64> = BTreeMap::new();
-        let _ = rates;
-        self.samples.last_demand()
+        self.samples.demand(&self.service_rates)
+    }
+
+    /// A `Demand` that reads nothing (the placeholder while `run` rebuilds its state).
+    pub fn idle(cfg: &DemandConfig) -> Demand {
+        Demand {
+            cfg: cfg.clone(),
+            epoch: Instant::now(),
+            last: None,
+            ring: None,
+            samples: Samples::default(),
+            spill: Spill::new(),
+            replicas: Replicas::new(),
+            copy: Hook::default(),
+            retire: Hook::default(),
+            report: empty_report(cfg),
+            service_rates: BTreeMap::new(),
+        }
     }
 }
 

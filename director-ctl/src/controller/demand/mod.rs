@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod hooks;
+pub mod impact;
 pub mod engine;
 pub mod samples;
 
