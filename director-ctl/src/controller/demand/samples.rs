@@ -43,18 +43,16 @@ pub struct Samples {
 pub fn prefix_of(s: &Sample) -> (IpNet, By) {
     let by = if s.is_syn() {
         By::Client
-    } else if s.is_ecs() {
+    } else if s.has_ecs() {
         By::Ecs
     } else {
         By::Resolver
     };
+    let a = s.aggregate();
     let net = if s.is_v6() {
-        let len = if s.is_ecs() { s.prefix_len.min(48) } else { 48 };
-        IpNet::new(IpAddr::V6(Ipv6Addr::from(s.client)), len)
+        IpNet::new(IpAddr::V6(Ipv6Addr::from(a)), s.aggregate_len())
     } else {
-        let len = if s.is_ecs() { s.prefix_len.min(24) } else { 24 };
-        let a = [s.client[0], s.client[1], s.client[2], s.client[3]];
-        IpNet::new(IpAddr::V4(Ipv4Addr::from(a)), len)
+        IpNet::new(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])), s.aggregate_len())
     };
     // Lengths are bounded above, so `new` cannot fail; a host route is the safe answer.
     let net = net.map_or_else(|_| IpNet::from(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), |n| n.trunc());
