@@ -173,6 +173,34 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Demand as a running `run` counted it over its last cycle: per service and decision,
+    /// per site and server, the busiest client prefixes, capacity spill and replicas.
+    Demand {
+        /// The `run` to ask (its `[metrics] listen` address).
+        #[arg(long)]
+        run: std::net::SocketAddr,
+        /// Only this service.
+        #[arg(long)]
+        service: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What a candidate config would move, before it is applied: its table compiled
+    /// beside the one in the kernel, every range that changes weighted by the demand a
+    /// running `run` measured there, per site in and out against capacity.
+    Impact {
+        /// The candidate config.
+        #[arg(long)]
+        config: PathBuf,
+        /// The `run` to ask (its `[metrics] listen` address).
+        #[arg(long)]
+        run: std::net::SocketAddr,
+        /// How many of the prefixes that move the most to list.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the XDP program's log (needs `attach --log-level debug|info`) until Ctrl-C.
     Log,
     /// The zones director answers in full: `[[zone]]` in `run`'s config, or a zones file
@@ -987,8 +1015,49 @@ fn run(cli: Cli) -> Result<()> {
             };
             show(json, &e, print::explain)?;
         }
+        Cmd::Demand { run, service, json } => {
+            let mut d: api::Demand = controller::live::agents::ask_run(run, "/demand")?;
+            if let Some(s) = &service {
+                let want = s.trim_end_matches('.');
+                if !d.services.iter().any(|x| x.service.trim_end_matches('.') == want) {
+                    anyhow::bail!("run at {run} has no service {s:?}");
+                }
+                d.services.retain(|x| x.service.trim_end_matches('.') == want);
+                d.prefixes.retain(|x| x.service.trim_end_matches('.') == want);
+                d.replicas.retain(|x| x.service.trim_end_matches('.') == want);
+            }
+            show(json, &d, print::demand)?;
+        }
+        Cmd::Impact {
+            config,
+            run,
+            top,
+            json,
+        } => {
+            let path = std::fs::canonicalize(&config)
+                .with_context(|| format!("{}", config.display()))?;
+            let q = format!(
+                "/impact?config={}&top={top}",
+                escape(&path.display().to_string())
+            );
+            let i: api::Impact = controller::live::agents::ask_run(run, &q)?;
+            show(json, &i, print::impact)?;
+        }
     }
     Ok(())
+}
+
+/// A query value with everything but unreserved characters `%XX`-escaped.
+fn escape(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// The `director-ctl` binary: parse, run, and on failure print one line and exit non-zero.

@@ -84,9 +84,26 @@ pub fn explain_from(
     })
 }
 
+/// A JSON document from a running `run`'s metrics listener (`/demand`, `/impact`).
+pub fn ask_run<T: serde::de::DeserializeOwned>(addr: SocketAddr, path: &str) -> Result<T> {
+    // `impact` compiles a whole table first: seconds at full scale.
+    let body = get_within(addr, path, Duration::from_secs(120))
+        .with_context(|| format!("asking run at {addr}"))?;
+    serde_json::from_slice(&body).with_context(|| {
+        format!(
+            "run at {addr}: {}",
+            String::from_utf8_lossy(&body).trim_end()
+        )
+    })
+}
+
 fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>> {
+    get_within(addr, path, Duration::from_secs(3))
+}
+
+fn get_within(addr: SocketAddr, path: &str, wait: Duration) -> Result<Vec<u8>> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    s.set_read_timeout(Some(wait))?;
     s.set_write_timeout(Some(Duration::from_secs(1)))?;
     write!(
         s,
