@@ -660,6 +660,9 @@ pub struct DecisionDemand {
     /// The sites of the primaries.
     pub sites: Vec<String>,
     pub rate: f64,
+    /// Counted at its id since the id was given out (ids are reused only after a
+    /// compaction).
+    pub count: u64,
     /// Table entries that point at it.
     pub entries: usize,
     /// Capacity spill moved it here (from the decision planned for its prefixes).
@@ -688,6 +691,9 @@ pub struct ServerDemand {
     pub answers: f64,
     /// New flows steered to it, per second.
     pub flows: f64,
+    /// The same counted since the program's maps were made.
+    pub answers_total: u64,
+    pub flows_total: u64,
     pub capacity: Option<f64>,
 }
 
@@ -701,8 +707,10 @@ pub struct PrefixDemand {
     /// Estimated answers plus new flows per second (samples scaled to the service's
     /// counted rate).
     pub rate: f64,
-    /// Sampled records over the window.
+    /// Sampled records over the window ...
     pub samples: u64,
+    /// ... and since `run` started.
+    pub total: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -219,13 +219,13 @@ impl Demand {
             }
         }
         let mut groups: BTreeMap<(u32, Vec<u16>, u8), Group> = BTreeMap::new();
-        let mut decision_rates: HashMap<(u32, Decision), f64> = HashMap::new();
+        let mut decision_rates: HashMap<(u32, Decision), (f64, u64)> = HashMap::new();
         for (index, service, d) in &owners {
-            let r = rate(
-                cur.choices.get(index).copied().unwrap_or(0),
-                last.choices.get(index),
-            );
-            *decision_rates.entry((*service, stored(d))).or_default() += r;
+            let count = cur.choices.get(index).copied().unwrap_or(0);
+            let r = rate(count, last.choices.get(index));
+            let e = decision_rates.entry((*service, stored(d))).or_default();
+            e.0 += r;
+            e.1 += count;
             let Some(planned) = back.get(&(*service, stored(d))) else {
                 continue;
             };
@@ -258,6 +258,8 @@ impl Demand {
                 site: s.site.clone(),
                 answers: a,
                 flows: f,
+                answers_total: cur.answers.get(&id).copied().unwrap_or(0),
+                flows_total: cur.flows.get(&id).copied().unwrap_or(0),
                 capacity: s.capacity,
             });
         }
@@ -445,8 +447,8 @@ impl Demand {
             let total = cur.services.get(&sid).copied().unwrap_or(0);
             let mut decisions: Vec<api::DecisionDemand> = decision_rates
                 .iter()
-                .filter(|((s, _), r)| *s == sid && **r > 0.0)
-                .map(|((_, d), r)| {
+                .filter(|((s, _), (_, n))| *s == sid && *n > 0)
+                .map(|((_, d), (r, count))| {
                     let planned = back.get(&(sid, *d)).copied();
                     let shares = site_shares(d, &site_fn);
                     api::DecisionDemand {
@@ -454,6 +456,7 @@ impl Demand {
                         primary: d.primary,
                         sites: shares.iter().map(|(i, _)| site_name(*i)).collect(),
                         rate: *r,
+                        count: *count,
                         entries: planned
                             .and_then(|p| entries.get(&(sid, p)))
                             .map_or(0, |e| e.0),
@@ -461,7 +464,12 @@ impl Demand {
                     }
                 })
                 .collect();
-            decisions.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.servers.cmp(&b.servers)));
+            decisions.sort_by(|a, b| {
+                b.rate
+                    .total_cmp(&a.rate)
+                    .then(b.count.cmp(&a.count))
+                    .then(a.servers.cmp(&b.servers))
+            });
             services.push(api::ServiceDemand {
                 service: svc.name.clone(),
                 // DIR_DEMAND counts answers and new flows; DIR_SVC_STATS answers only.

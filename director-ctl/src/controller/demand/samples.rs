@@ -35,6 +35,8 @@ type Key = (u32, IpNet, By);
 pub struct Samples {
     now: HashMap<Key, u64>,
     last: HashMap<Key, u64>,
+    /// Since `run` started.
+    all: HashMap<Key, u64>,
 }
 
 /// The prefix a record is counted under: the ECS subnet as the resolver sent it (at most
@@ -64,6 +66,7 @@ impl Samples {
         for s in got {
             let (net, by) = prefix_of(s);
             *self.now.entry((s.service, net, by)).or_default() += 1;
+            *self.all.entry((s.service, net, by)).or_default() += 1;
         }
     }
 
@@ -87,20 +90,25 @@ impl Samples {
     ) -> Vec<api::PrefixDemand> {
         let totals = totals(&self.now);
         let mut out: Vec<api::PrefixDemand> = self
-            .now
+            .all
             .iter()
-            .map(|((svc, net, by), n)| api::PrefixDemand {
-                service: service_name(*svc),
-                prefix: *net,
-                by: by.name().to_string(),
-                rate: rates.get(svc).copied().unwrap_or(0.0) * *n as f64
-                    / totals.get(svc).copied().unwrap_or(1).max(1) as f64,
-                samples: *n,
+            .map(|(key @ (svc, net, by), all)| {
+                let n = self.now.get(key).copied().unwrap_or(0);
+                api::PrefixDemand {
+                    service: service_name(*svc),
+                    prefix: *net,
+                    by: by.name().to_string(),
+                    rate: rates.get(svc).copied().unwrap_or(0.0) * n as f64
+                        / totals.get(svc).copied().unwrap_or(1).max(1) as f64,
+                    samples: n,
+                    total: *all,
+                }
             })
             .collect();
         out.sort_by(|a, b| {
             b.samples
                 .cmp(&a.samples)
+                .then(b.total.cmp(&a.total))
                 .then(a.service.cmp(&b.service))
                 .then(a.prefix.cmp(&b.prefix))
         });
