@@ -2,12 +2,14 @@
 //! from BIND to SERVER:53, evenly spread over SECONDS, every reply read and sorted (full
 //! answer, truncated, other). Prints one JSON line when done. Run inside a namespace.
 //!
-//! udp_flood BIND SERVER NAME COUNT SECONDS
+//! udp_flood BIND SERVER NAME COUNT SECONDS [ECS-SUBNET]
+//!
+//! With ECS-SUBNET (`10.1.0.0/24`), every query carries it as its EDNS Client Subnet.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use director_tests::packets::{query, wire};
+use director_tests::packets::{query, wire, with_ecs};
 use hickory_proto::rr::RecordType;
 
 const TC: u16 = 0x0200;
@@ -50,10 +52,13 @@ impl Tally {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 6 {
-        eprintln!("usage: udp_flood BIND SERVER NAME COUNT SECONDS");
+    if !(6..=7).contains(&args.len()) {
+        eprintln!("usage: udp_flood BIND SERVER NAME COUNT SECONDS [ECS-SUBNET]");
         std::process::exit(2);
     }
+    let ecs: Option<ipnet::IpNet> = args
+        .get(6)
+        .map(|s| s.parse().expect("ECS-SUBNET is a prefix"));
     let bind: std::net::IpAddr = args[1].parse().expect("BIND is an address");
     let server: std::net::IpAddr = args[2].parse().expect("SERVER is an address");
     let count: u64 = args[4].parse().expect("COUNT is a number");
@@ -76,7 +81,11 @@ fn main() {
             std::thread::sleep((due - now).min(Duration::from_micros(200)));
             continue;
         }
-        let q = wire(&query((sent + unsent) as u16, &args[3], RecordType::A));
+        let mut m = query((sent + unsent) as u16, &args[3], RecordType::A);
+        if let Some(n) = ecs {
+            m = with_ecs(m, n.addr(), n.prefix_len(), 0);
+        }
+        let q = wire(&m);
         // A full socket buffer loses the query: counted apart.
         if sock.send(&q).is_ok() {
             last = Instant::now();
