@@ -670,9 +670,10 @@ pub fn capacities(cfg: &Config) -> Vec<Option<f64>> {
 fn read(m: &Maps, ctx: &Ctx) -> Result<Reading> {
     let mut r = Reading::default();
     r.choices = m.demand_counts()?.into_iter().collect();
+    let flows = m.steer().server_flows()?;
     for &id in &ctx.ids.servers {
         r.answers.insert(id, m.server_answers(id)?);
-        r.flows.insert(id, m.server_flows(id)?);
+        r.flows.insert(id, flows.get(&id).copied().unwrap_or(0));
     }
     for &id in &ctx.ids.services {
         r.services.insert(id, m.service_answers(id)?);
