@@ -12,6 +12,7 @@ use crate::dns;
 use crate::fallback::Kinds;
 use crate::headers::{eth, ipv6, udp, vlan};
 use crate::limits::{MAX_CANDIDATES, MAX_SERVERS, MAX_WIRE_LEN};
+use crate::maps::MAX_CHOICES;
 // The program and tests name it from here, beside the slots it sizes.
 pub use crate::limits::HIDDEN_WORDS;
 
@@ -144,6 +145,8 @@ const _: () = {
     assert!(MAX_CANDIDATES <= Plan::MAX_N);
     assert!(MAX_SERVERS as u64 - 1 <= plan_words::FIRST.max());
     assert!(Kinds::ALL.bits() as u64 <= plan_words::FALLBACK.max());
+    assert!(2 * MAX_CHOICES as u64 - 1 <= plan_words::CHOICE.max());
+    assert!(plan_words::TRUNCATE.shift + plan_words::TRUNCATE.bits <= plan_words::CHOICE.shift);
 };
 
 /// The headers in front of the DNS message, as parse found them.
@@ -318,6 +321,9 @@ pub struct Plan {
     /// Over the rate limit and slipped (`rrl`): the answer is truncated (TC=1) with no
     /// records; `n` is 0 and `fallback` none.
     pub truncate: bool,
+    /// The choice index (`DecisionRef::id`) that decided, fallbacks included: where the
+    /// answer is counted in `DIR_DEMAND`. Below `2 * MAX_CHOICES` (2^18).
+    pub choice: u32,
 }
 
 mod plan_words {
@@ -331,6 +337,8 @@ mod plan_words {
     pub const FIRST: Field = N.next(15);
     pub const FALLBACK: Field = FIRST.next(3);
     pub const TRUNCATE: Field = FALLBACK.next(1);
+    // From bit 32: read with a shift and a mask that fits an immediate.
+    pub const CHOICE: Field = Field::at(32, 18);
 }
 
 impl Plan {
@@ -346,7 +354,8 @@ impl Plan {
                 | N.put(self.n as u64)
                 | FIRST.put(self.first as u64)
                 | FALLBACK.put(self.fallback.bits() as u64)
-                | TRUNCATE.flag(self.truncate),
+                | TRUNCATE.flag(self.truncate)
+                | CHOICE.put(self.choice as u64),
         ]
     }
 
@@ -362,6 +371,7 @@ impl Plan {
             first: FIRST.get(b) as u16,
             fallback: Kinds::from_bits(FALLBACK.get(b) as u8),
             truncate: TRUNCATE.is_set(b),
+            choice: CHOICE.get(b) as u32,
         }
     }
 }
@@ -412,9 +422,10 @@ mod tests {
             service: u32, ttl: u32, scope: u8, n in 0..=Plan::MAX_N,
             first in 0..MAX_SERVERS as u16,
             fallback in 0..=Kinds::ALL.bits(), truncate: bool,
+            choice in 0..2 * MAX_CHOICES,
         ) -> Plan {
             let fallback = Kinds::from_bits(fallback);
-            Plan { service, ttl, scope, n, first, fallback, truncate }
+            Plan { service, ttl, scope, n, first, fallback, truncate, choice }
         }
     }
 
@@ -446,6 +457,7 @@ mod tests {
             prop_assert!(q.question_end <= Query::MAX_QUESTION_END && q.name_len <= 255);
             let p = Plan::unpack([a, b]);
             prop_assert!(p.n <= Plan::MAX_N && Kinds::ALL.contains(p.fallback));
+            prop_assert!(p.choice < 2 * MAX_CHOICES);
         }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod checksum;
 pub mod counters;
+pub mod demand;
 pub mod dns;
 pub mod fallback;
 pub mod handover;

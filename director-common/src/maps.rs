@@ -21,6 +21,9 @@ pub const MAP_DEC6: &str = "DIR_DEC6";
 pub const MAP_DEC_GEN: &str = "DIR_DEC_GEN";
 pub const MAP_DEC16: &str = "DIR_DEC16";
 pub const MAP_CHOICES: &str = "DIR_CHOICES";
+/// Per choice index (both halves of `DIR_CHOICES`), the service whose decision it stores
+/// (0: none). The controller's only: the program never reads it.
+pub const MAP_CHOICE_OWNER: &str = "DIR_CHOICE_OWNER";
 pub const MAP_CONFIG: &str = "DIR_CONFIG";
 pub const MAP_LOCAL: &str = "DIR_LOCAL";
 pub const MAP_LOCAL_SLOTS: &str = "DIR_LOCAL_SLOTS";
@@ -532,6 +535,8 @@ pub struct Scratch {
     pub ids: [u16; MAX_CANDIDATES],
     /// This CPU's random generator state (`select::next_random`), from 0.
     pub rng: u64,
+    /// This CPU's demand sampling countdown (`demand::countdown`), from 0.
+    pub demand_left: u64,
 }
 
 #[cfg(feature = "user")]
@@ -636,7 +641,7 @@ mod tests {
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),
-            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 48 + 2 * MAX_CANDIDATES + 8
+            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 48 + 2 * MAX_CANDIDATES + 16
         );
         assert_eq!(align_of::<Scratch>(), 8);
     }

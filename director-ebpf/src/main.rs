@@ -10,6 +10,7 @@
 
 mod counter;
 mod decap;
+mod demand;
 mod forward;
 mod l4;
 mod maps;
@@ -119,6 +120,9 @@ fn answer(ctx: &XdpContext) -> Result<(u32, u16, Kinds, bool), Reason> {
     opaque::put_words(s, Slot::Plan, plan.pack());
     let plan = Plan::unpack(opaque::get_words(s, Slot::Plan));
     rewrite::answer(ctx, &q, &plan, s)?;
+    if !plan.truncate {
+        demand::answered(s, &q, &plan);
+    }
     Ok((plan.service, plan.first, plan.fallback, plan.truncate))
 }
 

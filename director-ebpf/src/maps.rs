@@ -4,10 +4,11 @@
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
     macros::map,
-    maps::{Array, HashMap, LpmTrie, LruHashMap, LruPerCpuHashMap, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use director_common::{
     counters::COUNTER_SLOTS,
+    demand,
     maps::{
         DecCacheBlock, Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch,
         HealthMask, Iface, LocalSlot, NameEntry, NameSlot, Scratch, ServerRecord, ServiceRecord,
@@ -60,6 +61,19 @@ pub static DIR_DEC_CACHE: PerCpuArray<DecCacheBlock> =
     PerCpuArray::with_max_entries(DEC_CACHE_BLOCKS, 0);
 #[map]
 pub static DIR_CHOICES: Array<Decision> = Array::pinned(2 * MAX_CHOICES, 0);
+/// Per choice index, the service whose decision `DIR_CHOICES` holds there (0: none).
+/// Written by the controller with the decision; never read here.
+#[map]
+pub static DIR_CHOICE_OWNER: Array<u32> = Array::pinned(2 * MAX_CHOICES, 0);
+/// Uses of each stored decision, per choice index (`director_common::demand`).
+#[map]
+pub static DIR_DEMAND: PerCpuArray<u64> = PerCpuArray::pinned(2 * MAX_CHOICES, 0);
+/// `[0]`: one use in N is sampled into `DIR_DEMAND_RING`; 0: none.
+#[map]
+pub static DIR_DEMAND_SAMPLE: Array<u32> = Array::pinned(1, 0);
+/// Sampled uses (`demand::Sample`), drained by the controller.
+#[map]
+pub static DIR_DEMAND_RING: RingBuf = RingBuf::pinned(demand::RING_BYTES, 0);
 /// The edge's addresses (keys: `peers::local_key_v4` for IPv4, as two native words).
 #[map]
 pub static DIR_LOCAL: HashMap<[u64; 2], u32> = HashMap::pinned(MAX_LOCAL, 0);

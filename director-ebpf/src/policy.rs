@@ -66,6 +66,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
                         first: id,
                         fallback: Kinds::NONE,
                         truncate: false,
+                        choice: found.id,
                     });
                 }
             }
@@ -124,7 +125,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
     }
     let n = opaque::get(s, Slot::Taken) as usize & Plan::MAX_N;
     if n == 0 {
-        return fallback(service_id, scope, aaaa, s);
+        return fallback(service_id, scope, found.id, aaaa, s);
     }
     Ok(Plan {
         service: service_id,
@@ -134,6 +135,7 @@ pub fn decide(q: &Query, s: *mut Scratch) -> Result<Plan, Reason> {
         first: unsafe { core::ptr::read_volatile(&(*s).ids[0]) },
         fallback: Kinds::NONE,
         truncate: false,
+        choice: found.id,
     })
 }
 
@@ -191,7 +193,13 @@ fn random(s: *mut Scratch) -> u32 {
 /// None of the decision's servers can be answered: the service's alternate (a CNAME),
 /// else its origin's address of the asked family, else the query is passed.
 #[inline(always)]
-fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan, Reason> {
+fn fallback(
+    service: u32,
+    scope: u8,
+    choice: u32,
+    aaaa: bool,
+    s: *mut Scratch,
+) -> Result<Plan, Reason> {
     let fb = DIR_FALLBACK.get(service).ok_or(Reason::NoServer)?;
     let mut plan = Plan {
         service,
@@ -201,6 +209,7 @@ fn fallback(service: u32, scope: u8, aaaa: bool, s: *mut Scratch) -> Result<Plan
         first: 0,
         fallback: Kinds::ALTERNATE,
         truncate: false,
+        choice,
     };
     if fb.kinds.contains(Kinds::ALTERNATE) {
         return Ok(plan);

@@ -100,7 +100,8 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
         kept
     } else {
         // One call: each call of a subprogram is verified on its own.
-        let chosen = choose(service, lo, hi, fam) as u16;
+        let picked = choose(service, lo, hi, fam);
+        let chosen = picked as u16;
         if chosen == 0 {
             return Err(Some(Count::NoServer));
         }
@@ -116,7 +117,12 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
                 count(&DIR_SRV_FLOWS, chosen as u32);
             }
             // An ICMP error is no flow's start: it is sent on, nothing is recorded.
-            None if !p.icmp => record(&p, service, chosen),
+            None if !p.icmp => {
+                if p.syn {
+                    crate::demand::new_flow(service, (picked >> 32) as u32, v6, lo, hi);
+                }
+                record(&p, service, chosen)
+            }
             None => {}
         }
         chosen
@@ -171,12 +177,13 @@ fn alive(service: u32, server: u16, v6: bool) -> bool {
 
 /// The server a new flow of `service` from the client (`lo`, `hi`: its address words)
 /// goes to: the client's decision, less the servers that cannot take new clients, by
-/// rendezvous on the flow hash (low 32 bits of `fam`; bit 32: IPv6). 0: none.
+/// rendezvous on the flow hash (low 32 bits of `fam`; bit 32: IPv6). 0: none. The choice
+/// index that decided comes with it, in the high 32 bits.
 ///
 /// Not inlined: its branches over the candidates end at the return, so the forwarding
 /// after it is verified once.
 #[inline(never)]
-fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u32 {
+fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u64 {
     let v6 = fam >> 32 != 0;
     let flow = fam as u32;
     let svc = service.to_be_bytes();
@@ -226,7 +233,7 @@ fn choose(service: u32, lo: u64, hi: u64, fam: u64) -> u32 {
         // does not know it, so the index is forgotten and masked again.
         Some(i) => {
             let i = opaque::hide(s, Slot::Start, i as u64) as usize & (MAX_CANDIDATES - 1);
-            d.servers[i] as u32
+            d.servers[i] as u64 | (found.id as u64) << 32
         }
         None => 0,
     }

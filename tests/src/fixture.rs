@@ -66,6 +66,11 @@ impl Fixture {
         &mut self.maps
     }
 
+    /// The pinned maps, for reads.
+    pub fn maps_read(&self) -> &Maps {
+        &self.maps
+    }
+
     fn program(&self, name: &str) -> Result<&Xdp> {
         let prog = self
             .ebpf

@@ -536,3 +536,57 @@ fn vips_are_refused_with_a_reason_and_nothing_written() {
     assert!(m.steer().vips().unwrap().is_empty());
     let _: IpAddr = A.v4.into();
 }
+
+/// Demand: a new flow's SYN counts once at the choice index of the decision that chose its
+/// server; the pinned flow's later packets (and a retransmitted SYN) count nothing.
+#[test]
+fn a_new_flows_syn_counts_once_at_its_choice_index() {
+    use director_common::demand::{FLAG_SOURCE_V6, FLAG_SYN, FLAG_V6};
+    let mut fx = setup(
+        Forward::L2,
+        None,
+        &[("0.0.0.0/0", "a"), ("198.51.100.0/24", "b"), ("::/0", "c")],
+    );
+    let svc = fx.maps().find_service(SERVICE).unwrap().unwrap();
+    let owners = fx.maps().choice_owners().unwrap();
+    let index_of = |server: &str| {
+        let id = fx.maps_read().servers().unwrap();
+        let id = id.iter().find(|s| s.name == server).unwrap().id;
+        owners
+            .iter()
+            .find(|(_, s, d)| *s == svc && d.servers[0] == id)
+            .unwrap()
+            .0
+    };
+    let (ia, ib, ic) = (index_of("a"), index_of("b"), index_of("c"));
+    let mut ring = director_ctl::kernel::DemandRing::open(fx.pin_dir()).unwrap();
+    fx.maps().set_demand_sampling(1).unwrap();
+    assert_eq!(fx.maps().demand_counts().unwrap(), vec![]);
+    let f = flow("198.51.100.7", 40_002, VIP4);
+    let (v, out) = fx.run(&syn(&f));
+    assert_eq!(l2_server(&syn(&f), v, &out), "b");
+    assert_eq!(fx.maps().demand_counts().unwrap(), vec![(ib, 1)]);
+    for frame in [ack(&f), syn(&f), ack(&f)] {
+        let (v, out) = fx.run(&frame);
+        assert_eq!(l2_server(&frame, v, &out), "b");
+    }
+    assert_eq!(fx.maps().demand_counts().unwrap(), vec![(ib, 1)]);
+    let f6 = flow("2001:db8:9::7", 40_003, VIP6);
+    fx.run(&syn(&f6));
+    fx.run(&ack(&f6));
+    let mut want = vec![(ib, 1), (ic, 1)];
+    want.sort();
+    assert_eq!(fx.maps().demand_counts().unwrap(), want);
+    let samples = ring.drain(10);
+    assert_eq!(samples.len(), 2, "{samples:?}");
+    let (s4, s6) = (samples[0], samples[1]);
+    assert_eq!((s4.service, s4.choice, s4.client_len), (svc, ib, 32));
+    assert_eq!(s4.flags, FLAG_SYN);
+    assert_eq!(&s4.client[..4], &[198, 51, 100, 7]);
+    assert_eq!(s4.source, s4.client);
+    let c6: Ipv6Addr = "2001:db8:9::7".parse().unwrap();
+    assert_eq!((s6.service, s6.choice, s6.client_len), (svc, ic, 128));
+    assert_eq!(s6.flags, FLAG_SYN | FLAG_V6 | FLAG_SOURCE_V6);
+    assert_eq!((s6.client, s6.source), (c6.octets(), c6.octets()));
+    assert!(owners.iter().any(|o| o.0 == ia));
+}

@@ -3,9 +3,11 @@
 //! the memory-mapped /16 front of the IPv4 decisions in [`dec16_mmap`]), the one-writer lock
 //! ([`lock`]), and the host facts the program needs: its addresses and interfaces
 //! ([`host`]), and the policy read back for userspace answers ([`resolve`]). SYN steering's maps
-//! ([`steer`]) and the hops to its servers ([`hops`], resolved by [`nexthop`]).
+//! ([`steer`]) and the hops to its servers ([`hops`], resolved by [`nexthop`]). Demand
+//! samples ([`demand_ring`]; the counters are read through [`maps`]).
 
 pub mod dec16_mmap;
+pub mod demand_ring;
 pub mod hops;
 pub mod host;
 pub mod lock;
@@ -18,5 +20,6 @@ pub mod resolve;
 pub mod rtt;
 pub mod steer;
 
+pub use demand_ring::DemandRing;
 pub use lock::WriteLock;
 pub use maps::{DecisionChange, Entries, Maps, ServerEntry, ServiceEntry, TableSource};

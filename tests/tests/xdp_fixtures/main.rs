@@ -11,6 +11,7 @@
 mod check;
 mod answers;
 mod decisions;
+mod demand;
 mod edns;
 mod fallback;
 mod fuzz;

@@ -51,18 +51,26 @@ impl Maps {
         let refs = self.references()?;
         let contents = self.contents(refs.iter().map(|(_, _, r)| r.id))?;
         // A compaction cut short (a killed controller) leaves entries on the target half:
-        // their ids are kept as they are, and new ones start above them.
+        // their ids are kept as they are (where the entry's service owns the id), and new
+        // ones start above them.
         let mut store = Store {
             half: to,
             ids: HashMap2::new(),
             next: 1,
         };
-        for (_, _, r) in &refs {
+        let mut owners = HashMap2::new();
+        for (s, _, r) in &refs {
             if let Some(id) =
                 r.id.checked_sub(choice_index(to, 0))
                     .filter(|&i| i > 0 && i < MAX_CHOICES)
             {
-                store.ids.insert(contents[&r.id], id);
+                let owner = match owners.get(&r.id) {
+                    Some(o) => *o,
+                    None => *owners.entry(r.id).or_insert(self.owner(r.id)?),
+                };
+                if owner == *s {
+                    store.ids.insert((*s, contents[&r.id]), id);
+                }
                 store.next = store.next.max(id + 1);
             }
         }
@@ -83,7 +91,7 @@ impl Maps {
             .map(|(s, p, r)| ((*s, *p), r.scope))
             .chain(put.iter().map(|(p, d)| ((service, *p), d.prefix_len)))
             .collect();
-        let fresh = store.missing(table.values());
+        let fresh = store.missing(table.iter().map(|((s, _), d)| (*s, d)));
         if store.next as usize + fresh.len() > self.choice_limit as usize {
             bail!(
                 "{} distinct decisions, more than the kernel stores ({})",
@@ -109,7 +117,7 @@ impl Maps {
         for (s, entries) in &by_service {
             let none: &[IpNet] = &[];
             let (ordered, del) = update_order(entries, if *s == service { &gone } else { none });
-            moves.extend(ordered.iter().map(|(p, d)| (*s, p, store.reference(d))));
+            moves.extend(ordered.iter().map(|(p, d)| (*s, p, store.reference(*s, d))));
             deletions.extend(del.iter().map(|p| (*s, *p)));
         }
         if !by_service.contains_key(&service) {

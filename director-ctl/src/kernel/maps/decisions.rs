@@ -97,7 +97,7 @@ impl Maps {
         } = change;
         let t = self.active_table()?;
         let mut store = self.store(t)?;
-        let fresh = store.missing(put.iter().map(|(_, d)| d));
+        let fresh = store.missing(put.iter().map(|(_, d)| (service, d)));
         if store.next as usize + fresh.len() > self.choice_limit as usize {
             self.compact_with(service, put, delete, usize::MAX)?;
             return Ok(put.len());
@@ -106,7 +106,7 @@ impl Maps {
         let (put, delete) = update_order(put, delete);
         let put: Vec<(u32, &IpNet, DecisionRef)> = put
             .iter()
-            .map(|(p, d)| (service, p, store.reference(d)))
+            .map(|(p, d)| (service, p, store.reference(service, d)))
             .collect();
         self.put_all(&put)?;
         for net in delete {

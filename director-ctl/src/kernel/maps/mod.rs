@@ -15,6 +15,7 @@ mod counters;
 mod dec16;
 mod decision_keys;
 mod decisions;
+mod demand;
 mod entries;
 mod front_slots;
 mod generation;
@@ -37,13 +38,14 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use aya::maps::{Array, HashMap, LpmTrie, MapData, PerCpuArray};
 use director_common::{
+    demand::{MAP_DEMAND, MAP_DEMAND_SAMPLE},
     maps::{
         Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch, HealthMask,
         Iface, LocalSlot, NameEntry, NameSlot, ServerRecord, ServiceRecord, TableSwitch,
-        MAP_CHOICES, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_DEC_GEN, MAP_FALLBACK,
-        MAP_FRONT, MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_LOCAL_SLOTS, MAP_NAMES, MAP_NAME_SLOTS,
-        MAP_RRL, MAP_RRL_EXEMPT, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES, MAP_SERVICE_NAMES,
-        MAP_SERVICE_STATS, MAX_CHOICES, NAME_BUF,
+        MAP_CHOICES, MAP_CHOICE_OWNER, MAP_CONFIG, MAP_COUNTERS, MAP_DEC4, MAP_DEC6, MAP_DEC_GEN,
+        MAP_FALLBACK, MAP_FRONT, MAP_HEALTH, MAP_IFACES, MAP_LOCAL, MAP_LOCAL_SLOTS, MAP_NAMES,
+        MAP_NAME_SLOTS, MAP_RRL, MAP_RRL_EXEMPT, MAP_SERVERS, MAP_SERVER_STATS, MAP_SERVICES,
+        MAP_SERVICE_NAMES, MAP_SERVICE_STATS, MAX_CHOICES, NAME_BUF,
     },
     name,
     rrl::Limit,
@@ -68,6 +70,14 @@ pub struct Maps {
     /// The stored decisions, by id (both halves), and the same map for batched writes.
     choices: Array<MapData, Decision>,
     batch_choices: MapData,
+    /// `DIR_CHOICE_OWNER`: each stored decision's service (batched writes beside it).
+    choice_owner: Array<MapData, u32>,
+    batch_choice_owner: MapData,
+    /// `DIR_DEMAND` (uses per choice index, per CPU), for single and batched reads, and
+    /// `DIR_DEMAND_SAMPLE` (the sampling period).
+    demand: PerCpuArray<MapData, u64>,
+    batch_demand: MapData,
+    demand_sample: Array<MapData, u32>,
     /// `DIR_DEC_GEN`: bumped after every write to the tries (the program's cache of trie
     /// results keeps only what was read at the current number).
     dec_gen: Array<MapData, u64>,
@@ -115,6 +125,11 @@ impl Maps {
             batch6: open_data(dir, MAP_DEC6)?,
             choices: open(dir, MAP_CHOICES)?,
             batch_choices: open_data(dir, MAP_CHOICES)?,
+            choice_owner: open(dir, MAP_CHOICE_OWNER)?,
+            batch_choice_owner: open_data(dir, MAP_CHOICE_OWNER)?,
+            demand: open(dir, MAP_DEMAND)?,
+            batch_demand: open_data(dir, MAP_DEMAND)?,
+            demand_sample: open(dir, MAP_DEMAND_SAMPLE)?,
             dec_gen: open(dir, MAP_DEC_GEN)?,
             dec16: Dec16Mmap::open(dir)?,
             config: open(dir, MAP_CONFIG)?,

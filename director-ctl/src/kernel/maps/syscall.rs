@@ -118,13 +118,26 @@ pub(super) fn batch(
 /// The sum of every entry of a per-CPU array of `u64` with `len` entries over all CPUs,
 /// read with BPF_MAP_LOOKUP_BATCH.
 pub(super) fn per_cpu_total(map: &MapData, len: u32) -> std::io::Result<u64> {
+    let mut total = 0u64;
+    per_cpu_each(map, len, |_, n| total = total.wrapping_add(n))?;
+    Ok(total)
+}
+
+/// Every entry of a per-CPU array of `u64` with `len` entries, summed over CPUs and handed
+/// to `f` with its index, in the order read, with BPF_MAP_LOOKUP_BATCH (a system call per
+/// 1024 entries).
+pub(super) fn per_cpu_each(
+    map: &MapData,
+    len: u32,
+    mut f: impl FnMut(u32, u64),
+) -> std::io::Result<()> {
     use std::os::fd::{AsFd, AsRawFd};
     const CHUNK: u32 = 1024;
     let cpus = aya::util::nr_cpus().map_err(|(what, e)| std::io::Error::new(e.kind(), what))?;
     let mut keys = vec![0u32; CHUNK as usize];
     let mut values = vec![0u64; CHUNK as usize * cpus];
     let (mut cursor, mut next) = (0u32, 0u32);
-    let (mut total, mut seen) = (0u64, 0u32);
+    let mut seen = 0u32;
     while seen < len {
         let mut attr = BatchAttr {
             // The first call starts at the beginning (no batch position yet).
@@ -146,9 +159,9 @@ pub(super) fn per_cpu_total(map: &MapData, len: u32) -> std::io::Result<u64> {
         // positions are u32 for an array; all outlive the call.
         let r = unsafe { sys_bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) };
         let got = attr.count.min(CHUNK) as usize;
-        total = values[..got * cpus]
-            .iter()
-            .fold(total, |t, v| t.wrapping_add(*v));
+        for (k, v) in keys[..got].iter().zip(values.chunks_exact(cpus)) {
+            f(*k, v.iter().fold(0u64, |t, n| t.wrapping_add(*n)));
+        }
         seen += got as u32;
         match r {
             Ok(()) => cursor = next,
@@ -160,7 +173,7 @@ pub(super) fn per_cpu_total(map: &MapData, len: u32) -> std::io::Result<u64> {
             break;
         }
     }
-    Ok(total)
+    Ok(())
 }
 
 /// Every key and value of `map`, read with BPF_MAP_LOOKUP_BATCH: a system call per
