@@ -1016,7 +1016,7 @@ fn run(cli: Cli) -> Result<()> {
             show(json, &e, print::explain)?;
         }
         Cmd::Demand { run, service, json } => {
-            let mut d: api::Demand = controller::live::agents::ask_run(run, "/demand")?;
+            let mut d: crate::api::Demand = controller::live::agents::ask_run(run, "/demand")?;
             if let Some(s) = &service {
                 let want = s.trim_end_matches('.');
                 if !d.services.iter().any(|x| x.service.trim_end_matches('.') == want) {
@@ -1035,12 +1035,12 @@ fn run(cli: Cli) -> Result<()> {
             json,
         } => {
             let path = std::fs::canonicalize(&config)
-                .with_context(|| format!("{}", config.display()))?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
             let q = format!(
                 "/impact?config={}&top={top}",
                 escape(&path.display().to_string())
             );
-            let i: api::Impact = controller::live::agents::ask_run(run, &q)?;
+            let i: crate::api::Impact = controller::live::agents::ask_run(run, &q)?;
             show(json, &i, print::impact)?;
         }
     }

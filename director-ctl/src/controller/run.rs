@@ -67,7 +67,11 @@ pub type Overlay<'a> = &'a dyn Fn(u32, &Decision) -> Option<Decision>;
 
 /// The entries as the kernel gets them: each planned decision through `over`, with the
 /// entry's own scope.
-pub fn overlaid(service: u32, put: &[(IpNet, Decision)], over: Overlay) -> Vec<(IpNet, Decision)> {
+pub fn overlaid(
+    service: u32,
+    put: &[(IpNet, Decision)],
+    over: Overlay<'_>,
+) -> Vec<(IpNet, Decision)> {
     put.iter()
         .map(|(p, d)| match over(service, d) {
             Some(e) => (
@@ -91,7 +95,7 @@ fn write_diff(
     name: &str,
     under: Option<IpNet>,
     d: &Diff,
-    over: Overlay,
+    over: Overlay<'_>,
 ) -> Result<()> {
     if d.is_empty() {
         return Ok(());
@@ -793,6 +797,7 @@ impl State {
             last_recompute_seconds: seconds,
             fleet: None,
             live: self.live.as_ref().map(|l| l.stats(&self.cfg.plan)),
+            demand: Some(self.demand.report().clone()),
         };
     }
 

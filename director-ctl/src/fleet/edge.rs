@@ -581,7 +581,7 @@ impl EdgeState<'_> {
         let before = self.held.computed.take();
         let written = match (&before, &self.held.ids) {
             (Some(before), Some(old)) if *old == ids => {
-                update(&mut self.maps, &cfg, before, &c, &ids)?
+                update(&mut self.maps, &cfg, before, &c, &ids, &|_, _| None)?
             }
             _ => sync(&mut self.maps, &cfg, &c, &ids)?,
         };

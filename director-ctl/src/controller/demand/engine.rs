@@ -189,7 +189,7 @@ impl Demand {
     }
 
     /// Reads the counters and decides; the first call only takes the starting counts.
-    pub fn cycle(&mut self, m: &mut Maps, ctx: &Ctx) -> Result<Outcome> {
+    pub fn cycle(&mut self, m: &mut Maps, ctx: &Ctx<'_>) -> Result<Outcome> {
         if m.demand_sampling()? != self.cfg.sample {
             m.set_demand_sampling(self.cfg.sample)?;
         }
@@ -286,15 +286,29 @@ impl Demand {
                 _ => 0.0,
             }
         };
-        let before: BTreeSet<(u32, Decision)> =
-            self.spill.overrides().map(|o| (o.service, o.planned)).collect();
+        let before: HashMap<(u32, Decision), Decision> = self
+            .spill
+            .overrides()
+            .map(|o| ((o.service, o.planned), o.effective))
+            .collect();
         let c = self
             .spill
             .cycle(now, &sites, &groups, &site_fn, &loss, &self.spill_settings());
-        let after: BTreeSet<(u32, Decision)> =
-            self.spill.overrides().map(|o| (o.service, o.planned)).collect();
+        let after: HashMap<(u32, Decision), Decision> = self
+            .spill
+            .overrides()
+            .map(|o| ((o.service, o.planned), o.effective))
+            .collect();
+        // Groups whose override came, went or changed (a further site demoted).
+        let mut regrouped: Vec<(u32, Decision)> = before
+            .iter()
+            .filter(|(k, e)| after.get(k) != Some(e))
+            .map(|(k, _)| *k)
+            .chain(after.keys().filter(|k| !before.contains_key(k)).copied())
+            .collect();
+        regrouped.sort_by_key(|(s, d)| (*s, d.servers, d.count));
         let mut out = Outcome {
-            regrouped: before.symmetric_difference(&after).copied().collect(),
+            regrouped,
             replicas_changed: false,
         };
         let site_name = |i: usize| {
@@ -585,7 +599,7 @@ impl Demand {
     }
 }
 
-fn services_rates(services: &[api::ServiceDemand], ctx: &Ctx) -> BTreeMap<u32, f64> {
+fn services_rates(services: &[api::ServiceDemand], ctx: &Ctx<'_>) -> BTreeMap<u32, f64> {
     ctx.ids
         .services
         .iter()
@@ -612,7 +626,7 @@ struct Names {
     servers: HashMap<u16, String>,
 }
 
-fn names_of(ctx: &Ctx) -> Names {
+fn names_of(ctx: &Ctx<'_>) -> Names {
     Names {
         services: ctx
             .ids
@@ -632,7 +646,7 @@ fn names_of(ctx: &Ctx) -> Names {
 }
 
 /// Server id → site index.
-fn site_index(ctx: &Ctx) -> HashMap<u16, usize> {
+fn site_index(ctx: &Ctx<'_>) -> HashMap<u16, usize> {
     ctx.ids
         .servers
         .iter()
@@ -667,7 +681,7 @@ pub fn capacities(cfg: &Config) -> Vec<Option<f64>> {
         .collect()
 }
 
-fn read(m: &Maps, ctx: &Ctx) -> Result<Reading> {
+fn read(m: &Maps, ctx: &Ctx<'_>) -> Result<Reading> {
     let mut r = Reading::default();
     r.choices = m.demand_counts()?.into_iter().collect();
     let flows = m.steer().server_flows()?;
