@@ -47,7 +47,9 @@ pub const MAP_LAYOUT: &str = "DIR_LAYOUT";
 /// lacks it); bump this when a map keeps its name and sizes but changes what its entries
 /// mean, and every `director-ctl` of the other layout refuses the pin set instead of
 /// writing entries the program reads otherwise.
-pub const LAYOUT_VERSION: u32 = 1;
+/// 2: `DIR_CHOICES` ids are per service (`DIR_CHOICE_OWNER`); a controller of layout 1
+/// would store shared ids without owners, which demand would count under no service.
+pub const LAYOUT_VERSION: u32 = 2;
 pub const PROGRAM: &str = "director";
 
 /// Service ids are 1..MAX_SERVICES.

@@ -105,6 +105,10 @@ fn pin_to_one_cpu() {
     }
 }
 
+/// A query's flow and ECS (address, prefix), and the sample it must give: client, its
+/// prefix length, flags, source.
+type Case = (Flow, Option<(IpAddr, u8)>, IpAddr, u8, u8, IpAddr);
+
 fn addr16(a: IpAddr) -> [u8; 16] {
     let mut out = [0u8; 16];
     match a {
@@ -126,8 +130,7 @@ fn sampling_one_in_one_records_each_answer_whole() {
     assert_eq!(fx.maps().demand_sampling().unwrap(), 1);
     let ecs4 = Ipv4Addr::new(203, 0, 113, 0);
     let ecs6 = Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, 0);
-    // (query flow, ECS (address, prefix), want client, client_len, flags, source)
-    let cases: [(_, Option<(IpAddr, u8)>, IpAddr, u8, u8, IpAddr); 5] = [
+    let cases: [Case; 5] = [
         (v4(), None, CLIENT_V4.into(), 32, 0, CLIENT_V4.into()),
         (
             v4(),

@@ -366,6 +366,12 @@ fn measure(o: &Options) -> Result<Table> {
         fl,
     )?);
     set_rrl(&l, 0, 0, 0)?;
+    rows.extend(paired_sampling(&b, &f.a4, fl)?);
+    let base = base_object(&l)?;
+    if let Some(base) = &base {
+        eprintln!("section 1: this program beside $DIRECTOR_BASE_OBJECT's, in turns");
+        rows.extend(paired_objects(&b, base, &f, fl)?);
+    }
 
     eprintln!("section 1: live frames");
     let stat = |name| sys::ethtool_stat(&o.edge_ns, &o.edge_if, name);
@@ -443,6 +449,116 @@ fn paired_rrl(
         floor,
     };
     Ok([row(0), row(1)])
+}
+
+/// Program name of `$DIRECTOR_BASE_OBJECT`'s director in rows (it is not in `l.ebpf`).
+const BASE_LABEL: &str = "base object";
+
+/// Another build's object (`$DIRECTOR_BASE_OBJECT`: e.g. main's, to time what a change
+/// adds per answer), its `director` program loaded over the same pinned maps as ours, so
+/// that both answer from one configuration. Its maps must be a subset of ours with the
+/// same definitions (unpinned ones, scratch and cache, are its own).
+fn base_object(l: &Loaded) -> Result<Option<aya::Ebpf>> {
+    let Some(path) = std::env::var_os("DIRECTOR_BASE_OBJECT") else {
+        return Ok(None);
+    };
+    let mut ebpf = aya::EbpfLoader::new()
+        .default_map_pin_directory(l.pins.path())
+        .override_global("AYA_LOG_LEVEL", &0u8, false)
+        .load_file(&path)
+        .with_context(|| format!("loading {}", path.to_string_lossy()))?;
+    let p: &mut Xdp = ebpf
+        .program_mut(PROGRAM)
+        .context("no director in the base object")?
+        .try_into()?;
+    p.load().context("loading the base object's director")?;
+    Ok(Some(ebpf))
+}
+
+/// The three answers by our program and the base object's, measured in turn (ours,
+/// base, ours, base, ...): the difference is what the change costs per answer.
+fn paired_objects(
+    b: &Bench<'_>,
+    base: &aya::Ebpf,
+    f: &Frames,
+    floor: Option<f64>,
+) -> Result<Vec<Row>> {
+    let theirs: &Xdp = base.program(PROGRAM).context("no director")?.try_into()?;
+    let ours = b.l.xdp(PROGRAM)?;
+    eprintln!(
+        "  verified instructions: this program {:?}, base object {:?}",
+        ours.info()?.verified_instruction_count(),
+        theirs.info()?.verified_instruction_count()
+    );
+    let mut rows = Vec::new();
+    for ((label, frame), names) in answer_frames(f).into_iter().zip([
+        ["A, IPv4: this program", "A, IPv4: base object"],
+        ["AAAA, IPv6: this program", "AAAA, IPv6: base object"],
+        [
+            "A, IPv4, ECS /24: this program",
+            "A, IPv4, ECS /24: base object",
+        ],
+    ]) {
+        check(theirs, frame, XDP_TX).with_context(|| format!("{BASE_LABEL}: {label}"))?;
+        let mut each = [Vec::new(), Vec::new()];
+        for _ in 0..b.runs {
+            for (i, prog) in [ours, theirs].into_iter().enumerate() {
+                each[i].push(Method::Calls.time(prog, frame, b.n, b.ifindex, XDP_TX)?);
+            }
+        }
+        for i in 0..2 {
+            rows.push(Row {
+                packet: names[i],
+                verdict: "TX",
+                method: Method::Calls,
+                frames: b.n,
+                ns: Spread::of(&each[i]),
+                answered: None,
+                floor,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// A/IPv4 answers with demand sampling off and at 1 in 64 (the ring drained after each
+/// measurement, so every sampled answer reserves and submits a record), in turn.
+fn paired_sampling(b: &Bench<'_>, frame: &[u8], floor: Option<f64>) -> Result<[Row; 2]> {
+    let xdp = b.l.xdp(PROGRAM)?;
+    let mut maps = b.l.reopen()?;
+    let mut ring = director_ctl::kernel::DemandRing::open(b.l.pins.path())?;
+    let before = answered(b.l)?;
+    let mut each = [Vec::new(), Vec::new()];
+    let mut sampled = 0usize;
+    for _ in 0..b.runs {
+        for (on, times) in each.iter_mut().enumerate() {
+            maps.set_demand_sampling(if on == 1 { 64 } else { 0 })?;
+            times.push(Method::Calls.time(xdp, frame, b.n, b.ifindex, XDP_TX)?);
+            sampled += ring.drain(usize::MAX).len();
+        }
+    }
+    maps.set_demand_sampling(0)?;
+    let answers = answered(b.l)? - before;
+    // One in 64 of the sampled half's answers, give or take one per run.
+    let want = (b.n as usize * b.runs) / 64;
+    ensure!(
+        sampled.abs_diff(want) <= b.runs,
+        "{sampled} demand samples of {answers} answers, expected about {want}"
+    );
+    let share = answers as f64 / (2.0 * b.n as f64 * b.runs as f64);
+    let row = |i: usize, packet| Row {
+        packet,
+        verdict: "TX",
+        method: Method::Calls,
+        frames: b.n,
+        ns: Spread::of(&each[i]),
+        answered: Some(share),
+        floor,
+    };
+    Ok([
+        row(0, "A, IPv4, demand sampling off"),
+        row(1, "A, IPv4, demand sampled 1 in 64"),
+    ])
 }
 
 /// The service's rate limit (`rate` 0: none), per /24 and /56, every `slip`-th slipped.
