@@ -164,15 +164,24 @@ impl Demand {
         self.spill.effective(service, &stored(planned))
     }
 
-    /// (service, server) names of replicas that hold their service (the rest are out).
+    /// (service, server) names of replicas in their service's decisions: serving ones.
+    /// A copying one waits for its health check to pass (then it serves); a draining one
+    /// gets no new clients.
     pub fn held(&self, cfg: &Config, ids: &Ids) -> BTreeSet<(String, String)> {
+        let serving: BTreeSet<(u32, u16)> = self
+            .replicas
+            .report()
+            .iter()
+            .filter(|r| r.state == ReplicaState::Serving)
+            .map(|r| (r.service, r.server))
+            .collect();
         let mut held = BTreeSet::new();
         for (svc, &sid) in cfg.services.iter().zip(&ids.services) {
             for r in &svc.replicas {
                 let Some(i) = cfg.servers.iter().position(|s| &s.name == r) else {
                     continue;
                 };
-                if self.replicas.holds(sid, ids.servers[i]) {
+                if serving.contains(&(sid, ids.servers[i])) {
                     held.insert((svc.name.clone(), r.clone()));
                 }
             }
