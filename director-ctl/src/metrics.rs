@@ -110,7 +110,11 @@ fn unescape(v: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push((h * 16 + l) as u8);
                 i += 3;
@@ -141,7 +145,10 @@ fn ask_run(ask: &RunAsk, path: &str, query: Option<&str>) -> (StatusCode, String
                 "top" => match v.parse() {
                     Ok(n) => top = n,
                     Err(_) => {
-                        return (StatusCode::BAD_REQUEST, format!("top {v:?} is not a number\n"))
+                        return (
+                            StatusCode::BAD_REQUEST,
+                            format!("top {v:?} is not a number\n"),
+                        )
                     }
                 },
                 _ => {}

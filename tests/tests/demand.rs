@@ -213,8 +213,7 @@ fn demand_is_counted_per_decision_and_server_and_sampled_per_resolver_or_client_
     // The same in Prometheus.
     let m = director_tests::metrics::scrape(&lab.edge_ns, METRICS).expect("scraping");
     assert!(
-        director_tests::metrics::value(&m, "director_demand_site_rate", &[("site", "a")])
-            .is_some(),
+        director_tests::metrics::value(&m, "director_demand_site_rate", &[("site", "a")]).is_some(),
         "no director_demand_site_rate for site a"
     );
     run.assert_alive();
@@ -385,7 +384,11 @@ fn a_replica_is_copied_where_demand_is_joins_once_healthy_and_is_retired_when_it
     let mut run = Controller::start(&lab, &cfg, &dir.path("run.log"));
     run.wait_for("entries written", 1, Duration::from_secs(60));
     let amsterdam = "10.9.1.0/24";
-    assert_eq!(answer_for(&lab, amsterdam), "203.0.113.10", "fra-1 before any copy");
+    assert_eq!(
+        answer_for(&lab, amsterdam),
+        "203.0.113.10",
+        "fra-1 before any copy"
+    );
 
     // Demand from Amsterdam: 100 visitors ~1 km from ams give it 100 × 1000 / 1 ≫ 2000.
     answered(flood(&lab, 100, 0.3, Some(amsterdam)));
@@ -401,7 +404,11 @@ fn a_replica_is_copied_where_demand_is_joins_once_healthy_and_is_retired_when_it
     assert!(copy["bonus"].as_f64().unwrap() >= 2000.0, "{copy}");
     // The copy is not done (ams-1 does not pass its check): it gets no client.
     for _ in 0..5 {
-        assert_eq!(answer_for(&lab, amsterdam), "203.0.113.10", "ams-1 before its check");
+        assert_eq!(
+            answer_for(&lab, amsterdam),
+            "203.0.113.10",
+            "ams-1 before its check"
+        );
         sleep(Duration::from_millis(200));
     }
     // Now it holds www: its check passes and Amsterdam's clients go to it.
@@ -501,7 +508,12 @@ fn a_site_over_its_target_spills_the_groups_that_fit_its_excess_to_their_next_si
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["from"].as_str().unwrap().into(), m["to"].as_str().unwrap().into()))
+        .map(|m| {
+            (
+                m["from"].as_str().unwrap().into(),
+                m["to"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     assert_eq!(moved.len(), 2, "{d:#}");
     assert!(moved.contains(&("a".into(), "c".into())), "{d:#}");

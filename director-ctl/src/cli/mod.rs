@@ -1019,12 +1019,19 @@ fn run(cli: Cli) -> Result<()> {
             let mut d: crate::api::Demand = controller::live::agents::ask_run(run, "/demand")?;
             if let Some(s) = &service {
                 let want = s.trim_end_matches('.');
-                if !d.services.iter().any(|x| x.service.trim_end_matches('.') == want) {
+                if !d
+                    .services
+                    .iter()
+                    .any(|x| x.service.trim_end_matches('.') == want)
+                {
                     anyhow::bail!("run at {run} has no service {s:?}");
                 }
-                d.services.retain(|x| x.service.trim_end_matches('.') == want);
-                d.prefixes.retain(|x| x.service.trim_end_matches('.') == want);
-                d.replicas.retain(|x| x.service.trim_end_matches('.') == want);
+                d.services
+                    .retain(|x| x.service.trim_end_matches('.') == want);
+                d.prefixes
+                    .retain(|x| x.service.trim_end_matches('.') == want);
+                d.replicas
+                    .retain(|x| x.service.trim_end_matches('.') == want);
             }
             show(json, &d, print::demand)?;
         }

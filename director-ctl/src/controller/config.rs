@@ -264,7 +264,10 @@ fn add_replicas(f: &mut File) -> Result<()> {
                 bail!("{}: replicas: no [[server]] is named {r:?}", at());
             }
             if s.servers.contains(r) {
-                bail!("{}: replicas: {r:?} already serves it (it is in servers)", at());
+                bail!(
+                    "{}: replicas: {r:?} already serves it (it is in servers)",
+                    at()
+                );
             }
             if !seen.insert(r) {
                 bail!("{}: replicas: {r:?} is listed twice", at());
@@ -444,14 +447,22 @@ impl Config {
         for (i, s) in self.servers.iter().enumerate() {
             if let Some(c) = s.capacity {
                 if !(c.is_finite() && c > 0.0) {
-                    bail!("[[server]] #{} ({:?}): capacity {c} must be above 0", i + 1, s.name);
+                    bail!(
+                        "[[server]] #{} ({:?}): capacity {c} must be above 0",
+                        i + 1,
+                        s.name
+                    );
                 }
             }
         }
         for (i, s) in self.plan.sites.iter().enumerate() {
             if let Some(c) = s.capacity {
                 if !(c.is_finite() && c > 0.0) {
-                    bail!("[[site]] #{} ({:?}): capacity {c} must be above 0", i + 1, s.name);
+                    bail!(
+                        "[[site]] #{} ({:?}): capacity {c} must be above 0",
+                        i + 1,
+                        s.name
+                    );
                 }
             }
         }

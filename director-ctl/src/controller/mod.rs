@@ -7,11 +7,11 @@
 
 pub mod apply;
 pub mod checks;
-pub mod demand;
 pub mod config;
 /// The test that keeps docs/config.md equal to the keys the config accepts.
 #[cfg(test)]
 mod config_doc;
+pub mod demand;
 pub mod live;
 pub mod run;
 

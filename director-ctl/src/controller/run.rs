@@ -276,7 +276,8 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
             );
         }
     }
-    let (lock, ids, down, computed) = compute_for_kernel(&m, pin_dir, &cfg, &data, &shared, &Held::new())?;
+    let (lock, ids, down, computed) =
+        compute_for_kernel(&m, pin_dir, &cfg, &data, &shared, &Held::new())?;
     // On a restart, what the kernel holds is the last applied state; a config cut short
     // since would drop its services and servers.
     let removals = guard::removals_from_kernel(
@@ -845,7 +846,9 @@ impl State {
         for ((id, name, old), (_, _, t)) in self.computed.tables.iter().zip(&new.tables) {
             let d = diff(&old.entries, &t.entries);
             rewritten += d.put.len() + d.delete.len();
-            write_diff(m, self.log, *id, name, None, &d, &|sv, d| dm.effective(sv, d))?;
+            write_diff(m, self.log, *id, name, None, &d, &|sv, d| {
+                dm.effective(sv, d)
+            })?;
         }
         publish_fronts(m, tables_of(&new), TableSource::Own)?;
         let name_of: HashMap<u16, &str> = self
@@ -971,7 +974,9 @@ impl State {
                 put,
                 delete: Vec::new(),
             };
-            write_diff(m, self.log, *id, name, None, &d, &|sv, d| dm.effective(sv, d))?;
+            write_diff(m, self.log, *id, name, None, &d, &|sv, d| {
+                dm.effective(sv, d)
+            })?;
         }
         publish_fronts(m, tables_of(&self.computed), TableSource::Own)?;
         Ok(())
@@ -1150,7 +1155,9 @@ impl State {
         let dm = &self.demand;
         for ((id, name, _), d) in self.computed.tables.iter().zip(&diffs) {
             written += d.put.len() + d.delete.len();
-            write_diff(m, self.log, *id, name, None, d, &|sv, d| dm.effective(sv, d))?;
+            write_diff(m, self.log, *id, name, None, d, &|sv, d| {
+                dm.effective(sv, d)
+            })?;
         }
         publish_fronts(m, tables_of(&self.computed), TableSource::Own)?;
         Ok(written)
@@ -1158,8 +1165,14 @@ impl State {
 
     /// Decides every prefix again over the data as it is, and writes what changed.
     fn resort_all(&mut self, m: &mut Maps) -> Result<usize> {
-        let (_lock, ids, down, new) =
-            compute_for_kernel(m, &self.pin_dir, &self.cfg, &self.data, &self.shared, &self.held)?;
+        let (_lock, ids, down, new) = compute_for_kernel(
+            m,
+            &self.pin_dir,
+            &self.cfg,
+            &self.data,
+            &self.shared,
+            &self.held,
+        )?;
         if ids != self.ids {
             bail!("the kernel's ids changed: waiting for the next full recompute");
         }
@@ -1168,7 +1181,9 @@ impl State {
         for ((id, name, old), (_, _, t)) in self.computed.tables.iter().zip(&new.tables) {
             let d = diff(&old.entries, &t.entries);
             written += d.put.len() + d.delete.len();
-            write_diff(m, self.log, *id, name, None, &d, &|sv, d| dm.effective(sv, d))?;
+            write_diff(m, self.log, *id, name, None, &d, &|sv, d| {
+                dm.effective(sv, d)
+            })?;
         }
         publish_fronts(m, tables_of(&new), TableSource::Own)?;
         self.computed = new;
@@ -1214,7 +1229,9 @@ impl State {
         for (root, fresh) in updates {
             for ((id, name, table), new) in self.computed.tables.iter_mut().zip(fresh) {
                 let d = replace_subtree(table, &root, &new);
-                write_diff(m, self.log, *id, name, Some(root), &d, &|sv, d| dm.effective(sv, d))?;
+                write_diff(m, self.log, *id, name, Some(root), &d, &|sv, d| {
+                    dm.effective(sv, d)
+                })?;
             }
         }
         publish_fronts(m, tables_of(&self.computed), TableSource::Own)?;
@@ -1232,7 +1249,8 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         l.reconfigure(&cfg.plan);
         l.overlay(&mut data);
     }
-    let (lock, ids, down, new) = compute_for_kernel(m, &state.pin_dir, &cfg, &data, &state.shared, &state.held)?;
+    let (lock, ids, down, new) =
+        compute_for_kernel(m, &state.pin_dir, &cfg, &data, &state.shared, &state.held)?;
     let removals = guard::removals(
         &guard::State {
             cfg: &state.cfg.plan,
@@ -1253,7 +1271,9 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         // In place, like every other change: only one table ever holds entries, and each
         // address keeps its old answer or gets its new one at every moment.
         let dm = &state.demand;
-        let written = update(m, &cfg, &state.computed, &new, &ids, &|sv, d| dm.effective(sv, d))?;
+        let written = update(m, &cfg, &state.computed, &new, &ids, &|sv, d| {
+            dm.effective(sv, d)
+        })?;
         let entries = new.tables.iter().map(|t| t.2.entries.len()).sum();
         state.log.event(
             Event::Reconfigured { entries, written },
@@ -1275,7 +1295,9 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         let dm = &state.demand;
         for (id, name, t) in &new.tables {
             let d = diff(before.get(id).map_or(&[][..], |t| &t.entries), &t.entries);
-            write_diff(m, state.log, *id, name, None, &d, &|sv, d| dm.effective(sv, d))?;
+            write_diff(m, state.log, *id, name, None, &d, &|sv, d| {
+                dm.effective(sv, d)
+            })?;
         }
         publish_fronts(m, tables_of(&new), TableSource::Own)?;
     }

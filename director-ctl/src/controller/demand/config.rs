@@ -202,8 +202,7 @@ impl DemandConfig {
         let r = &self.replicas;
         positive("[demand.replicas]: k", r.k)?;
         positive("[demand.replicas]: threshold", r.threshold)?;
-        if !(r.retire_below.is_finite() && r.retire_below >= 0.0 && r.retire_below < r.threshold)
-        {
+        if !(r.retire_below.is_finite() && r.retire_below >= 0.0 && r.retire_below < r.threshold) {
             bail!(
                 "[demand.replicas]: retire_below {} must be from 0 to below threshold {}",
                 r.retire_below,
@@ -222,7 +221,8 @@ impl DemandConfig {
         }
         for (what, url) in [("copy_url", &r.copy_url), ("retire_url", &r.retire_url)] {
             if let Some(u) = url {
-                HttpUrl::parse(u).map_err(|e| anyhow::anyhow!("[demand.replicas]: {what}: {e:#}"))?;
+                HttpUrl::parse(u)
+                    .map_err(|e| anyhow::anyhow!("[demand.replicas]: {what}: {e:#}"))?;
             }
         }
         for (what, cmd) in [

@@ -258,7 +258,10 @@ impl Demand {
                 cur.answers.get(&id).copied().unwrap_or(0),
                 last.answers.get(&id),
             );
-            let f = rate(cur.flows.get(&id).copied().unwrap_or(0), last.flows.get(&id));
+            let f = rate(
+                cur.flows.get(&id).copied().unwrap_or(0),
+                last.flows.get(&id),
+            );
             if let Some(&i) = site_of.get(&id) {
                 loads[i] += a + f;
             }
@@ -300,9 +303,14 @@ impl Demand {
             .overrides()
             .map(|o| ((o.service, o.planned), o.effective))
             .collect();
-        let c = self
-            .spill
-            .cycle(now, &sites, &groups, &site_fn, &loss, &self.spill_settings());
+        let c = self.spill.cycle(
+            now,
+            &sites,
+            &groups,
+            &site_fn,
+            &loss,
+            &self.spill_settings(),
+        );
         let after: HashMap<(u32, Decision), Decision> = self
             .spill
             .overrides()
@@ -332,7 +340,13 @@ impl Demand {
         let server_names = |d: &Decision| -> Vec<String> {
             d.servers[..(d.count as usize).min(d.servers.len())]
                 .iter()
-                .map(|s| names.servers.get(s).cloned().unwrap_or_else(|| format!("#{s}")))
+                .map(|s| {
+                    names
+                        .servers
+                        .get(s)
+                        .cloned()
+                        .unwrap_or_else(|| format!("#{s}"))
+                })
                 .collect()
         };
         let as_move = |m: &director_plan::demand::spill::Move| api::SpillMove {
@@ -404,7 +418,8 @@ impl Demand {
         }
         let distance = |place: usize, server: u16| -> Option<f64> {
             let site = *site_of.get(&server)?;
-            ctx.data.geo_km(ctx.data.sites.get(site)?, place_locs.get(place)?)
+            ctx.data
+                .geo_km(ctx.data.sites.get(site)?, place_locs.get(place)?)
         };
         let verdict = |svc: u32, srv: u16| (ctx.verdict)(svc, srv);
         let actions = self.replicas.cycle(

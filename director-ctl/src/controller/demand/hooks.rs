@@ -119,7 +119,10 @@ fn run_command(cmd: &[String], call: &HookCall, body: &[u8], timeout: Duration) 
         if start.elapsed() >= timeout {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("{program} took more than {} s: killed", timeout.as_secs_f64());
+            bail!(
+                "{program} took more than {} s: killed",
+                timeout.as_secs_f64()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -23,7 +23,12 @@ pub struct Sides<'a> {
     pub tables: &'a [(u32, Vec<(IpNet, Decision)>)],
 }
 
-pub fn preview(now: &Sides<'_>, next: &Sides<'_>, demand: &Demand, top: usize) -> Result<api::Impact> {
+pub fn preview(
+    now: &Sides<'_>,
+    next: &Sides<'_>,
+    demand: &Demand,
+    top: usize,
+) -> Result<api::Impact> {
     // Sites by name over both configs: the current ones first, in their order.
     let mut names: Vec<String> = now.cfg.plan.sites.iter().map(|s| s.name.clone()).collect();
     for s in &next.cfg.plan.sites {

@@ -3,9 +3,9 @@
 //! on them each cycle (director-plan's `demand`), and the hooks replicas run.
 
 pub mod config;
+pub mod engine;
 pub mod hooks;
 pub mod impact;
-pub mod engine;
 pub mod samples;
 
 pub use engine::{Ctx, Demand, Outcome};

@@ -54,10 +54,16 @@ pub fn prefix_of(s: &Sample) -> (IpNet, By) {
     let net = if s.is_v6() {
         IpNet::new(IpAddr::V6(Ipv6Addr::from(a)), s.aggregate_len())
     } else {
-        IpNet::new(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])), s.aggregate_len())
+        IpNet::new(
+            IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])),
+            s.aggregate_len(),
+        )
     };
     // Lengths are bounded above, so `new` cannot fail; a host route is the safe answer.
-    let net = net.map_or_else(|_| IpNet::from(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), |n| n.trunc());
+    let net = net.map_or_else(
+        |_| IpNet::from(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        |n| n.trunc(),
+    );
     (net, by)
 }
 
