@@ -103,15 +103,6 @@ fn demand_until(lab: &Lab, what: &str, until: impl Fn(&Value) -> bool) -> Value 
     }
 }
 
-fn service<'a>(d: &'a Value, name: &str) -> &'a Value {
-    d["services"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["service"].as_str().unwrap().trim_end_matches('.') == name)
-        .unwrap_or_else(|| panic!("no service {name} in\n{d:#}"))
-}
-
 /// The count of the decision whose first server is `first`.
 fn decision_count(d: &Value, first: &str) -> u64 {
     let Some(s) = d["services"].as_array().and_then(|v| {

@@ -613,6 +613,114 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
     o
 }
 
+/// `demand`: per service its decisions, per site against capacity, spill and replicas.
+pub fn demand(d: &api::Demand) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "demand over the last {:.1} s (answers + new flows per second; 1 in {} sampled)",
+        d.window_s, d.sample
+    );
+    for s in &d.services {
+        let _ = writeln!(o, "{}: {:.1}/s", s.service, s.rate);
+        for dd in &s.decisions {
+            let _ = writeln!(
+                o,
+                "  {:>10.1}/s  {} ({} entries){}",
+                dd.rate,
+                dd.servers.join(" > "),
+                dd.entries,
+                if dd.spilled { ", spilled" } else { "" }
+            );
+        }
+    }
+    let _ = writeln!(o, "sites:");
+    for s in &d.sites {
+        let cap = match (s.capacity, s.load) {
+            (Some(c), Some(l)) => format!(" of {c:.0} ({:.0} %)", l * 100.0),
+            _ => String::new(),
+        };
+        let _ = writeln!(o, "  {:<12} {:>10.1}/s{cap}", s.site, s.rate);
+    }
+    if d.spill.all_over {
+        let _ = writeln!(
+            o,
+            "spill: every site with a capacity is over its target: nothing spills"
+        );
+    }
+    for m in &d.spill.moved {
+        let _ = writeln!(
+            o,
+            "spill: {} {} -> {} ({:.1}/s): {}",
+            m.group.service,
+            m.group.from,
+            m.group.to,
+            m.group.rate,
+            m.group.servers.join(" > ")
+        );
+    }
+    for r in &d.replicas {
+        let _ = writeln!(
+            o,
+            "replica {} for {}: {} (bonus {:.0})",
+            r.server, r.service, r.state, r.bonus
+        );
+    }
+    if !d.prefixes.is_empty() {
+        let _ = writeln!(o, "busiest client prefixes:");
+        for p in d.prefixes.iter().take(10) {
+            let _ = writeln!(
+                o,
+                "  {:<20} {:<9} {:>10.1}/s  {}",
+                p.prefix.to_string(),
+                p.by,
+                p.rate,
+                p.service
+            );
+        }
+    }
+    o
+}
+
+/// `impact`: per site what moves in and out and where it ends against capacity.
+pub fn impact(i: &api::Impact) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:.1}/s would move ({} prefixes answered differently), by the demand of the last \
+         {:.1} s ({} sampled prefixes)",
+        i.moved_rate, i.changed_ranges, i.window_s, i.demand_prefixes
+    );
+    let _ = writeln!(
+        o,
+        "  {:<12} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "site", "now/s", "out/s", "in/s", "then/s", "capacity"
+    );
+    for s in &i.sites {
+        let cap = match (s.capacity, s.projected_share) {
+            (Some(c), Some(p)) => format!("{c:.0} ({:.0} %)", p * 100.0),
+            _ => "-".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "  {:<12} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10}",
+            s.site, s.load, s.moving_out, s.moving_in, s.projected, cap
+        );
+    }
+    for m in &i.moves {
+        let _ = writeln!(
+            o,
+            "  {} {} {} -> {} ({:.1}/s)",
+            m.service,
+            m.prefix,
+            m.from.join("+"),
+            m.to.join("+"),
+            m.rate
+        );
+    }
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -815,112 +923,4 @@ mod tests {
         assert_eq!(json["levels"][1]["metrics"][0]["metric"], "int");
         assert_eq!(json["med"], true);
     }
-}
-
-/// `demand`: per service its decisions, per site against capacity, spill and replicas.
-pub fn demand(d: &api::Demand) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "demand over the last {:.1} s (answers + new flows per second; 1 in {} sampled)",
-        d.window_s, d.sample
-    );
-    for s in &d.services {
-        let _ = writeln!(o, "{}: {:.1}/s", s.service, s.rate);
-        for dd in &s.decisions {
-            let _ = writeln!(
-                o,
-                "  {:>10.1}/s  {} ({} entries){}",
-                dd.rate,
-                dd.servers.join(" > "),
-                dd.entries,
-                if dd.spilled { ", spilled" } else { "" }
-            );
-        }
-    }
-    let _ = writeln!(o, "sites:");
-    for s in &d.sites {
-        let cap = match (s.capacity, s.load) {
-            (Some(c), Some(l)) => format!(" of {c:.0} ({:.0} %)", l * 100.0),
-            _ => String::new(),
-        };
-        let _ = writeln!(o, "  {:<12} {:>10.1}/s{cap}", s.site, s.rate);
-    }
-    if d.spill.all_over {
-        let _ = writeln!(
-            o,
-            "spill: every site with a capacity is over its target: nothing spills"
-        );
-    }
-    for m in &d.spill.moved {
-        let _ = writeln!(
-            o,
-            "spill: {} {} -> {} ({:.1}/s): {}",
-            m.group.service,
-            m.group.from,
-            m.group.to,
-            m.group.rate,
-            m.group.servers.join(" > ")
-        );
-    }
-    for r in &d.replicas {
-        let _ = writeln!(
-            o,
-            "replica {} for {}: {} (bonus {:.0})",
-            r.server, r.service, r.state, r.bonus
-        );
-    }
-    if !d.prefixes.is_empty() {
-        let _ = writeln!(o, "busiest client prefixes:");
-        for p in d.prefixes.iter().take(10) {
-            let _ = writeln!(
-                o,
-                "  {:<20} {:<9} {:>10.1}/s  {}",
-                p.prefix.to_string(),
-                p.by,
-                p.rate,
-                p.service
-            );
-        }
-    }
-    o
-}
-
-/// `impact`: per site what moves in and out and where it ends against capacity.
-pub fn impact(i: &api::Impact) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{:.1}/s would move ({} prefixes answered differently), by the demand of the last \
-         {:.1} s ({} sampled prefixes)",
-        i.moved_rate, i.changed_ranges, i.window_s, i.demand_prefixes
-    );
-    let _ = writeln!(
-        o,
-        "  {:<12} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "site", "now/s", "out/s", "in/s", "then/s", "capacity"
-    );
-    for s in &i.sites {
-        let cap = match (s.capacity, s.projected_share) {
-            (Some(c), Some(p)) => format!("{c:.0} ({:.0} %)", p * 100.0),
-            _ => "-".to_string(),
-        };
-        let _ = writeln!(
-            o,
-            "  {:<12} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10}",
-            s.site, s.load, s.moving_out, s.moving_in, s.projected, cap
-        );
-    }
-    for m in &i.moves {
-        let _ = writeln!(
-            o,
-            "  {} {} {} -> {} ({:.1}/s)",
-            m.service,
-            m.prefix,
-            m.from.join("+"),
-            m.to.join("+"),
-            m.rate
-        );
-    }
-    o
 }

@@ -262,7 +262,7 @@ fn converge(
         n += d.put.len() + d.delete.len();
         if !d.is_empty() {
             // Entries of groups capacity spill moved get the moved decision.
-            let put = super::run::overlaid(*id, &d.put, over);
+            let put = overlaid(*id, &d.put, over);
             m.apply_decisions(DecisionChange {
                 service: *id,
                 put: &put,
@@ -317,4 +317,28 @@ pub fn publish_fronts<'a>(
         };
     }
     Ok(n)
+}
+
+/// A group's decision as capacity spill has it, if spill moved the group.
+pub type Overlay<'a> = &'a dyn Fn(u32, &Decision) -> Option<Decision>;
+
+/// The entries as the kernel gets them: each planned decision through `over`, with the
+/// entry's own scope.
+pub fn overlaid(
+    service: u32,
+    put: &[(IpNet, Decision)],
+    over: Overlay<'_>,
+) -> Vec<(IpNet, Decision)> {
+    put.iter()
+        .map(|(p, d)| match over(service, d) {
+            Some(e) => (
+                *p,
+                Decision {
+                    prefix_len: d.prefix_len,
+                    ..e
+                },
+            ),
+            None => (*p, *d),
+        })
+        .collect()
 }

@@ -34,7 +34,7 @@ use director_plan::decide::{compute, plans, subtree, Computed, Ids, Unavailable}
 use director_plan::guard::{self, Refusal, Removal};
 use director_plan::prefix::order::sort_key;
 
-use super::apply::{assign_ids, publish_fronts, sync, update, write_objects};
+use super::apply::{assign_ids, overlaid, publish_fronts, sync, update, write_objects, Overlay};
 use super::checks::health_plan;
 use super::config::Config;
 use super::demand::config::DemandConfig;
@@ -60,30 +60,6 @@ pub struct Options {
     /// Let the first apply remove more than that (a restart that confirms a removal).
     pub accept_removal: bool,
     pub log: Log,
-}
-
-/// A group's decision as capacity spill has it, if spill moved the group.
-pub type Overlay<'a> = &'a dyn Fn(u32, &Decision) -> Option<Decision>;
-
-/// The entries as the kernel gets them: each planned decision through `over`, with the
-/// entry's own scope.
-pub fn overlaid(
-    service: u32,
-    put: &[(IpNet, Decision)],
-    over: Overlay<'_>,
-) -> Vec<(IpNet, Decision)> {
-    put.iter()
-        .map(|(p, d)| match over(service, d) {
-            Some(e) => (
-                *p,
-                Decision {
-                    prefix_len: d.prefix_len,
-                    ..e
-                },
-            ),
-            None => (*p, *d),
-        })
-        .collect()
 }
 
 /// Writes one service's changed entries (through capacity spill's overrides) and logs

@@ -229,7 +229,7 @@ impl DemandConfig {
             ("copy_command", &r.copy_command),
             ("retire_command", &r.retire_command),
         ] {
-            if cmd.first().is_some_and(|p| p.is_empty()) {
+            if cmd.first().is_some_and(String::is_empty) {
                 bail!("[demand.replicas]: {what}: the program is empty");
             }
         }

@@ -578,7 +578,7 @@ impl Demand {
                     ReplicaState::Draining => "draining",
                 }
                 .to_string(),
-                since: (r.state != ReplicaState::Absent).then(|| wall - (now - r.since)),
+                since: (r.state != ReplicaState::Absent).then_some(wall - (now - r.since)),
             })
             .collect();
         self.report = api::Demand {
@@ -706,8 +706,10 @@ pub fn capacities(cfg: &Config) -> Vec<Option<f64>> {
 }
 
 fn read(m: &Maps, ctx: &Ctx<'_>) -> Result<Reading> {
-    let mut r = Reading::default();
-    r.choices = m.demand_counts()?.into_iter().collect();
+    let mut r = Reading {
+        choices: m.demand_counts()?.into_iter().collect(),
+        ..Reading::default()
+    };
     let flows = m.steer().server_flows()?;
     for &id in &ctx.ids.servers {
         r.answers.insert(id, m.server_answers(id)?);
