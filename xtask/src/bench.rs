@@ -54,16 +54,25 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
 }
 
 /// The sections `--only` takes, as the bench binaries name them (director_tests::bench::args).
-pub const SECTIONS: [&str; 6] = ["testrun", "wire", "controller", "health", "fleet", "live"];
+pub const SECTIONS: [&str; 7] = [
+    "testrun",
+    "wire",
+    "controller",
+    "health",
+    "fleet",
+    "live",
+    "demand",
+];
 
 /// Each bench binary with the sections it has, in the order they run.
-const BINARIES: [(&str, &[&str]); 6] = [
+const BINARIES: [(&str, &[&str]); 7] = [
     ("bench", &["testrun", "wire"]),
     ("bench_steer", &["testrun", "wire"]),
     ("bench_controller", &["controller"]),
     ("bench_health", &["health"]),
     ("bench_fleet", &["fleet"]),
     ("bench_live", &["live"]),
+    ("bench_demand", &["demand"]),
 ];
 
 pub fn run_bench(seconds: u32, baseline: Option<&str>, only: Option<&str>) -> Result<()> {
