@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 // The planner's documents (explain, and the parts of check it computes) and the version
 // every document carries are director-plan's: it builds them.
 pub use director_plan::report::{
-    BgpSource, Chosen, ClientLocation, Explain, ExplainServer, Inputs, Level, MedRow, Metric,
-    MetricValues, Odds, Outcome, Pick, PickRule, Row, RowResult, RttAgent, RttMeasurement,
-    SiteRoutes, Sort, Step, TableSummary, Term, Tier, VERSION,
+    BgpSource, Chosen, ClientLocation, Explain, ExplainReplica, ExplainServer, Inputs, Level,
+    MedRow, Metric, MetricValues, Odds, Outcome, Pick, PickRule, Row, RowResult, RttAgent,
+    RttMeasurement, SiteRoutes, Sort, Step, TableSummary, Term, Tier, VERSION,
 };
 
 /// `address list --json`: the addresses queries may be sent to.

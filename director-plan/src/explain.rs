@@ -121,6 +121,7 @@ pub fn explain(cfg: &Config, data: &Data, service: &str, addr: IpAddr) -> Result
         vips: Vec::new(),
         mode: None,
         dns: true,
+        replicas: Vec::new(),
         version: report::VERSION,
         service: plan.name.clone(),
         client: addr,

@@ -76,6 +76,21 @@ pub struct Explain {
     /// Whether the name is answered in DNS.
     #[serde(default = "yes")]
     pub dns: bool,
+    /// The service's replica candidates (servers that may be copied to where demand is),
+    /// with their bonus and state as a running `run` has them.
+    #[serde(default)]
+    pub replicas: Vec<ExplainReplica>,
+}
+
+/// A replica candidate in `explain`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExplainReplica {
+    pub server: String,
+    pub site: String,
+    /// Unknown without a running `run` (`explain --config`).
+    pub bonus: Option<f64>,
+    /// "absent", "copying", "serving" or "draining"; "unknown" without `run`.
+    pub state: String,
 }
 
 fn yes() -> bool {

@@ -412,6 +412,25 @@ fn a_replica_is_copied_where_demand_is_joins_once_healthy_and_is_retired_when_it
     let r = &d["replicas"][0];
     assert_eq!(r["server"], "ams-1", "{d:#}");
     assert_eq!(r["state"], "serving", "{d:#}");
+    // explain, asked of run, shows the candidate with its state and bonus too.
+    let out = lab.ctl_in(
+        &lab.edge_ns,
+        &[
+            "explain",
+            "--run",
+            METRICS,
+            "--service",
+            WWW,
+            "--client",
+            "10.9.1.1",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "explain: {}", describe(&out));
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["replicas"][0]["server"], "ams-1", "{e:#}");
+    assert_eq!(e["replicas"][0]["state"], "serving", "{e:#}");
+    assert!(e["replicas"][0]["bonus"].as_f64().unwrap() > 0.0, "{e:#}");
 
     // No more demand: the bonus fades (half-life 1 s) under 500, and after a 1 s hold and
     // a 1 s drain the retire hook runs; clients are back on fra-1 before it.

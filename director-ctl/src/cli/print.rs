@@ -383,6 +383,14 @@ pub fn explain(e: &api::Explain) -> String {
     }
     o += &sort(&e.sort);
     o += &pick(&e.pick, e.select);
+    for r in &e.replicas {
+        let bonus = r.bonus.map_or(String::new(), |b| format!(", bonus {b:.0}"));
+        let _ = writeln!(
+            o,
+            "  replica candidate {} ({}): {}{bonus}",
+            r.server, r.site, r.state
+        );
+    }
     o
 }
 

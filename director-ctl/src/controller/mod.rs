@@ -77,6 +77,20 @@ pub fn explain_with(
         e.vips = s.vips();
         e.mode = (!e.vips.is_empty()).then(|| s.forward());
         e.dns = s.answers_dns();
+        e.replicas = s
+            .replicas
+            .iter()
+            .map(|r| api::ExplainReplica {
+                server: r.clone(),
+                site: cfg
+                    .servers
+                    .iter()
+                    .find(|x| &x.name == r)
+                    .map_or_else(String::new, |x| x.site.clone()),
+                bonus: None,
+                state: "unknown".into(),
+            })
+            .collect();
     }
     Ok(e)
 }

@@ -1018,6 +1018,24 @@ impl State {
     fn answer_explains(&self) {
         while let Ok(q) = self.explains.try_recv() {
             let r = super::explain_with(&self.cfg, &self.data, &q.service, q.client)
+                .map(|mut e| {
+                    // The replicas' bonus and state as this run's demand cycles have them.
+                    let report = self.demand.report();
+                    for r in &mut e.replicas {
+                        if let Some(s) = report.replicas.iter().find(|s| {
+                            s.server == r.server
+                                && s.service.trim_end_matches('.')
+                                    == e.service.trim_end_matches('.')
+                        }) {
+                            r.bonus = Some(s.bonus);
+                            r.state = s.state.clone();
+                        } else {
+                            r.bonus = Some(0.0);
+                            r.state = "absent".into();
+                        }
+                    }
+                    e
+                })
                 .and_then(|e| Ok(serde_json::to_string_pretty(&e)?))
                 .map_err(|e| format!("{e:#}"));
             let _ = q.reply.send(r);
