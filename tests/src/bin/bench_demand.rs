@@ -155,7 +155,7 @@ fn run(dir: &std::path::Path) -> Result<Vec<Pair>> {
                 cycles[0],
                 cycles[4],
                 2 * director_common::maps::MAX_CHOICES,
-                std::thread::available_parallelism().map_or(1, |n| n.get())
+                std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
             ),
         ),
         Pair("peak memory", format!("{:.0} MB", peak_rss_mb())),
