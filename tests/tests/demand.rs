@@ -540,3 +540,84 @@ fn a_site_over_its_target_spills_the_groups_that_fit_its_excess_to_their_next_si
     );
     run.assert_alive();
 }
+
+#[test]
+fn new_flows_to_a_vip_are_counted_per_decision_and_sampled_by_client() {
+    use director_tests::vipnet::{VipNet, CLIENT_HIGH4, CLIENT_LOW4, VIP4};
+    let dir = TempDir::new("demand", "syn");
+    let rtt = dir.path("rtt.csv");
+    // The lower half of 192.0.2.0/24 is nearest s1 (site a), the upper half s2 (b).
+    fs::write(
+        &rtt,
+        "192.0.2.0/25,a,10\n192.0.2.0/25,b,50\n192.0.2.0/25,c,60\n\
+         192.0.2.128/25,b,10\n192.0.2.128/25,a,50\n192.0.2.128/25,c,60\n",
+    )
+    .unwrap();
+    let servers: String = (0..3)
+        .map(|i| {
+            format!(
+                "[[server]]\nname = \"s{n}\"\nsite = \"{site}\"\nipv4 = \"198.51.100.{o}\"\n",
+                n = i + 1,
+                site = ["a", "b", "c"][i],
+                o = 11 + i,
+            )
+        })
+        .collect();
+    let cfg = dir.path("director.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[metrics]\nlisten = {METRICS:?}\n[demand]\ninterval = 0.5\nsample = 1\n\
+             [[site]]\nname = \"a\"\n[[site]]\nname = \"b\"\n[[site]]\nname = \"c\"\n\
+             {servers}\
+             [[service]]\nname = \"web.example.com\"\nservers = [\"s1\", \"s2\", \"s3\"]\n\
+             priority = {{ rtt = 1 }}\nvip = [\"{VIP4}:80\"]\nmode = \"l2\"\n\
+             [rtt]\nfiles = [{:?}]\n",
+            rtt.display().to_string()
+        ),
+    )
+    .unwrap();
+    let net = VipNet::new();
+    net.attach();
+    let mut run = Controller::start(&net.lab, &cfg, &dir.path("run.log"));
+    run.wait_for("entries written", 1, Duration::from_secs(30));
+    // Every curl is one connection: one SYN of a new flow.
+    for (src, n, want) in [(CLIENT_LOW4, 20, "s1"), (CLIENT_HIGH4, 10, "s2")] {
+        for _ in 0..n {
+            assert_eq!(net.curl(src, VIP4).as_deref(), Ok(want), "from {src}");
+        }
+    }
+    let lab = &net.lab;
+    let d = demand_until(lab, "30 new flows counted", |d| {
+        let s = d["services"].as_array().and_then(|v| v.first());
+        s.and_then(|s| s["decisions"].as_array()).is_some_and(|v| {
+            v.iter()
+                .map(|x| x["count"].as_u64().unwrap_or(0))
+                .sum::<u64>()
+                >= 30
+        })
+    });
+    let decisions = d["services"][0]["decisions"].as_array().unwrap();
+    let count = |first: &str| -> u64 {
+        decisions
+            .iter()
+            .filter(|x| x["servers"][0] == first)
+            .map(|x| x["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(count("s1"), 20, "{d:#}");
+    assert_eq!(count("s2"), 10, "{d:#}");
+    assert_eq!(prefix_total(&d, "192.0.2.0/24", "client"), 30, "{d:#}");
+    let flows = |name: &str| {
+        d["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["server"] == name)
+            .unwrap()["flows_total"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!((flows("s1"), flows("s2")), (20, 10), "{d:#}");
+    run.assert_alive();
+}
