@@ -217,12 +217,12 @@ fn impact_predicts_each_sites_demand_after_the_change_within_ten_percent() {
     // Windows of 3 s: a paced generator that fell behind catches up in a burst, which
     // moves a few queries from one window to the next; over 3 s that is under 1 %.
     let mut run = start(&lab, &dir, RTT_A, 3.0);
-    // Steady demand: 10.1/24 300/s, 10.2/24 200/s, 10.3/24 100/s, for 14 s.
+    // Steady demand: 10.1/24 300/s, 10.2/24 200/s, 10.3/24 100/s, for 20 s.
     let load = |lab: &Lab| {
         [
-            flood(lab, 4200, 14.0, Some("10.1.0.0/24")),
-            flood(lab, 2800, 14.0, Some("10.2.0.0/24")),
-            flood(lab, 1400, 14.0, Some("10.3.0.0/24")),
+            flood(lab, 6000, 20.0, Some("10.1.0.0/24")),
+            flood(lab, 4000, 20.0, Some("10.2.0.0/24")),
+            flood(lab, 2000, 20.0, Some("10.3.0.0/24")),
         ]
     };
     // A window wholly inside the load: 600/s in all (the generators start one by one).
@@ -465,7 +465,7 @@ fn a_site_over_its_target_spills_the_groups_that_fit_its_excess_to_their_next_si
         &cfg,
         format!(
             "[metrics]\nlisten = {METRICS:?}\n\
-             [demand]\ninterval = 1.0\nsample = 1\n\
+             [demand]\ninterval = 2.0\nsample = 1\n\
              [demand.spill]\ntarget = 0.85\nlow = 0.5\nhold = 60\nmax_step = 0.25\n\
              [rtt]\nfiles = [{rtt:?}]\n\
              [[site]]\nname = \"a\"\n[[site]]\nname = \"b\"\n\
@@ -482,15 +482,35 @@ fn a_site_over_its_target_spills_the_groups_that_fit_its_excess_to_their_next_si
     .unwrap();
     let mut run = Controller::start(&lab, &cfg, &dir.path("run.log"));
     run.wait_for("entries written", 1, Duration::from_secs(60));
-    // 150 % of a's target: 170 + 50 + 35 = 255/s for 10 s.
+    // 150 % of a's target: 175 + 50 + 30 = 255/s for 20 s. The excess is 85/s and a cycle
+    // moves at most a quarter of the site's demand: the first cycle can take 10.3's 50/s
+    // (10.4's 30/s on top would pass the quarter), the second 10.4's 30/s (the excess then
+    // is 35/s); 10.1's 175/s never fits. Then a is at 175/s, 103 % of its target.
     let floods = [
-        flood(&lab, 1700, 10.0, Some("10.1.0.0/24")),
-        flood(&lab, 500, 10.0, Some("10.3.0.0/24")),
-        flood(&lab, 350, 10.0, Some("10.4.0.0/24")),
+        flood(&lab, 3500, 20.0, Some("10.1.0.0/24")),
+        flood(&lab, 1000, 20.0, Some("10.3.0.0/24")),
+        flood(&lab, 600, 20.0, Some("10.4.0.0/24")),
     ];
-    // Two cycles to get there, then a whole window measured after them.
-    sleep(Duration::from_secs(6));
-    let d = demand(&lab);
+    // Two cycles (2 s each) to get there. A report shows the moves its cycle decided
+    // beside the rates measured before them: a is measured in the window after the
+    // report that first shows both moves, when that window is whole (255/s in all).
+    let moved = |d: &Value| d["spill"]["moved"].as_array().map_or(0, Vec::len);
+    let first = demand_until(&lab, "both groups moved", |d| moved(d) == 2);
+    let answers = |d: &Value| {
+        d["servers"]
+            .as_array()
+            .map(|v| {
+                v.iter()
+                    .map(|s| s["answers_total"].as_u64().unwrap_or(0))
+                    .sum::<u64>()
+            })
+            .unwrap_or(0)
+    };
+    let before = answers(&first);
+    let d = demand_until(&lab, "a whole window after the moves", |d| {
+        let sum: f64 = ["a", "b", "c", "d"].iter().map(|s| site_rate(d, s)).sum();
+        answers(d) > before && (sum - 255.0).abs() <= 0.03 * 255.0
+    });
     let after_moves = (
         answer_for(&lab, "10.1.0.0/24"),
         answer_for(&lab, "10.3.0.0/24"),
@@ -503,6 +523,12 @@ fn a_site_over_its_target_spills_the_groups_that_fit_its_excess_to_their_next_si
     assert!(
         (a - 170.0).abs() <= 0.05 * 170.0,
         "site a at {a:.1}/s, not its target 170 ± 5 %\n{d:#}"
+    );
+    let log = run.log();
+    assert_eq!(
+        log.matches("demand: spilled").count(),
+        2,
+        "two cycles moved a group each, and none moved back:\n{log}\n{d:#}"
     );
     // Each moved group went to its next site in DD order.
     assert_eq!(

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use director_common::demand::Sample;
-use director_common::maps::Decision;
+use director_common::maps::{Decision, MAX_CANDIDATES};
 use director_plan::data::Data;
 use director_plan::decide::{Computed, Ids};
 use director_plan::demand::replicas::{
@@ -227,7 +227,10 @@ impl Demand {
                 entries.entry((*sid, planned)).or_insert((0, *p)).0 += 1;
             }
         }
-        let mut groups: BTreeMap<(u32, Vec<u16>, u8), Group> = BTreeMap::new();
+        // Keyed by the whole decision: two with the same servers differ in their primaries
+        // or weights (a default route's all-equal list beside a prefix's ranked one).
+        type GroupKey = (u32, [u16; MAX_CANDIDATES], u8, u8, [u16; MAX_CANDIDATES]);
+        let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
         let mut decision_rates: HashMap<(u32, Decision), (f64, u64)> = HashMap::new();
         for (index, service, d) in &owners {
             let count = cur.choices.get(index).copied().unwrap_or(0);
@@ -238,7 +241,13 @@ impl Demand {
             let Some(planned) = back.get(&(*service, stored(d))) else {
                 continue;
             };
-            let key = (*service, planned.servers.to_vec(), planned.count);
+            let key = (
+                *service,
+                planned.servers,
+                planned.count,
+                planned.primary,
+                planned.weights,
+            );
             groups
                 .entry(key)
                 .or_insert(Group {
