@@ -94,19 +94,8 @@ impl Demand {
                 None
             }
         };
-        let mut d = Demand {
-            cfg: cfg.clone(),
-            epoch: Instant::now(),
-            last: None,
-            ring,
-            samples: Samples::default(),
-            spill: Spill::new(),
-            replicas: Replicas::new(),
-            copy: Hook::default(),
-            retire: Hook::default(),
-            report: empty_report(cfg),
-            service_rates: BTreeMap::new(),
-        };
+        let mut d = Demand::idle(cfg);
+        d.ring = ring;
         d.reconfigure(cfg);
         d
     }
