@@ -383,6 +383,8 @@ pub enum Event {
     Refused { error: String },
     /// The HTTP redirector listens (`[http] listen`).
     HttpListening { listen: Vec<std::net::SocketAddr> },
+    /// The map page is served (`[ui] listen`).
+    UiListening { listen: std::net::SocketAddr },
     /// The operator confirmed a change that removes more than `--max-removal-share`
     /// (SIGUSR1, or `--accept-removal` at start); `removed` says what, e.g. "1 of 2 services
     /// (b.example.com)".
@@ -781,4 +783,83 @@ pub struct PrefixMove {
     pub from: Vec<String>,
     pub to: Vec<String>,
     pub rate: f64,
+}
+
+/// `GET /ui/feed?service=S` on `run`'s `[ui]` listener: one service's table as the map page
+/// draws it. The sites with their servers' state, and every grid cell the GeoIP data places
+/// clients in, with the site the table sends them to. Client counts are in IPv4 /24s plus
+/// IPv6 /48s (see director-plan's `atlas`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Atlas {
+    pub version: u32,
+    pub service: String,
+    /// Every service the config has, for the page's selector.
+    pub services: Vec<String>,
+    /// Changes whenever the service's table does (a digest of the entries written, spill's
+    /// overrides included); the page redraws the cells only then.
+    pub generation: String,
+    /// Cells are `grid` degrees square.
+    pub grid: f64,
+    pub sites: Vec<AtlasSite>,
+    pub cells: Vec<AtlasCell>,
+    /// Clients placed on the map, and those of them no entry covers.
+    pub clients: f64,
+    pub uncovered: f64,
+    /// An edge of a fleet: the version it answers from.
+    pub fleet_version: Option<u64>,
+    /// Seconds building the cells took (0 when they came from the cache).
+    pub build_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AtlasSite {
+    pub name: String,
+    /// Where it is drawn (none: no coordinates from `lat`/`lon` or its graph node).
+    pub lat: Option<f64>,
+    pub lon: Option<f64>,
+    /// The service's clients the table sends here first, and their share of all placed.
+    pub clients: f64,
+    pub share: f64,
+    /// Answers plus new flows per second over the last demand cycle, against capacity.
+    pub rate: Option<f64>,
+    pub capacity: Option<f64>,
+    pub load: Option<f64>,
+    /// The service's servers at this site.
+    pub servers: Vec<AtlasServer>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AtlasServer {
+    pub name: String,
+    /// "up", "down", "unchecked" (no result yet) or "unwatched" (no health check).
+    pub health: String,
+    /// Out of the answers: down, overloaded, drained, or a replica not serving yet.
+    pub out: bool,
+    /// The last load its `load` check read.
+    pub load: Option<f64>,
+    /// Answers and new flows per second sent to it (last demand cycle).
+    pub answers: Option<f64>,
+    pub flows: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AtlasCell {
+    /// The south-west corner, degrees.
+    pub lat: f64,
+    pub lon: f64,
+    /// The site most of its clients are sent to; none when most are uncovered.
+    pub site: Option<String>,
+    /// That site's share of the cell's clients.
+    pub share: f64,
+    pub clients: f64,
+    /// Every site with a share of the cell, most first.
+    pub sites: Vec<AtlasShare>,
+    /// An address that stands for the cell (its largest client network's first), to explain.
+    pub sample: IpAddr,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AtlasShare {
+    pub site: String,
+    pub share: f64,
 }

@@ -21,6 +21,7 @@ pub mod ops;
 pub mod redirect;
 pub mod rrl;
 pub mod runtime;
+pub mod ui;
 
 /// The XDP object, built by build.rs from director-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("DIRECTOR_EBPF_OBJ"));

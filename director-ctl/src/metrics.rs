@@ -94,6 +94,8 @@ pub enum RunQuery {
     Demand,
     /// The impact of the config at `config` (`impact --json`), with the `top` moves.
     Impact { config: PathBuf, top: usize },
+    /// The map page's feed for a service (the first one when `None`).
+    Atlas { service: Option<String> },
 }
 
 pub struct RunAsked {
@@ -135,6 +137,14 @@ fn unescape(v: &str) -> String {
 fn ask_run(ask: &RunAsk, path: &str, query: Option<&str>) -> (StatusCode, String) {
     let what = if path == "/demand" {
         RunQuery::Demand
+    } else if path == "/ui/feed" {
+        let service = query
+            .unwrap_or("")
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("service="))
+            .map(unescape)
+            .filter(|s| !s.is_empty());
+        RunQuery::Atlas { service }
     } else {
         let mut config = None;
         let mut top = 20;
@@ -235,27 +245,65 @@ fn explain(ask: &ExplainAsk, query: Option<&str>) -> (StatusCode, String) {
     }
 }
 
+/// What one listener serves: the metrics (with `/explain`, `/demand`, `/impact`), the map
+/// page (with `/explain` and `/ui/feed`), or both when `[ui]` and `[metrics]` share an
+/// address.
+#[derive(Clone, Copy, Debug)]
+pub struct Serves {
+    pub metrics: bool,
+    /// The page's poll interval, when the page is served here.
+    pub ui: Option<f64>,
+}
+
 /// Binds `listen` now (so a taken port is an error at start) and serves from a thread.
-pub fn serve(listen: SocketAddr, src: Sources) -> Result<()> {
+pub fn serve(listen: SocketAddr, src: Sources, serves: Serves) -> Result<()> {
+    let section = if serves.metrics { "[metrics]" } else { "[ui]" };
     let std_listener = std::net::TcpListener::bind(listen)
-        .with_context(|| format!("[metrics] listen {listen}: cannot bind"))?;
+        .with_context(|| format!("{section} listen {listen}: cannot bind"))?;
     std_listener.set_nonblocking(true)?;
-    crate::runtime::spawn("metrics", "metrics", move || accept(std_listener, src))?;
+    let name = if serves.metrics { "metrics" } else { "ui" };
+    crate::runtime::spawn(name, name, move || accept(std_listener, src, serves))?;
     Ok(())
 }
 
-async fn accept(l: std::net::TcpListener, src: Sources) {
+async fn accept(l: std::net::TcpListener, src: Sources, serves: Serves) {
     crate::runtime::accept(l, move |stream, _| {
         let src = src.clone();
-        let respond = move |req: &Request<hyper::body::Incoming>| respond(req, &src);
+        let respond = move |req: &Request<hyper::body::Incoming>| respond(req, &src, serves);
         Some(crate::runtime::http1(stream, None, respond))
     })
     .await;
 }
 
-fn respond(req: &Request<hyper::body::Incoming>, src: &Sources) -> Response<Full<Bytes>> {
+fn respond(
+    req: &Request<hyper::body::Incoming>,
+    src: &Sources,
+    serves: Serves,
+) -> Response<Full<Bytes>> {
     let path = req.uri().path();
-    let (status, body) = if path == "/explain" {
+    if let Some((kind, body)) = serves
+        .ui
+        .and_then(|refresh| crate::ui::asset(path, refresh))
+    {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static(kind),
+        );
+        return r;
+    }
+    let json = path == "/ui/feed";
+    let (status, body) = if path == "/ui/feed" && serves.ui.is_some() {
+        match &src.ask {
+            Some(ask) => ask_run(ask, path, req.uri().query()),
+            None => (StatusCode::NOT_FOUND, "no run here\n".to_string()),
+        }
+    } else if !serves.metrics && path != "/explain" {
+        (
+            StatusCode::NOT_FOUND,
+            "not found: the map is at / (its feed at /ui/feed, explain at /explain)\n".to_string(),
+        )
+    } else if path == "/explain" {
         match &src.explain {
             Some(ask) => explain(ask, req.uri().query()),
             None => (StatusCode::NOT_FOUND, "no explain here\n".to_string()),
@@ -281,7 +329,12 @@ fn respond(req: &Request<hyper::body::Incoming>, src: &Sources) -> Response<Full
     };
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
-    if let Ok(v) = hyper::header::HeaderValue::from_str(prometheus::TEXT_FORMAT) {
+    let kind = if json && status == StatusCode::OK {
+        "application/json"
+    } else {
+        prometheus::TEXT_FORMAT
+    };
+    if let Ok(v) = hyper::header::HeaderValue::from_str(kind) {
         r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
     }
     r

@@ -11,6 +11,7 @@
 //! (table order, longest-prefix sweeps, ECS scopes, the /16 cover rule) everything here and
 //! director-ctl's operations share.
 
+pub mod atlas;
 pub mod compile;
 pub mod config;
 pub mod data;

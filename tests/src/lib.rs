@@ -1,5 +1,6 @@
 //! Helpers for the end-to-end tests.
 pub mod bench;
+pub mod browser;
 pub mod config;
 pub mod delay;
 pub mod farm;

@@ -40,6 +40,9 @@ const PACKAGES: &[(&str, &str)] = &[
     ("gobgpd", "gobgpd"),
     // director-ctl's etcd client (etcd-client, tonic) compiles etcd's .proto files.
     ("protobuf-compiler", "protoc"),
+    // The map page's test drives a real browser over WebDriver (tests/src/browser.rs).
+    ("chromium", "chromium"),
+    ("chromium-driver", "chromedriver"),
 ];
 
 pub fn root() -> PathBuf {

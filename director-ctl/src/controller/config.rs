@@ -306,6 +306,8 @@ struct File {
     #[serde(default)]
     health: HealthDefaults,
     metrics: Option<MetricsConfig>,
+    /// The map page.
+    ui: Option<crate::ui::UiConfig>,
     /// Zones answered in full (SOA, NS, other types, TCP) by `run`'s own listeners.
     #[serde(default)]
     zone: Vec<crate::dns::ZoneConfig>,
@@ -337,6 +339,7 @@ pub struct Config {
     pub services: Vec<Service>,
     pub health: HealthDefaults,
     pub metrics: Option<MetricsConfig>,
+    pub ui: Option<crate::ui::UiConfig>,
     pub zones: Vec<crate::dns::ZoneConfig>,
     pub http: Option<Http>,
     pub rrl: rrl::Defaults,
@@ -378,6 +381,7 @@ impl Config {
             services: f.service,
             health: f.health,
             metrics: f.metrics,
+            ui: f.ui,
             zones: f.zone,
             http: f.http,
             rrl: f.rrl,
@@ -616,12 +620,20 @@ impl Config {
                 );
             }
         }
+        if let Some(u) = &self.ui {
+            u.validate()?;
+        }
         let Some(h) = &self.http else { return Ok(()) };
         let listen = h.addresses()?;
         h.trusted()?;
         if let Some(m) = &self.metrics {
             if listen.contains(&m.listen) {
                 bail!("[http]: listen {} is also [metrics] listen", m.listen);
+            }
+        }
+        if let Some(u) = &self.ui {
+            if listen.contains(&u.listen) {
+                bail!("[http]: listen {} is also [ui] listen", u.listen);
             }
         }
         Ok(())

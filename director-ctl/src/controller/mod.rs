@@ -6,6 +6,7 @@
 //! ([`checks`]), the listeners and the metrics. [`check`] and [`explain`] stop before apply.
 
 pub mod apply;
+pub mod atlas;
 pub mod checks;
 pub mod config;
 /// The test that keeps docs/config.md equal to the keys the config accepts.

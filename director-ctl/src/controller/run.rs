@@ -311,19 +311,36 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
     let http = start_http(pin_dir, &cfg, log)?;
     let (explain_ask, explains) = std::sync::mpsc::channel();
     let (run_ask, asked) = std::sync::mpsc::channel();
+    let sources = metrics::Sources {
+        pin_dir: pin_dir.to_path_buf(),
+        health: shared.clone(),
+        table: table.clone(),
+        zones: dns.as_ref().map(|d| Arc::clone(&d.stats)),
+        http: http.as_ref().map(|h| h.1.clone()),
+        explain: Some(explain_ask),
+        ask: Some(run_ask),
+    };
+    let ui = cfg.ui.as_ref();
+    let shared_listener = matches!((&cfg.metrics, ui), (Some(m), Some(u)) if m.listen == u.listen);
     if let Some(mc) = &cfg.metrics {
-        metrics::serve(
-            mc.listen,
-            metrics::Sources {
-                pin_dir: pin_dir.to_path_buf(),
-                health: shared.clone(),
-                table: table.clone(),
-                zones: dns.as_ref().map(|d| Arc::clone(&d.stats)),
-                http: http.as_ref().map(|h| h.1.clone()),
-                explain: Some(explain_ask),
-                ask: Some(run_ask),
-            },
-        )?;
+        let serves = metrics::Serves {
+            metrics: true,
+            ui: ui.filter(|_| shared_listener).map(|u| u.refresh),
+        };
+        metrics::serve(mc.listen, sources.clone(), serves)?;
+    }
+    if let Some(u) = ui.filter(|_| !shared_listener) {
+        let serves = metrics::Serves {
+            metrics: false,
+            ui: Some(u.refresh),
+        };
+        metrics::serve(u.listen, sources, serves)?;
+    }
+    if let Some(u) = ui {
+        log.event(
+            Event::UiListening { listen: u.listen },
+            format!("the map page on http://{}/", u.listen),
+        );
     }
     let cfg_demand = cfg.demand.clone();
     let mut state = State {
@@ -345,6 +362,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         asked,
         demand: Demand::new(pin_dir, &cfg_demand, log),
         held: Held::new(),
+        atlas: Default::default(),
     };
     state.note_table(compute_s);
     let mut seen = stamps(&state.files);
@@ -566,6 +584,8 @@ struct State {
     demand: Demand,
     /// The replicas that hold their service now (the others are out of its answers).
     held: Held,
+    /// The map page's cells, until the table changes.
+    atlas: super::atlas::Cache,
 }
 
 /// Starts the HTTP redirector when the config has `[http]` (its listen addresses are read
@@ -969,9 +989,50 @@ impl State {
                     .impact(m, config, *top)
                     .and_then(|i| Ok(serde_json::to_string_pretty(&i)?))
                     .map_err(|e| format!("{e:#}")),
+                metrics::RunQuery::Atlas { service } => self
+                    .atlas(service.as_deref())
+                    .and_then(|a| Ok(serde_json::to_string(&a)?))
+                    .map_err(|e| format!("{e:#}")),
             };
             let _ = q.reply.send(r);
         }
+    }
+
+    /// The map page's feed: the table as written (spill's overrides included) over the
+    /// client locations.
+    fn atlas(&mut self, service: Option<&str>) -> Result<api::Atlas> {
+        let dm = &self.demand;
+        let tables: Vec<(u32, String, Vec<(IpNet, Decision)>)> = self
+            .computed
+            .tables
+            .iter()
+            .map(|(id, name, t)| {
+                let entries = overlaid(*id, &t.entries, &|sv, d| dm.effective(sv, d));
+                (*id, name.clone(), entries)
+            })
+            .collect();
+        let health = self
+            .shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let fleet_version = self
+            .table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .fleet
+            .map(|f| f.version);
+        let inputs = super::atlas::Inputs {
+            cfg: &self.cfg,
+            data: &self.data,
+            ids: &self.ids,
+            down: &self.down,
+            health: &health,
+            demand: self.demand.report(),
+            fleet_version,
+            grid: self.cfg.ui.as_ref().map_or(2.0, |u| u.grid),
+        };
+        super::atlas::feed(&inputs, &tables, service, &mut self.atlas)
     }
 
     /// What applying the config at `path` would move, weighted by the demand measured.
@@ -1337,6 +1398,8 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         asked: std::mem::replace(&mut state.asked, std::sync::mpsc::channel().1),
         demand: std::mem::replace(&mut state.demand, Demand::idle(&DemandConfig::default())),
         held: std::mem::take(&mut state.held),
+        // New inputs may place clients elsewhere with the same table.
+        atlas: Default::default(),
     };
     state.demand.reconfigure(&state.cfg.demand);
     state.note_table(state.computed.seconds);
@@ -1390,8 +1453,10 @@ fn follow_zones(
 fn listeners_kept(old: &Config, new: &Config, log: Log) {
     let metrics = |c: &Config| c.metrics.as_ref().map(|m| m.listen);
     let http = |c: &Config| c.http.as_ref().map(|h| h.addresses().unwrap_or_default());
+    let ui = |c: &Config| c.ui.as_ref().map(|u| (u.listen, u.refresh.to_bits()));
     for (section, changed) in [
         ("[metrics] listen", metrics(old) != metrics(new)),
+        ("[ui] listen and refresh", ui(old) != ui(new)),
         ("[http] listen", http(old) != http(new)),
     ] {
         if changed {

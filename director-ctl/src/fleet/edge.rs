@@ -162,6 +162,10 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
                 explain: None,
                 ask: None,
             },
+            metrics::Serves {
+                metrics: true,
+                ui: None,
+            },
         )?;
     }
     s.local();
