@@ -334,7 +334,11 @@ fn upgrade_refuses_maps_of_another_layout_and_changes_nothing() {
         .args(["name", "DIR_LAYOUT"])
         .output()
         .expect("running bpftool");
-    assert!(out.status.success(), "bpftool map create: {}", describe(&out));
+    assert!(
+        out.status.success(),
+        "bpftool map create: {}",
+        describe(&out)
+    );
     let out = lab.ctl(&["upgrade"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{}", describe(&out));
@@ -344,7 +348,11 @@ fn upgrade_refuses_maps_of_another_layout_and_changes_nothing() {
         )) && err.contains("detach"),
         "{err}"
     );
-    assert_eq!(program_id(&lab.pin_dir), p0, "a refused upgrade changed the program");
+    assert_eq!(
+        program_id(&lab.pin_dir),
+        p0,
+        "a refused upgrade changed the program"
+    );
     assert_eq!(link(&lab.pin_dir, &lab.edge_if).0, p0);
     // Not an object at all.
     let dir = TempDir::new("upgrade", "bad");

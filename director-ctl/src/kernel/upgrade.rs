@@ -30,8 +30,7 @@ use aya_obj::maps::PinningType;
 use director_common::maps::MAP_LAYOUT;
 
 use super::program::{
-    self, attached, link_pin, open_object_from, program_mut, verifier_error, LINK_PREFIX,
-    PROG_PIN,
+    self, attached, link_pin, open_object_from, program_mut, verifier_error, LINK_PREFIX, PROG_PIN,
 };
 use super::WriteLock;
 use crate::EBPF_OBJECT;
@@ -65,9 +64,9 @@ pub struct Upgraded {
 pub fn upgrade(pin_dir: &Path, object: Option<&Path>, log_level: u8) -> Result<Upgraded> {
     program::require_privileges("upgrade")?;
     let bytes: Cow<'_, [u8]> = match object {
-        Some(path) => Cow::Owned(
-            std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
-        ),
+        Some(path) => {
+            Cow::Owned(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?)
+        }
         None => Cow::Borrowed(EBPF_OBJECT),
     };
     // No attach, detach or other upgrade between the comparison and the last swap.
@@ -167,7 +166,10 @@ fn swap_all(pin_dir: &Path, interfaces: &[String], new: BorrowedFd<'_>) -> Resul
                         done.len()
                     )
                 } else {
-                    format!("putting the old program back failed too: {}", back.join("; "))
+                    format!(
+                        "putting the old program back failed too: {}",
+                        back.join("; ")
+                    )
                 };
                 return Err(e.context(undone));
             }
@@ -184,7 +186,10 @@ fn swap(pin_dir: &Path, iface: &str, new: BorrowedFd<'_>) -> Result<Swapped> {
     let old = prog_fd_by_id(old_id)
         .with_context(|| format!("opening program {old_id}, which {iface}'s link runs"))?;
     link_update(link.as_fd(), new, old.as_fd()).with_context(|| {
-        format!("swapping the program on {iface} (BPF_LINK_UPDATE of {})", path.display())
+        format!(
+            "swapping the program on {iface} (BPF_LINK_UPDATE of {})",
+            path.display()
+        )
     })?;
     Ok(Swapped { link, old, old_id })
 }
@@ -491,7 +496,10 @@ mod tests {
     fn this_build_matches_itself() {
         let maps = object_maps(EBPF_OBJECT).unwrap();
         assert!(maps.contains_key(MAP_LAYOUT));
-        assert!(!maps.contains_key("DIR_DEC_CACHE"), "unpinned maps are not compared");
+        assert!(
+            !maps.contains_key("DIR_DEC_CACHE"),
+            "unpinned maps are not compared"
+        );
         let pinned = maps.iter().map(|(n, d)| (n.clone(), (*d, 0))).collect();
         assert!(differences(&maps, &pinned).is_empty());
     }
