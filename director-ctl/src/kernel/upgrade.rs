@@ -273,16 +273,22 @@ pub(super) fn differences(
     pinned: &BTreeMap<String, (MapDef, u32)>,
 ) -> Vec<String> {
     let mut out = Vec::new();
+    // The layout stamp first: it says what the rest will.
+    let layouts = (wanted.get(MAP_LAYOUT), pinned.get(MAP_LAYOUT));
+    if let (Some(w), Some((have, _))) = layouts {
+        if w.max_entries != have.max_entries {
+            out.push(format!(
+                "layout {} pinned, layout {} in the new program ({MAP_LAYOUT})",
+                have.max_entries, w.max_entries
+            ));
+        }
+    }
     for (name, w) in wanted {
         let Some((have, _)) = pinned.get(name) else {
             out.push(format!("{name} is new"));
             continue;
         };
         if name == MAP_LAYOUT && w.max_entries != have.max_entries {
-            out.push(format!(
-                "layout {} pinned, layout {} in the new program ({MAP_LAYOUT})",
-                have.max_entries, w.max_entries
-            ));
             continue;
         }
         let fields = [
