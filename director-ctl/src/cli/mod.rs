@@ -49,6 +49,17 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "off")]
         log_level: LogLevel,
     },
+    /// Swap in a new build's program on every interface without a gap in answers: it is
+    /// loaded against the pinned maps (refused if their layout differs) and replaces the
+    /// old one on each bpf_link atomically (BPF_LINK_UPDATE).
+    Upgrade {
+        /// The XDP object to load (default: the one built into this director-ctl).
+        #[arg(long)]
+        object: Option<PathBuf>,
+        /// Kernel-side log level compiled in at load (see `director-ctl log`).
+        #[arg(long, value_enum, default_value = "off")]
+        log_level: LogLevel,
+    },
     /// Detach from an interface; the last detach unpins the program and its maps.
     Detach {
         #[arg(long)]
@@ -715,6 +726,10 @@ fn run(cli: Cli) -> Result<()> {
                 "attached to {iface} ({mode:?}); maps pinned in {}",
                 dir.display()
             );
+        }
+        Cmd::Upgrade { object, log_level } => {
+            let u = kernel::upgrade::upgrade(&dir, object.as_deref(), log_level as u8)?;
+            print!("{}", print::upgraded(&u));
         }
         Cmd::Detach { iface } => {
             let last = program::detach(&dir, &iface)?;

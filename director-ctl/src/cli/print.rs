@@ -729,6 +729,36 @@ pub fn impact(i: &api::Impact) -> String {
     o
 }
 
+/// `upgrade`: which interfaces now run which program, and how long the swap took.
+pub fn upgraded(u: &crate::kernel::upgrade::Upgraded) -> String {
+    let mut o = String::new();
+    let mut old: Vec<u32> = u.old_programs.clone();
+    old.dedup();
+    let old: Vec<String> = old.iter().map(u32::to_string).collect();
+    let _ = writeln!(
+        o,
+        "upgraded {}: program {} → {} (tag {:016x}{}), {} pinned maps kept",
+        u.interfaces.join(", "),
+        old.join(", "),
+        u.program,
+        u.tag,
+        match u.old_tag {
+            Some(t) if t == u.tag => ", the same code as before".to_string(),
+            Some(t) => format!(", was {t:016x}"),
+            None => String::new(),
+        },
+        u.maps
+    );
+    let _ = writeln!(
+        o,
+        "loaded and verified in {:.0} ms while the old one answered; every link swapped in \
+         {:.1} ms",
+        u.load_ms,
+        u.swap_us / 1e3
+    );
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

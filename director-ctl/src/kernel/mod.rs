@@ -4,7 +4,8 @@
 //! ([`lock`]), and the host facts the program needs: its addresses and interfaces
 //! ([`host`]), and the policy read back for userspace answers ([`resolve`]). SYN steering's maps
 //! ([`steer`]) and the hops to its servers ([`hops`], resolved by [`nexthop`]). Demand
-//! samples ([`demand_ring`]; the counters are read through [`maps`]).
+//! samples ([`demand_ring`]; the counters are read through [`maps`]). Another build's
+//! program swapped in on the pinned links and maps, without a gap ([`upgrade`]).
 
 pub mod dec16_mmap;
 pub mod demand_ring;
@@ -19,6 +20,7 @@ pub mod program;
 pub mod resolve;
 pub mod rtt;
 pub mod steer;
+pub mod upgrade;
 
 pub use demand_ring::DemandRing;
 pub use lock::WriteLock;

@@ -21,8 +21,8 @@ use director_common::maps::PROGRAM;
 use super::WriteLock;
 use crate::EBPF_OBJECT;
 
-const PROG_PIN: &str = "program";
-const LINK_PREFIX: &str = "link_";
+pub(super) const PROG_PIN: &str = "program";
+pub(super) const LINK_PREFIX: &str = "link_";
 
 /// How the program is attached to an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,10 +36,16 @@ pub enum Mode {
 /// The XDP object with its maps pinned (or reused) under `dir` and the aya-log level
 /// compiled into this load: the one place the object is opened.
 fn open_object(dir: &Path, log_level: u8) -> Result<Ebpf> {
+    open_object_from(dir, log_level, EBPF_OBJECT)
+}
+
+/// [`open_object`] for another build's object (`upgrade --object`): maps pinned under
+/// `dir` by name are reused, not created.
+pub(super) fn open_object_from(dir: &Path, log_level: u8, object: &[u8]) -> Result<Ebpf> {
     EbpfLoader::new()
         .default_map_pin_directory(dir)
         .override_global(aya_log::LEVEL, &log_level, true)
-        .load(EBPF_OBJECT)
+        .load(object)
         .context("loading the XDP object (are you root?)")
 }
 
@@ -105,7 +111,7 @@ pub(super) fn ensure_bpffs_dir(dir: &Path) -> Result<()> {
         .with_context(|| format!("creating the pin directory {}", dir.display()))
 }
 
-fn link_pin(pin_dir: &Path, iface: &str) -> PathBuf {
+pub(super) fn link_pin(pin_dir: &Path, iface: &str) -> PathBuf {
     pin_dir.join(format!("{LINK_PREFIX}{iface}"))
 }
 
