@@ -312,21 +312,33 @@ fn answer(lab: &Lab) -> String {
         .to_string()
 }
 
-/// The exit of a `run`, or None if it is still running after `limit`; its output either
-/// way once it has exited.
+/// The exit of a `run` (looked at once, then until `limit`), or None if it still runs;
+/// with what it printed once it has exited.
 fn exited(r: &mut Running, limit: Duration) -> Option<Output> {
     let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if r.0.try_wait().expect("looking at run").is_some() {
-            let child = std::mem::replace(
-                &mut r.0,
-                Command::new("true").spawn().expect("a placeholder process"),
-            );
-            return Some(child.wait_with_output().expect("run's output"));
+    loop {
+        if let Some(status) = r.0.try_wait().expect("looking at run") {
+            // It has exited (setpriv execs it: no other holder of the pipes), so both
+            // pipes end.
+            let mut stdout = Vec::new();
+            let mut stderr = Vec::new();
+            if let Some(mut p) = r.0.stdout.take() {
+                p.read_to_end(&mut stdout).expect("run's stdout");
+            }
+            if let Some(mut p) = r.0.stderr.take() {
+                p.read_to_end(&mut stderr).expect("run's stderr");
+            }
+            return Some(Output {
+                status,
+                stdout,
+                stderr,
+            });
+        }
+        if Instant::now() >= deadline {
+            return None;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    None
 }
 
 /// What `run` says when a capability of the unit's is missing, so a failure is known to

@@ -52,10 +52,10 @@ pub fn build(dev: bool, output: Option<&Path>) -> Result<PathBuf> {
     run(Command::new(&bin).arg("man").arg("--dir").arg(&man))?;
     // Debian installs man pages compressed; -n leaves the name and time out, so the same
     // sources give the same bytes.
-    let mut pages: Vec<PathBuf> = std::fs::read_dir(&man)
-        .with_context(|| format!("reading {}", man.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()?;
+    let mut pages = Vec::new();
+    for entry in std::fs::read_dir(&man).with_context(|| format!("reading {}", man.display()))? {
+        pages.push(entry?.path());
+    }
     pages.sort();
     if pages.is_empty() {
         bail!("director-ctl man wrote no page into {}", man.display());

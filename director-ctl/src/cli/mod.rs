@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use director_common::{
     maps::PIN_DIR,
     rrl::{DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX},
@@ -1010,9 +1010,11 @@ fn run(cli: Cli) -> Result<()> {
             max_prefixes,
             retain_s,
         })?,
-        Cmd::Completions { shell } => generate::completions(shell, &mut std::io::stdout())?,
+        Cmd::Completions { shell } => {
+            generate::completions(Cli::command(), shell, &mut std::io::stdout())?;
+        }
         Cmd::Man { dir: out } => {
-            let n = generate::man_pages(&out)?;
+            let n = generate::man_pages(Cli::command(), &out)?;
             println!("{n} man pages written to {}", out.display());
         }
         Cmd::Check { config, json } => {
