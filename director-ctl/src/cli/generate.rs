@@ -64,8 +64,9 @@ mod tests {
             completions(cli(), shell, &mut out).unwrap();
             let text = String::from_utf8(out).unwrap();
             assert!(text.contains("director-ctl"), "{shell}: {text}");
+            // fish spells the option `-l iface`, bash and zsh `--iface`.
             assert!(
-                text.contains("attach") && text.contains("--iface"),
+                text.contains("attach") && text.contains("iface"),
                 "{shell}: {text}"
             );
         }
