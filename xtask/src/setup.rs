@@ -40,6 +40,13 @@ const PACKAGES: &[(&str, &str)] = &[
     ("gobgpd", "gobgpd"),
     // director-ctl's etcd client (etcd-client, tonic) compiles etcd's .proto files.
     ("protobuf-compiler", "protoc"),
+    // The Debian package (tests/tests/package.rs): cargo-deb computes Depends with
+    // dpkg-shlibdeps; systemd-analyze verifies the unit, asking man for its Documentation=
+    // pages; the unit reloads with procps's kill. Debian's base image has them all.
+    ("dpkg-dev", "dpkg-shlibdeps"),
+    ("systemd", "systemd-analyze"),
+    ("man-db", "man"),
+    ("procps", "pkill"),
 ];
 
 pub fn root() -> PathBuf {
