@@ -1,6 +1,7 @@
-//! Developer commands: `cargo xtask build-ebpf | setup | lint | test | demo | bench`.
+//! Developer commands: `cargo xtask build-ebpf | setup | lint | test | demo | bench | deb`.
 
 mod bench;
+mod deb;
 mod demo;
 mod layers;
 mod setup;
@@ -18,7 +19,7 @@ struct Cli {
 enum Cmd {
     /// Install the eBPF toolchain if missing (rust-src, bpf-linker) and build the XDP object.
     BuildEbpf,
-    /// Everything a fresh machine needs: Debian packages and the eBPF toolchain.
+    /// Everything a fresh machine needs: Debian packages, the eBPF toolchain and cargo-deb.
     Setup,
     /// The layer check (ARCHITECTURE.md's rules, no import cycles), then rustfmt and
     /// clippy (warnings denied) on both workspaces, as CI runs them.
@@ -41,6 +42,16 @@ enum Cmd {
         #[arg(long, value_parser = bench::SECTIONS)]
         only: Option<String>,
     },
+    /// Build the Debian package (director-ctl with the XDP object, the director service,
+    /// /etc/director/director.toml, man pages, completions) into target/debian.
+    Deb {
+        /// Package the debug build (for the package test; not for machines).
+        #[arg(long)]
+        dev: bool,
+        /// Write the .deb into this directory instead.
+        #[arg(long)]
+        output: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() {
@@ -55,6 +66,12 @@ fn main() {
             .and_then(|_| layers::check())
             .and_then(|_| setup::lint())
             .and_then(|_| setup::run_tests()),
+        // The eBPF toolchain (director-ctl's build script needs it) and cargo-deb; not the
+        // test packages.
+        Cmd::Deb { dev, output } => setup::build_ebpf()
+            .and_then(|_| setup::cargo_deb())
+            .and_then(|_| deb::build(dev, output.as_deref()))
+            .map(|_| ()),
         Cmd::Demo => setup::all().and_then(|_| demo::run_demo()),
         Cmd::Bench {
             seconds,

@@ -1,6 +1,6 @@
-//! Fresh-machine set-up: Debian packages the tests use, the nightly rust-src component and
-//! bpf-linker built against nightly's own LLVM. Each step checks first, so a second run
-//! does nothing.
+//! Fresh-machine set-up: Debian packages the tests use, the nightly rust-src component,
+//! bpf-linker built against nightly's own LLVM, and cargo-deb (the package and its test).
+//! Each step checks first, so a second run does nothing.
 
 use std::{
     path::{Path, PathBuf},
@@ -43,6 +43,13 @@ const PACKAGES: &[(&str, &str)] = &[
     // The map page's test drives a real browser over WebDriver (tests/src/browser.rs).
     ("chromium", "chromium"),
     ("chromium-driver", "chromedriver"),
+    // The Debian package (tests/tests/package.rs): cargo-deb computes Depends with
+    // dpkg-shlibdeps; systemd-analyze verifies the unit, asking man for its Documentation=
+    // pages; the unit reloads with procps's kill. Debian's base image has them all.
+    ("dpkg-dev", "dpkg-shlibdeps"),
+    ("systemd", "systemd-analyze"),
+    ("man-db", "man"),
+    ("procps", "pkill"),
 ];
 
 pub fn root() -> PathBuf {
@@ -208,9 +215,29 @@ pub fn build_ebpf() -> Result<PathBuf> {
     ebpf_build::build(&root(), &root().join("target/ebpf")).map_err(anyhow::Error::msg)
 }
 
+/// cargo-deb, which `cargo xtask deb` and the package test build the .deb with. The version
+/// is pinned: `deb --dev` packages the debug build, which cargo-deb only warns about today.
+const CARGO_DEB: &str = "3.8.0";
+
+pub fn cargo_deb() -> Result<()> {
+    let have = Command::new("cargo")
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).trim() == format!("cargo-deb {CARGO_DEB}")
+        });
+    if have {
+        return Ok(());
+    }
+    println!("xtask: installing cargo-deb {CARGO_DEB} (about a minute)");
+    run(Command::new("cargo").args(["install", "cargo-deb", "--version", CARGO_DEB, "--locked"]))
+}
+
 pub fn all() -> Result<()> {
     packages()?;
     build_ebpf()?;
+    cargo_deb()?;
     Ok(())
 }
 

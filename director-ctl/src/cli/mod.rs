@@ -2,6 +2,7 @@
 //! prints ([`print`]: plain text; `--json` prints the [`crate::api`] documents). Commands
 //! call `ops` for operator operations and `controller` for `run`, `check` and `explain`.
 
+pub mod generate;
 pub mod print;
 pub mod text;
 
@@ -10,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use director_common::{
     maps::PIN_DIR,
     rrl::{DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX},
@@ -257,6 +258,20 @@ enum Cmd {
         /// ago, in seconds.
         #[arg(long, default_value_t = 300)]
         retain_s: u64,
+    },
+    /// Print the completion script for a shell to stdout, e.g.
+    /// `director-ctl completions bash > /etc/bash_completion.d/director-ctl`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (director-ctl.1 and one per subcommand) into a directory: what
+    /// the Debian package ships. Hidden: it is for packaging, not operators.
+    #[command(hide = true)]
+    Man {
+        /// Created if missing; pages already there are overwritten.
+        #[arg(long)]
+        dir: PathBuf,
     },
 }
 
@@ -1010,6 +1025,13 @@ fn run(cli: Cli) -> Result<()> {
             max_prefixes,
             retain_s,
         })?,
+        Cmd::Completions { shell } => {
+            generate::completions(Cli::command(), shell, &mut std::io::stdout())?;
+        }
+        Cmd::Man { dir: out } => {
+            let n = generate::man_pages(Cli::command(), &out)?;
+            println!("{n} man pages written to {}", out.display());
+        }
         Cmd::Check { config, json } => {
             let report = controller::check(&config)?;
             show(json, &report, |r| print::check(&config, r))?;

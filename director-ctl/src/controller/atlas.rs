@@ -82,7 +82,7 @@ fn site_shares(d: &Decision, site_of: &HashMap<u16, usize>) -> Vec<(usize, f64)>
 /// The feed for `service` (the first service when `None`).
 pub fn feed(
     inp: &Inputs<'_>,
-    tables: &[(u32, String, Vec<(IpNet, Decision)>)],
+    tables: &[(u32, Vec<(IpNet, Decision)>)],
     service: Option<&str>,
     cache: &mut Cache,
 ) -> anyhow::Result<api::Atlas> {
@@ -103,8 +103,8 @@ pub fn feed(
     let empty = Vec::new();
     let entries = tables
         .iter()
-        .find(|(id, _, _)| Some(*id) == svc_id)
-        .map_or(&empty, |t| &t.2);
+        .find(|(id, _)| Some(*id) == svc_id)
+        .map_or(&empty, |t| &t.1);
     let sites = &inp.cfg.plan.sites;
     let site_index: HashMap<&str, usize> = sites
         .iter()

@@ -1002,14 +1002,11 @@ impl State {
     /// client locations.
     fn atlas(&mut self, service: Option<&str>) -> Result<api::Atlas> {
         let dm = &self.demand;
-        let tables: Vec<(u32, String, Vec<(IpNet, Decision)>)> = self
+        let tables: Vec<(u32, Vec<(IpNet, Decision)>)> = self
             .computed
             .tables
             .iter()
-            .map(|(id, name, t)| {
-                let entries = overlaid(*id, &t.entries, &|sv, d| dm.effective(sv, d));
-                (*id, name.clone(), entries)
-            })
+            .map(|(id, _, t)| (*id, overlaid(*id, &t.entries, &|sv, d| dm.effective(sv, d))))
             .collect();
         let health = self
             .shared
