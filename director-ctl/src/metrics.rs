@@ -293,7 +293,7 @@ fn respond(
         return r;
     }
     let json = path == "/ui/feed";
-    let (status, body) = if path == "/ui/feed" && serves.ui.is_some() {
+    let (status, body) = if json && serves.ui.is_some() {
         match &src.ask {
             Some(ask) => ask_run(ask, path, req.uri().query()),
             None => (StatusCode::NOT_FOUND, "no run here\n".to_string()),

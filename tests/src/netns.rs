@@ -47,6 +47,18 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A file of the shared data set (`../shared/data` beside the checkout); fails the test,
+/// saying where it was looked for, if it is missing.
+pub fn shared_data(rel: &str) -> PathBuf {
+    let p = workspace_root().join("../shared/data").join(rel);
+    assert!(
+        p.is_file(),
+        "real data file {} is missing (expected beside the checkout, see ../shared/data/README.md)",
+        p.display()
+    );
+    p
+}
+
 /// director-ctl from this workspace, built once per test process. The test crate cannot use
 /// `CARGO_BIN_EXE_*` for another package's binary; building (a no-op when it is fresh) also
 /// keeps the tests from running a binary older than the sources. `DIRECTOR_CTL=<path>`

@@ -28,7 +28,7 @@ use std::{
 use director_ctl::api;
 use director_tests::config::Doc;
 use director_tests::netns::{
-    ctl_binary, describe, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
+    ctl_binary, describe, shared_data, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
 };
 use director_tests::packets::{query, wire};
 use director_tests::tempdir::{replace_file, TempDir};
@@ -41,24 +41,13 @@ const WWW: &str = "www.example.com";
 // ---------------------------------------------------------------------------------------
 // Real data, temp directories, files
 
-/// A file under `../shared/data` (beside the checkout); fails the test if it is missing.
-fn data(rel: &str) -> PathBuf {
-    let p = workspace_root().join("../shared/data").join(rel);
-    assert!(
-        p.is_file(),
-        "real data file {} is missing (expected beside the checkout, see ../shared/data/README.md)",
-        p.display()
-    );
-    p.canonicalize().unwrap_or(p)
-}
-
 // ---------------------------------------------------------------------------------------
 // Geography: the PoP list, great-circle distance, prefixes
 
 /// (lat, lon) of a PoP by IATA code, read from cloudflare-colos.csv (quoted fields with
 /// commas in them; columns found by the header).
 fn colo(code: &str) -> (f64, f64) {
-    let path = data("sites/cloudflare-colos.csv");
+    let path = shared_data("sites/cloudflare-colos.csv");
     let text =
         fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let mut lines = text.lines();
@@ -190,9 +179,9 @@ fn sites() -> Vec<Site> {
 fn real_config_text(sites: &[Site]) -> String {
     let mut t = format!(
         "[geo]\ndatabase = {:?}\n\n",
-        data("geo/GeoLite2-City.mmdb").display().to_string()
+        shared_data("geo/GeoLite2-City.mmdb").display().to_string()
     );
-    let rib = data("bgp/rib.20140523.0600.slice-clean.bz2");
+    let rib = shared_data("bgp/rib.20140523.0600.slice-clean.bz2");
     for s in sites {
         t.push_str(&format!(
             "[[site]]\nname = {:?}\nlat = {:.6}\nlon = {:.6}\n",
@@ -1324,7 +1313,7 @@ fn check_fails_naming(dir: &TempDir, what: &str, text: String, file: &Path) {
 fn check_reports_damaged_and_refuses_wrong_input_files() {
     let dir = TempDir::new("dctl", "check-inputs");
     // A real RIPE file with broken record boundaries: read, damage skipped and counted.
-    let damaged = data("bgp/damaged.updates.20000325.0345.gz");
+    let damaged = shared_data("bgp/damaged.updates.20000325.0345.gz");
     let config = dir.path("damaged.toml");
     fs::write(&config, small_config(Some(&damaged), None)).unwrap();
     let j: api::Check = ctl_json(&["check", "--config", &config.display().to_string(), "--json"]);
@@ -1363,7 +1352,7 @@ fn check_reports_damaged_and_refuses_wrong_input_files() {
         &missing,
     );
     // A broken one (MaxMind's test database with a malformed double).
-    let broken = data("geo/test/GeoIP2-City-Test-Broken-Double-Format.mmdb");
+    let broken = shared_data("geo/test/GeoIP2-City-Test-Broken-Double-Format.mmdb");
     check_fails_naming(
         &dir,
         "broken-mmdb",

@@ -8,13 +8,12 @@
 use std::collections::HashMap;
 use std::fs;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use director_ctl::api;
 use director_tests::browser::{png_size, Browser};
-use director_tests::netns::{workspace_root, Controller, Lab, Reply, EDGE_V4};
+use director_tests::netns::{shared_data, workspace_root, Controller, Lab, Reply, EDGE_V4};
 use director_tests::tempdir::TempDir;
 
 const WWW: &str = "www.example.com";
@@ -32,20 +31,10 @@ const SITES: &[(&str, f64, f64, &str)] = &[
     ("nrt", 35.7647, 140.3860, "198.51.100.14"),
 ];
 
-fn data(rel: &str) -> PathBuf {
-    let p = workspace_root().join("../shared/data").join(rel);
-    assert!(
-        p.is_file(),
-        "real data file {} is missing (expected beside the checkout, see ../shared/data/README.md)",
-        p.display()
-    );
-    p
-}
-
 fn config() -> String {
     let mut t = format!(
         "[geo]\ndatabase = {:?}\n\n[ui]\nlisten = {UI:?}\ngrid = 2\nrefresh = 1\n\n",
-        data("geo/GeoLite2-City.mmdb").display().to_string()
+        shared_data("geo/GeoLite2-City.mmdb").display().to_string()
     );
     for (name, lat, lon, _) in SITES {
         t.push_str(&format!(
@@ -114,6 +103,15 @@ fn feed(lab: &Lab, service: &str) -> api::Atlas {
             String::from_utf8_lossy(&out.stdout)
         )
     })
+}
+
+/// The explain panel's answer line, once the page has one.
+fn explained(b: &Browser) -> serde_json::Value {
+    b.wait_for(
+        "const e = document.getElementById('explain-answer'); return e && e.textContent;",
+        Duration::from_secs(20),
+    )
+    .unwrap()
 }
 
 /// The page's cells as drawn: (lat, lon) → (site, fill, sample).
@@ -235,12 +233,7 @@ fn the_map_page_shows_where_the_table_sends_each_place_and_follows_changes() {
             tokyo.0, tokyo.1
         ))
         .unwrap();
-    let answer = browser
-        .wait_for(
-            "const e = document.getElementById('explain-answer'); return e && e.textContent;",
-            Duration::from_secs(20),
-        )
-        .unwrap();
+    let answer = explained(&browser);
     assert!(answer.as_str().unwrap().contains("nrt-1"), "{answer}");
     // The address box: an address GeoLite2 places in São Paulo's cell.
     let gru_sample = f
@@ -257,18 +250,13 @@ fn the_map_page_shows_where_the_table_sends_each_place_and_follows_changes() {
              document.getElementById('ask').requestSubmit(); return true;"
         ))
         .unwrap();
-    let answer = browser
-        .wait_for(
-            "const e = document.getElementById('explain-answer'); return e && e.textContent;",
-            Duration::from_secs(20),
-        )
-        .unwrap();
+    let answer = explained(&browser);
     assert!(answer.as_str().unwrap().contains("gru-1"), "{answer}");
 
     // The screenshot is the viewport: the window less what the browser's frame takes.
     let viewport = browser
         .eval(
-            "return [Math.round(innerWidth * devicePixelRatio),              Math.round(innerHeight * devicePixelRatio)];",
+            "return [Math.round(innerWidth * devicePixelRatio), Math.round(innerHeight * devicePixelRatio)];",
         )
         .unwrap();
     let png = browser.screenshot().unwrap();

@@ -87,18 +87,15 @@ pub fn feed(
     cache: &mut Cache,
 ) -> anyhow::Result<api::Atlas> {
     let services: Vec<String> = inp.cfg.services.iter().map(|s| s.name.clone()).collect();
-    let name = match service {
+    let svc_index = match service {
         Some(s) => services
             .iter()
-            .find(|n| n.trim_end_matches('.') == s.trim_end_matches('.'))
-            .cloned()
+            .position(|n| n.trim_end_matches('.') == s.trim_end_matches('.'))
             .ok_or_else(|| anyhow::anyhow!("no service {s:?} in the config"))?,
-        None => services
-            .first()
-            .cloned()
-            .ok_or_else(|| anyhow::anyhow!("the config has no services"))?,
+        None if services.is_empty() => anyhow::bail!("the config has no services"),
+        None => 0,
     };
-    let svc_index = services.iter().position(|n| *n == name).unwrap_or(0);
+    let name = services[svc_index].clone();
     let svc_id = inp.ids.services.get(svc_index).copied();
     let empty = Vec::new();
     let entries = tables
