@@ -15,7 +15,7 @@ use std::{
     io::ErrorKind,
     net::{IpAddr, UdpSocket},
     os::fd::AsRawFd,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -28,7 +28,7 @@ use std::{
 use director_ctl::api;
 use director_tests::config::Doc;
 use director_tests::netns::{
-    ctl_binary, describe, shared_data, workspace_root, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
+    ctl_binary, describe, shared_data, Controller, Lab, Reply, EDGE_V4, EDGE_V6,
 };
 use director_tests::packets::{query, wire};
 use director_tests::tempdir::{replace_file, TempDir};
