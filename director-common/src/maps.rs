@@ -38,7 +38,7 @@ pub const MAP_SERVER_STATS: &str = "DIR_SRV_STATS";
 pub const MAP_FALLBACK: &str = "DIR_FALLBACK";
 pub const MAP_SCRATCH: &str = "DIR_SCRATCH";
 pub const MAP_RRL: &str = "DIR_RRL";
-pub const MAP_RRL_BUCKETS: &str = "DIR_RRL_BUCKETS";
+pub const MAP_RRL_SLOTS: &str = "DIR_RRL_SLOTS";
 pub const MAP_RRL_EXEMPT: &str = "DIR_RRL_EXEMPT";
 pub const MAP_LAYOUT: &str = "DIR_LAYOUT";
 
@@ -74,10 +74,10 @@ pub const MAX_LOCAL: u32 = 4096;
 pub const MAX_IFACES: u32 = 1 << 16;
 /// DNS names owned (one per DNS service).
 pub const MAX_NAMES: u32 = 8192;
-/// Rate-limit buckets (`DIR_RRL_BUCKETS`, an LRU hash of `rrl::Key` -> `rrl::Bucket`):
-/// one per (service, client prefix) that got answers lately. 40 bytes each with the key;
-/// the least recently used go first, which only forgets a quiet prefix's state.
-pub const MAX_RRL_BUCKETS: u32 = 1 << 18;
+/// Rate-limit buckets (`DIR_RRL_SLOTS`, an array of `rrl::Slot` in sets of `rrl::WAYS`):
+/// room for this many (service, client prefix) pairs over their rate at once, 24 bytes
+/// each (6 MiB). A power of two.
+pub const RRL_SLOTS: u32 = 1 << 18;
 /// Prefixes never rate limited (`DIR_RRL_EXEMPT`).
 pub const MAX_RRL_EXEMPT: u32 = 4096;
 /// Bytes of a server's display name.
@@ -539,6 +539,8 @@ pub struct Scratch {
     pub rng: u64,
     /// This CPU's demand sampling countdown (`demand::countdown`), from 0.
     pub demand_left: u64,
+    /// A VIP's packet between the two steering stages (see `steer::Handover`).
+    pub steer: crate::steer::Handover,
 }
 
 #[cfg(feature = "user")]
@@ -561,6 +563,7 @@ mod pod {
     unsafe impl aya::Pod for crate::rrl::Limit {}
     unsafe impl aya::Pod for crate::rrl::Bucket {}
     unsafe impl aya::Pod for crate::rrl::Key {}
+    unsafe impl aya::Pod for crate::rrl::Slot {}
 }
 
 #[cfg(test)]
@@ -643,7 +646,14 @@ mod tests {
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),
-            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 48 + 2 * MAX_CANDIDATES + 16
+            NAME_BUF
+                + 24
+                + 16 * MAX_CANDIDATES
+                + 8 * HIDDEN_WORDS
+                + 48
+                + 2 * MAX_CANDIDATES
+                + 16
+                + size_of::<crate::steer::Handover>()
         );
         assert_eq!(align_of::<Scratch>(), 8);
     }

@@ -102,7 +102,7 @@ pub enum Verdict {
     Drop,
 }
 
-/// One client prefix's state for one service (`DIR_RRL_BUCKETS` value).
+/// One client prefix's state for one service (in a `DIR_RRL_SLOTS` slot).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bucket {
@@ -158,11 +158,38 @@ pub const fn slip(n: u32, slip: u32) -> Verdict {
     }
 }
 
+/// Buckets in the kernel: `DIR_RRL_SLOTS`, an array of slots in sets of `WAYS`, each
+/// source prefix's bucket in the set its tag picks. An array and not a hash map: finding a
+/// bucket is then a few loads (a hash map's lookup was most of the limit's cost per
+/// answer). A prefix that finds no slot of its own takes the set's slot scheduled
+/// earliest, which when that is no later than now is a bucket as good as new (nothing
+/// answered changes); only when all `WAYS` prefixes of a set are over their rate at once
+/// does one of them start afresh.
+pub const WAYS: u32 = 4;
+
+/// The object's global the loader sets to the tags' seed (`Key::tag`).
+pub const RRL_SEED: &str = "DIR_RRL_SEED";
+
+/// A `DIR_RRL_SLOTS` value: a source prefix's bucket and whose it is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    /// [`Key::tag`] of the prefix; 0: never used.
+    pub tag: u64,
+    pub bucket: Bucket,
+}
+
+/// The first slot of the set of `tag` in a table of `slots` slots (a power of two).
+#[inline(always)]
+pub const fn set_start(tag: u64, slots: u32) -> u32 {
+    ((tag >> 32) as u32 & (slots / WAYS - 1)) * WAYS
+}
+
 /// Family tags of [`Key::family`].
 pub const FAMILY_V4: u32 = 4;
 pub const FAMILY_V6: u32 = 6;
 
-/// `DIR_RRL_BUCKETS` key: the service and the source's prefix (address bits past the
+/// A bucket's key (hashed to its `Slot::tag`): the service and the source's prefix (address bits past the
 /// limit's prefix length zero). Per service, as each service has its own limit.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -190,6 +217,18 @@ impl Key {
             family: if v6 { FAMILY_V6 } else { FAMILY_V4 },
             addr: bytes(lo, hi),
         }
+    }
+
+    /// The key's tag: a 64-bit hash of it under `seed` (so that no one who does not know
+    /// the seed can pick addresses that share a set), never 0.
+    #[inline(always)]
+    pub fn tag(&self, seed: u64) -> u64 {
+        // SAFETY: 16 plain bytes read as two words.
+        let [lo, hi] = unsafe { core::mem::transmute::<[u8; 16], [u64; 2]>(self.addr) };
+        let mut h = crate::steer::mix(seed ^ (self.service as u64) << 8 ^ self.family as u64);
+        h = crate::steer::mix(h ^ lo);
+        h = crate::steer::mix(h ^ hi);
+        h | 1
     }
 
     /// The bucket of an address as userspace has it.
@@ -367,6 +406,26 @@ mod tests {
         assert_eq!(size_of::<Limit>(), 8 + 8 + 4 * 3 + 4);
         assert_eq!(size_of::<Bucket>(), 16);
         assert_eq!(size_of::<Key>(), 24);
+        assert_eq!(size_of::<Slot>(), 24);
+    }
+
+    #[test]
+    fn tags_tell_prefixes_and_seeds_apart() {
+        let l = Limit::new(10, 10, 2, 24, 56);
+        let a = |s: &str| s.parse::<IpAddr>().unwrap();
+        let k = |s| Key::for_addr(3, a(s), &l);
+        assert_eq!(k("192.0.2.1").tag(7), k("192.0.2.200").tag(7));
+        assert_ne!(k("192.0.2.1").tag(7), k("192.0.3.1").tag(7));
+        assert_ne!(k("192.0.2.1").tag(7), k("192.0.2.1").tag(8));
+        assert_ne!(
+            k("192.0.2.1").tag(7),
+            Key::for_addr(4, a("192.0.2.1"), &l).tag(7)
+        );
+        assert_eq!(k("192.0.2.1").tag(7) & 1, 1);
+        let slots = 1 << 18;
+        let start = set_start(k("192.0.2.1").tag(7), slots);
+        assert_eq!(start % WAYS, 0);
+        assert!(start + WAYS <= slots);
     }
 
     #[test]

@@ -171,6 +171,30 @@ pub struct Flow {
     pub since_ns: u64,
 }
 
+/// A VIP's packet whose flow needs a server chosen (a new flow, or a pinned one whose
+/// server is gone), as the XDP program's first steering stage leaves it in its per-CPU
+/// scratch for the second: each stage runs in a stack frame of its own, and the choice's
+/// frame under the first one's would pass the kernel's 512 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Handover {
+    pub key: FlowKey,
+    pub vip: VipRecord,
+    pub service: u32,
+    /// `flow_hash` of the packet's 4-tuple.
+    pub flow: u32,
+    /// Offset of the IP header.
+    pub l3: u16,
+    pub v6: u8,
+    /// A SYN without ACK.
+    pub syn: u8,
+    /// An ICMP error about the flow.
+    pub icmp: u8,
+    /// The flow has an entry (its server can no longer take it).
+    pub pinned: u8,
+    pub _pad: [u8; 2],
+}
+
 /// Where packets for a server leave the edge: the interface (its index; 0: not resolved,
 /// the packet is dropped and counted) and the Ethernet addresses to write.
 #[repr(C)]
@@ -336,6 +360,11 @@ pub fn candidate_hash(flow: u32, server: u16) -> u32 {
 /// usable of the rest in rank order. `None` when nothing is usable. Weights of 0 get no
 /// share while a usable primary has more; when all are 0 the usable primaries share evenly
 /// (as `select` shares answers).
+///
+/// Two shortcuts give the same answer as the scores without computing them: a pool of one
+/// wins outright, and in a pool of equal weights the lowest score is the highest hash
+/// (`highest_hash`). Only a pool of unequal weights, or the rare near-tie of hashes, pays
+/// for eight logarithms and divisions (`scored`).
 #[inline(always)]
 pub fn rendezvous(d: &Decision, ok: u32, flow: u32) -> Option<usize> {
     let count = (d.count as usize).min(MAX_CANDIDATES);
@@ -352,17 +381,75 @@ pub fn rendezvous(d: &Decision, ok: u32, flow: u32) -> Option<usize> {
     // Arithmetic, not branches, per candidate: the verifier walks every branch of an
     // unrolled loop, and a best index kept as a constant would keep its paths apart.
     let mut weighted = 0u32;
+    // Over the weighted ones: the OR and the AND of their weights, equal when all are.
+    let (mut any, mut all) = (0u16, u16::MAX);
     let mut j = 0;
     while j < MAX_CANDIDATES {
-        weighted |= ((primaries >> j) & nonzero(d.weights[j])) << j;
+        let bit = (primaries >> j) & nonzero(d.weights[j]);
+        weighted |= bit << j;
+        let member = 0u16.wrapping_sub(bit as u16);
+        any |= d.weights[j] & member;
+        all &= d.weights[j] | !member;
         j += 1;
     }
-    let even = 1 - nonzero(weighted as u16);
-    let pool = if weighted != 0 { weighted } else { primaries };
-    // Each candidate's key: its score -log2(u) / w in fixed point, the low 3 bits its rank
-    // (ties, a chance of 2^-32, go to the lower rank); `OUT` for one not in the pool.
-    // The lowest key wins. The minimum is taken without a branch too: a branch per
-    // candidate would leave the verifier up to 2^8 paths through the loop.
+    let even = weighted == 0;
+    let pool = if even { primaries } else { weighted };
+    if pool & (pool - 1) == 0 {
+        return Some(pool.trailing_zeros() as usize);
+    }
+    if even || any == all {
+        if let Some(i) = highest_hash(d, pool, flow) {
+            return Some(i);
+        }
+    }
+    scored(d, pool, even, flow)
+}
+
+/// The winner of a pool of two or more candidates of equal weight, or `None` when the two
+/// highest hashes are too close to tell apart this way.
+///
+/// With one weight w for all, the scores (-log2(u) << 40) / w order as -log2(u), which
+/// falls as the hash rises: the highest hash has the lowest score. But `neg_log2` keeps
+/// 12 fraction bits, so two hashes within 2^-12 (relative) of each other may score the
+/// same, and then the scores' tie-break (the lower rank) decides, not the hash. Hashes
+/// more than 2^-10 apart differ by over five of those steps, so any such pair is left to
+/// `scored`: about one flow in a hundred with eight candidates.
+#[inline(always)]
+pub fn highest_hash(d: &Decision, pool: u32, flow: u32) -> Option<usize> {
+    // Each member's key: its hash above the complement of its rank (equal hashes: the
+    // lower rank is higher), plus 1 so that 0 means not a member. Top two, branch-free.
+    let (mut first, mut second) = (0u64, 0u64);
+    let mut i = 0;
+    while i < MAX_CANDIDATES {
+        let member = 0u64.wrapping_sub(((pool >> i) & 1) as u64);
+        let h = candidate_hash(flow, d.servers[i]) as u64;
+        let key = (((h << 3) | (7 - i) as u64) + 1) & member;
+        // Keys stay below 2^36: the sign of a difference says which is lower.
+        let above_first = ((first.wrapping_sub(key) as i64) >> 63) as u64;
+        let above_second = ((second.wrapping_sub(key) as i64) >> 63) as u64;
+        let runner_up = second ^ ((second ^ key) & above_second);
+        second = runner_up ^ ((runner_up ^ first) & above_first);
+        first = first ^ ((first ^ key) & above_first);
+        i += 1;
+    }
+    // u = (h + 1) / 2^32, as `neg_log2` takes it.
+    let top = ((first - 1) >> 3) + 1;
+    let next = (second.wrapping_sub(1) >> 3).wrapping_add(1);
+    if second == 0 || top - next <= top >> 10 {
+        return None;
+    }
+    Some(7 - ((first - 1) & 7) as usize)
+}
+
+/// The winner of the pool by its members' scores, -log2(u) / w in fixed point (weights
+/// all taken as 1 when `even`), ties to the lower rank.
+#[inline(always)]
+pub fn scored(d: &Decision, pool: u32, even: bool, flow: u32) -> Option<usize> {
+    let even = even as u32;
+    // Each candidate's key: its score in fixed point, the low 3 bits its rank (ties, a
+    // chance of 2^-32, go to the lower rank); `OUT` for one not in the pool. The lowest
+    // key wins. The minimum is taken without a branch too: a branch per candidate would
+    // leave the verifier up to 2^8 paths through the loop.
     let mut best = OUT;
     let mut i = 0;
     while i < MAX_CANDIDATES {

@@ -15,7 +15,6 @@ use director_common::{
 };
 
 use crate::counter::count;
-use crate::l4;
 use crate::maps::{DIR_HOPS, DIR_SERVERS, DIR_STEER_COUNTERS};
 use crate::packet::{at, at_fenced, be16, header_sum, ld, put16, put32, st};
 
@@ -24,12 +23,22 @@ const OUTER_TTL: u8 = 64;
 /// that are not NOPs, and NOPs are stepped over in the same count.
 const OPTION_STEPS: usize = 12;
 
+/// What forwarding needs of the packet's parse.
+#[derive(Clone, Copy)]
+pub struct Shape {
+    pub v6: bool,
+    /// Offset of the IP header.
+    pub l3: usize,
+    /// A SYN: its MSS may be clamped.
+    pub syn: bool,
+}
+
 /// Sends the packet to `server` the way `mode` says: an XDP action, or the counter of why
 /// it cannot go (dropped by the caller).
 #[inline(always)]
 pub fn to_server(
     ctx: &XdpContext,
-    p: &l4::Packet,
+    p: Shape,
     vip: &VipRecord,
     mode: Forward,
     server: u16,

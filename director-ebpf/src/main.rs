@@ -48,7 +48,11 @@ pub fn director(ctx: XdpContext) -> u32 {
         return verdict;
     }
     // TCP to a VIP, or an ICMP error about such a flow: steered, and counted apart.
-    let verdict = steer::packet(ctx.ctx);
+    let verdict = match steer::packet(ctx.ctx) {
+        // The choice in a frame beside the parse's, not under it (see `steer::packet`).
+        steer::CHOOSE => steer::fresh(ctx.ctx),
+        v => v,
+    };
     if verdict != steer::NOT_MINE {
         return verdict;
     }

@@ -13,8 +13,8 @@ use director_common::{
         DecCacheBlock, Decision, DecisionKeyV4, DecisionKeyV6, DecisionRef, Fallback, FrontSwitch,
         HealthMask, Iface, LocalSlot, NameEntry, NameSlot, Scratch, ServerRecord, ServiceRecord,
         TableSwitch, DEC16_LANES, DEC16_SLOTS, DEC_CACHE_BLOCKS, LAYOUT_VERSION, LOCAL_SLOTS,
-        MAX_CHOICES, MAX_DECISIONS, MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_BUCKETS,
-        MAX_RRL_EXEMPT, MAX_SERVERS, MAX_SERVICES, NAME_SLOTS,
+        MAX_CHOICES, MAX_DECISIONS, MAX_IFACES, MAX_LOCAL, MAX_NAMES, MAX_RRL_EXEMPT, MAX_SERVERS,
+        MAX_SERVICES, NAME_SLOTS, RRL_SLOTS,
     },
     rrl,
     rtt::{RttKey, RttStats, COUNT_SLOTS as RTT_COUNT_SLOTS},
@@ -105,8 +105,7 @@ pub static DIR_RRL: Array<rrl::Limit> = Array::pinned(MAX_SERVICES, 0);
 /// One bucket per (service, source prefix), shared by the CPUs: per-CPU buckets would let
 /// a source whose packets land on N queues through at N times the rate.
 #[map]
-pub static DIR_RRL_BUCKETS: LruHashMap<rrl::Key, rrl::Bucket> =
-    LruHashMap::pinned(MAX_RRL_BUCKETS, 0);
+pub static DIR_RRL_SLOTS: Array<rrl::Slot> = Array::pinned(RRL_SLOTS, 0);
 /// Source prefixes never limited, IPv4 as IPv4-mapped (`rrl::exempt_key`).
 #[map]
 pub static DIR_RRL_EXEMPT: LpmTrie<[u8; 16], u32> = LpmTrie::pinned(MAX_RRL_EXEMPT, 0);

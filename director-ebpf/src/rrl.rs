@@ -2,13 +2,19 @@
 //! truncated, or not at all (`director_common::rrl` holds the rule; this is its maps and
 //! clock). Only answers are limited: everything passed or dropped earlier costs nothing here.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns, maps::lpm_trie::Key};
+use aya_ebpf::{helpers::bpf_ktime_get_coarse_ns, maps::lpm_trie::Key};
 use director_common::{
-    maps::Scratch,
+    maps::{Scratch, RRL_SLOTS},
     rrl::{self, Bucket, Verdict},
 };
 
-use crate::maps::{DIR_RRL, DIR_RRL_BUCKETS, DIR_RRL_EXEMPT};
+use crate::maps::{DIR_RRL, DIR_RRL_EXEMPT, DIR_RRL_SLOTS};
+
+/// The seed of the buckets' tags (`rrl::Key::tag`), set by the loader from a random
+/// number at each load, so that no one can choose sources whose prefixes share a set.
+/// Its name is `rrl::RRL_SEED`.
+#[unsafe(no_mangle)]
+static DIR_RRL_SEED: u64 = 0;
 
 /// The verdict for an answer of `service` to the packet's source, as a `code`.
 ///
@@ -51,26 +57,63 @@ fn verdict(service: u32, ip6: bool, s: *const Scratch) -> Verdict {
         )
     };
     let v6 = ip6;
-    let exempt = Key::new(128, rrl::exempt_key(v6, lo, hi));
-    if DIR_RRL_EXEMPT.get(&exempt).is_some() {
-        return Verdict::Answer;
-    }
-    let key = rrl::Key::new(service, v6, lo, hi, limit);
+    // SAFETY: a global the loader sets, read as it was set.
+    let seed = unsafe { core::ptr::read_volatile(&DIR_RRL_SEED) };
+    let tag = rrl::Key::new(service, v6, lo, hi, limit).tag(seed);
+    // The tick's clock, not the nanosecond one: a bucket is not the worse for a reading up
+    // to a tick old (it may grant up to rate x tick more over a short window), and the
+    // fine clock cost more than the rest of the check.
     // SAFETY: a helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
-    match DIR_RRL_BUCKETS.get_ptr_mut(key) {
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    let verdict = match bucket(tag) {
         // Shared by the CPUs and updated without a lock (spin locks need BTF-described
         // maps): two CPUs taking from one bucket in the same instant may both spend the
         // same token, so a source spread over N queues can get up to N - 1 extra answers
         // per such collision, never a multiple of the rate.
-        // SAFETY: the map's value for `key`, valid for this program run.
+        // SAFETY: the map's value, valid for this program run.
         Some(b) => unsafe { (*b).take(now, limit) },
-        None => {
-            let mut b = Bucket::new();
-            let v = b.take(now, limit);
-            // Another CPU may have made it meanwhile: keep its bucket, the answer stands.
-            let _ = DIR_RRL_BUCKETS.insert(key, b, BPF_NOEXIST as u64);
-            v
+        None => Verdict::Answer,
+    };
+    if verdict == Verdict::Answer {
+        return verdict;
+    }
+    // Only a response over the limit asks the exemptions: the others are answered anyway,
+    // and the trie's walk would be a good part of their cost.
+    let exempt = Key::new(128, rrl::exempt_key(v6, lo, hi));
+    if DIR_RRL_EXEMPT.get(&exempt).is_some() {
+        return Verdict::Answer;
+    }
+    verdict
+}
+
+/// The bucket of the prefix `tag` names: its slot in its set, else the set's slot
+/// scheduled earliest (a never used one first), given to it fresh.
+#[inline(always)]
+fn bucket(tag: u64) -> Option<*mut Bucket> {
+    let first = rrl::set_start(tag, RRL_SLOTS);
+    let (mut oldest, mut oldest_tat) = (first, u64::MAX);
+    let mut w = 0;
+    while w < rrl::WAYS {
+        let i = first + w;
+        let slot = DIR_RRL_SLOTS.get_ptr_mut(i)?;
+        // SAFETY: the map's value, valid for this run.
+        unsafe {
+            if (*slot).tag == tag {
+                return Some(&mut (*slot).bucket);
+            }
+            if (*slot).bucket.tat_ns < oldest_tat {
+                oldest_tat = (*slot).bucket.tat_ns;
+                oldest = i;
+            }
         }
+        w += 1;
+    }
+    let slot = DIR_RRL_SLOTS.get_ptr_mut(oldest)?;
+    // SAFETY: as above. Another CPU taking the same slot now writes the same or another
+    // prefix's fresh bucket: either way one prefix starts afresh.
+    unsafe {
+        (*slot).tag = tag;
+        (*slot).bucket = Bucket::new();
+        Some(&mut (*slot).bucket)
     }
 }

@@ -5,7 +5,7 @@
 
 use aya_ebpf::{
     bindings::{xdp_action, xdp_md, BPF_ANY},
-    helpers::bpf_ktime_get_ns,
+    helpers::bpf_ktime_get_coarse_ns,
     maps::lpm_trie::Key,
     programs::XdpContext,
 };
@@ -14,7 +14,7 @@ use director_common::{
     maps::{DecisionKeyV4, DecisionKeyV6, MAX_CANDIDATES, SERVICE_ACTIVE, SERVICE_BITS},
     rrl::Verdict,
     select,
-    steer::{self, Count, Flow, Forward, VipKey, FLOW_FROM_MIDSTREAM, FLOW_MOVED},
+    steer::{self, Count, Flow, Forward, Handover, VipKey, FLOW_FROM_MIDSTREAM, FLOW_MOVED},
 };
 
 use crate::counter::count;
@@ -23,12 +23,17 @@ use crate::{forward, l4, opaque};
 
 /// `packet`'s answer for a packet that is no VIP's: the caller goes on with it.
 pub const NOT_MINE: u32 = u32::MAX;
+/// `packet`'s answer for a VIP's packet whose flow needs a server chosen: it is in the
+/// scratch's `steer`, and `fresh` takes it on.
+pub const CHOOSE: u32 = u32::MAX - 1;
 
 /// The verdict for a packet the DNS path did not take: an XDP action if it belongs to a
-/// VIP, else `NOT_MINE`.
+/// VIP and its flow is pinned, `CHOOSE` if its flow needs a server, else `NOT_MINE`.
 ///
 /// Not inlined, and given the bare context: the DNS path's many exits that reach it then
-/// share one verified copy (inlined, each would walk it again).
+/// share one verified copy (inlined, each would walk it again). The choice is not called
+/// from here: the parse's frame and the choice's together pass the kernel's 512 bytes of
+/// stack, so the caller calls `fresh` after this returns.
 #[inline(never)]
 pub fn packet(raw: *mut xdp_md) -> u32 {
     let ctx = XdpContext::new(raw);
@@ -51,8 +56,9 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
         family: p.key.family,
         proto: p.key.proto,
     };
-    // SAFETY: the map's value, valid for this run.
-    let vip = *unsafe { DIR_VIPS.get(vip_key) }.ok_or(None)?;
+    // SAFETY: the map's value, valid for this run. Not copied: its fields would be spilled
+    // to this frame, the deepest.
+    let vip = unsafe { DIR_VIPS.get(vip_key) }.ok_or(None)?;
     if !for_this_edge(ctx) {
         return Err(None);
     }
@@ -63,11 +69,6 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
     {
         return Err(Some(Count::NoServer));
     }
-    let v6 = p.v6;
-    let words = |a: &[u8; 16]| {
-        // SAFETY: 16 bytes read as four words.
-        unsafe { core::ptr::read_unaligned(a.as_ptr() as *const [u32; 4]) }
-    };
     let ports = u32::from_ne_bytes([
         p.key.client_port[0],
         p.key.client_port[1],
@@ -75,79 +76,127 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
         p.key.vip_port[1],
     ]);
     let flow = steer::flow_hash(&words(&p.key.client), &words(&p.key.vip), ports);
-    let client = words(&p.key.client);
+    let entry = DIR_FLOWS.get_ptr_mut(p.key);
+    if let Some(f) = entry {
+        // SAFETY: the map's value for this key, valid for this run.
+        let pinned = unsafe { (*f).server };
+        if alive(service, pinned, p.v6) {
+            count(&DIR_STEER_COUNTERS, Count::Pinned as u32);
+            if p.icmp {
+                count(&DIR_STEER_COUNTERS, Count::Icmp as u32);
+            }
+            let mode = Forward::from_u8(vip.mode).ok_or(Some(Count::Failed))?;
+            let shape = forward::Shape {
+                v6: p.v6,
+                l3: p.l3,
+                syn: p.syn,
+            };
+            return forward::to_server(ctx, shape, vip, mode, pinned, flow);
+        }
+    }
+    let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Some(Count::Failed))?;
+    // SAFETY: this CPU's scratch; `fresh` reads it next, in this same run. Field by
+    // field: a whole `Handover` would be built on this frame first.
+    unsafe {
+        let h = &mut (*s).steer;
+        h.key = p.key;
+        h.vip = *vip;
+        h.service = service;
+        h.flow = flow;
+        h.l3 = p.l3 as u16;
+        h.v6 = p.v6 as u8;
+        h.syn = p.syn as u8;
+        h.icmp = p.icmp as u8;
+        h.pinned = entry.is_some() as u8;
+    }
+    Ok(CHOOSE)
+}
+
+/// The verdict for the packet `packet` left for a choice: the server the client's decision
+/// and the flow's rendezvous hash give, the flow pinned there, the packet sent.
+#[inline(never)]
+pub fn fresh(raw: *mut xdp_md) -> u32 {
+    let ctx = XdpContext::new(raw);
+    match choose_and_send(&ctx) {
+        Ok(action) => action,
+        Err(c) => {
+            count(&DIR_STEER_COUNTERS, c.unwrap_or(Count::Failed) as u32);
+            xdp_action::XDP_DROP
+        }
+    }
+}
+
+#[inline(always)]
+fn choose_and_send(ctx: &XdpContext) -> Result<u32, Option<Count>> {
+    let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Some(Count::Failed))?;
+    // SAFETY: this CPU's scratch, which `packet` wrote in this run.
+    let h = unsafe { &(*s).steer };
+    let v6 = h.v6 != 0;
+    let client = words(&h.key.client);
     let (lo, hi) = (
         client[0] as u64 | (client[1] as u64) << 32,
         client[2] as u64 | (client[3] as u64) << 32,
     );
-    let fam = flow as u64 | (v6 as u64) << 32;
-
-    let entry = DIR_FLOWS.get_ptr_mut(p.key);
-    let kept = match entry {
-        // SAFETY: the map's value for this key, valid for this run.
-        Some(f) => {
-            let pinned = unsafe { (*f).server };
-            if alive(service, pinned, v6) {
-                pinned
-            } else {
-                0
+    // One call: each call of a subprogram is verified on its own.
+    let picked = choose(h.service, lo, hi, h.flow as u64 | (v6 as u64) << 32);
+    let chosen = picked as u16;
+    if chosen == 0 {
+        return Err(Some(Count::NoServer));
+    }
+    if h.pinned != 0 {
+        // Its server went down: the flow moves to the next choice and stays there.
+        if let Some(f) = DIR_FLOWS.get_ptr_mut(&h.key) {
+            // SAFETY: the map's value for this key; a racing CPU writes the same choice.
+            unsafe {
+                (*f).server = chosen;
+                (*f).flags |= FLOW_MOVED;
             }
         }
-        None => 0,
-    };
-    let server = if kept != 0 {
-        count(&DIR_STEER_COUNTERS, Count::Pinned as u32);
-        kept
-    } else {
-        // One call: each call of a subprogram is verified on its own.
-        let picked = choose(service, lo, hi, fam);
-        let chosen = picked as u16;
-        if chosen == 0 {
-            return Err(Some(Count::NoServer));
+        count(&DIR_STEER_COUNTERS, Count::Moved as u32);
+        count(&DIR_SRV_FLOWS, chosen as u32);
+    } else if h.icmp == 0 {
+        // An ICMP error is no flow's start: it is sent on, nothing is recorded.
+        if h.syn != 0 {
+            crate::demand::new_flow(h.service, (picked >> 32) as u32, v6, lo, hi);
         }
-        match entry {
-            Some(f) => {
-                // Its server went down: the flow moves to the next choice and stays there.
-                // SAFETY: as above; a racing CPU writes the same choice.
-                unsafe {
-                    (*f).server = chosen;
-                    (*f).flags |= FLOW_MOVED;
-                }
-                count(&DIR_STEER_COUNTERS, Count::Moved as u32);
-                count(&DIR_SRV_FLOWS, chosen as u32);
-            }
-            // An ICMP error is no flow's start: it is sent on, nothing is recorded.
-            None if !p.icmp => {
-                if p.syn {
-                    crate::demand::new_flow(service, (picked >> 32) as u32, v6, lo, hi);
-                }
-                record(&p, service, chosen)
-            }
-            None => {}
-        }
-        chosen
-    };
-    if p.icmp {
+        record(h, chosen);
+    }
+    if h.icmp != 0 {
         count(&DIR_STEER_COUNTERS, Count::Icmp as u32);
     }
-    let mode = Forward::from_u8(vip.mode).ok_or(Some(Count::Failed))?;
-    forward::to_server(ctx, &p, &vip, mode, server, flow)
+    let mode = Forward::from_u8(h.vip.mode).ok_or(Some(Count::Failed))?;
+    let shape = forward::Shape {
+        v6,
+        l3: h.l3 as usize,
+        syn: h.syn != 0,
+    };
+    forward::to_server(ctx, shape, &h.vip, mode, chosen, h.flow)
+}
+
+/// 16 bytes as four words.
+#[inline(always)]
+fn words(a: &[u8; 16]) -> [u32; 4] {
+    // SAFETY: 16 bytes read as four words.
+    unsafe { core::ptr::read_unaligned(a.as_ptr() as *const [u32; 4]) }
 }
 
 /// Records a new flow (a SYN) or one that lost its entry, unless the flood guard says no.
 #[inline(always)]
-fn record(p: &l4::Packet, service: u32, server: u16) {
+fn record(h: &Handover, server: u16) {
+    let syn = h.syn != 0;
     count(
         &DIR_STEER_COUNTERS,
-        if p.syn {
+        if syn {
             Count::NewFlow
         } else {
             Count::Midstream
         } as u32,
     );
     count(&DIR_SRV_FLOWS, server as u32);
+    // The tick's clock: the guard's rate and the flow's age need no finer one, and the
+    // fine clock's read was a tenth of a new flow's cost.
     // SAFETY: a helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
     if let (Some(limit), Some(b)) = (DIR_STEER.get(0), DIR_FLOW_GUARD.get_ptr_mut(0)) {
         // SAFETY: this CPU's bucket; nothing else writes it during this run.
         if unsafe { (*b).take(now, limit) } != Verdict::Answer {
@@ -156,13 +205,13 @@ fn record(p: &l4::Packet, service: u32, server: u16) {
         }
     }
     let flow = Flow {
-        service,
+        service: h.service,
         server,
-        flags: if p.syn { 0 } else { FLOW_FROM_MIDSTREAM },
+        flags: if syn { 0 } else { FLOW_FROM_MIDSTREAM },
         _pad: 0,
         since_ns: now,
     };
-    let _ = DIR_FLOWS.insert(p.key, flow, BPF_ANY as u64);
+    let _ = DIR_FLOWS.insert(&h.key, flow, BPF_ANY as u64);
 }
 
 /// Whether a pinned flow's server still takes it: up (drained is fine: it keeps its flows)

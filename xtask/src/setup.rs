@@ -9,7 +9,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-/// Debian packages and a command each provides (to check without dpkg).
+/// Debian packages and a command each provides (to check without dpkg), or a file (an
+/// absolute path) for a package without a command.
 const PACKAGES: &[(&str, &str)] = &[
     ("dnsutils", "dig"),
     ("knot-dnsutils", "kdig"),
@@ -40,6 +41,12 @@ const PACKAGES: &[(&str, &str)] = &[
     ("gobgpd", "gobgpd"),
     // director-ctl's etcd client (etcd-client, tonic) compiles etcd's .proto files.
     ("protobuf-compiler", "protoc"),
+    // ...and the well-known types they import, which protoc only recommends (and so
+    // `--no-install-recommends` leaves out): a path, checked as a file.
+    (
+        "libprotobuf-dev",
+        "/usr/include/google/protobuf/descriptor.proto",
+    ),
     // The map page's test drives a real browser over WebDriver (tests/src/browser.rs).
     ("chromium", "chromium"),
     ("chromium-driver", "chromedriver"),
@@ -60,6 +67,9 @@ pub fn root() -> PathBuf {
 }
 
 fn have(cmd: &str) -> bool {
+    if cmd.starts_with('/') {
+        return Path::new(cmd).exists();
+    }
     Command::new("sh")
         .args([
             "-c",

@@ -94,6 +94,41 @@ fn the_choice_is_the_lowest_weighted_score() {
     }
 }
 
+/// The candidates' scores tie (equal `neg_log2`) although their hashes differ: the scores'
+/// tie-break (the lower rank) must decide, as it did before the highest-hash shortcut.
+#[test]
+fn near_ties_of_hashes_choose_as_the_scores() {
+    let servers: Vec<(u16, u16)> = (1..=8u16).map(|s| (s * 7, 4)).collect();
+    let d = decision(&servers, 8);
+    let (mut tied, mut near, mut fast) = (0, 0, 0);
+    for flow in 0..400_000u32 {
+        let flow = mix(flow as u64) as u32;
+        let mut h: Vec<(u32, usize)> = (0..8)
+            .map(|i| (candidate_hash(flow, d.servers[i]), i))
+            .collect();
+        h.sort_unstable_by(|a, b| b.cmp(a));
+        if neg_log2(h[0].0) == neg_log2(h[1].0) {
+            tied += 1;
+        }
+        match highest_hash(&d, 0xff, flow) {
+            Some(i) => {
+                fast += 1;
+                assert_eq!(Some(i), scored(&d, 0xff, false, flow), "flow {flow}");
+            }
+            None => near += 1,
+        }
+        assert_eq!(
+            rendezvous(&d, 0xff, flow),
+            by_logarithm(&d, 0xff, flow),
+            "flow {flow}"
+        );
+    }
+    // The cases this test is for happened, and the shortcut took most flows.
+    assert!(tied > 10, "{tied} tied scores");
+    assert!(near < 400_000 / 50, "{near} of 400,000 left to the scores");
+    assert!(fast + near == 400_000);
+}
+
 #[test]
 fn one_usable_primary_takes_every_flow() {
     let d = decision(&[(4, 1), (9, 3), (2, 1)], 3);
@@ -187,6 +222,25 @@ proptest! {
         prop_assert_eq!(rendezvous(&d, ok, flow), want);
     }
 
+    // Equal weights take the highest-hash shortcut, a pool of one wins outright: the same
+    // choice as the scores for any pool, weight and flow.
+    #[test]
+    fn the_shortcuts_choose_as_the_scores(
+        servers in prop::collection::vec(1u16..2000, 1..=MAX_CANDIDATES),
+        weight in prop_oneof![Just(0u16), Just(1u16), Just(u16::MAX), any::<u16>()],
+        ok in 1u32..256,
+        flow in any::<u32>(),
+    ) {
+        let servers: Vec<(u16, u16)> = servers.into_iter().map(|s| (s, weight)).collect();
+        let d = decision(&servers, servers.len() as u8);
+        let pool = ok & ((1 << servers.len()) - 1);
+        prop_assume!(pool != 0);
+        prop_assert_eq!(rendezvous(&d, pool, flow), scored(&d, pool, weight == 0, flow));
+        if let Some(i) = highest_hash(&d, pool, flow) {
+            prop_assert_eq!(Some(i), by_logarithm(&d, pool, flow));
+        }
+    }
+
     #[test]
     fn flow_hash_depends_on_every_field(c in any::<[u32; 4]>(), v in any::<[u32; 4]>(), p in any::<u32>(), i in 0usize..9) {
         let h = flow_hash(&c, &v, p);
@@ -210,4 +264,5 @@ fn layouts_have_no_hidden_padding() {
     assert_eq!(size_of::<Flow>(), 16);
     assert_eq!(size_of::<Hop>(), 16);
     assert_eq!(size_of::<Hops>(), 48);
+    assert_eq!(size_of::<Handover>(), 88);
 }

@@ -16,7 +16,7 @@ use aya::{
 use aya_obj::programs::XdpAttachType;
 
 use super::{host, Maps};
-use director_common::maps::PROGRAM;
+use director_common::{maps::PROGRAM, rrl::RRL_SEED};
 
 use super::WriteLock;
 use crate::EBPF_OBJECT;
@@ -42,9 +42,16 @@ fn open_object(dir: &Path, log_level: u8) -> Result<Ebpf> {
 /// [`open_object`] for another build's object (`upgrade --object`): maps pinned under
 /// `dir` by name are reused, not created.
 pub(super) fn open_object_from(dir: &Path, log_level: u8, object: &[u8]) -> Result<Ebpf> {
+    // A new seed per load: whoever cannot read it cannot aim sources at one bucket set.
+    let seed = std::hash::BuildHasher::hash_one(
+        &std::hash::RandomState::new(),
+        std::time::SystemTime::now(),
+    );
     EbpfLoader::new()
         .default_map_pin_directory(dir)
         .override_global(aya_log::LEVEL, &log_level, true)
+        // Absent from an older build's object (`upgrade --object`): its buckets were a hash.
+        .override_global(RRL_SEED, &seed, false)
         .load(object)
         .context("loading the XDP object (are you root?)")
 }

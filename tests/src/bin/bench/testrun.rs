@@ -341,8 +341,9 @@ fn measure(o: &Options) -> Result<Table> {
     // The same answers with response rate limiting off and on, the two measured in turn
     // (off, on, off, on, ...) so that a machine getting busier or quieter during the run
     // moves both alike. On, at a rate no run reaches (one answer per ns, seconds of burst):
-    // every answer also pays the limit's lookup, the exemption trie, the clock and the
-    // bucket's update. Then a source over its limit, whose responses are dropped.
+    // every answer also pays the limit's lookup, the tag's hash, the clock and the
+    // bucket's update (the exemption trie is asked only over the limit). Then a source
+    // over its limit, whose responses are dropped.
     for (packets, frame) in [
         (
             ["A, IPv4, RRL off", "A, IPv4, RRL on (within limit)"],
@@ -356,7 +357,7 @@ fn measure(o: &Options) -> Result<Table> {
         rows.extend(paired_rrl(&b, packets, frame, fl)?);
     }
     set_rrl(&l, 1, 1, 0)?;
-    exhaust_bucket(&l, Ipv4Addr::new(192, 0, 2, 2))?;
+    exhaust_buckets(&l, Ipv4Addr::new(192, 0, 2, 2))?;
     rows.push(b.row(
         "A, IPv4, RRL: over the limit, dropped",
         PROGRAM,
@@ -574,24 +575,29 @@ fn set_rrl(l: &Loaded, rate: u32, burst: u32, slip: u32) -> Result<()> {
     ops::rrl_set(&mut l.reopen()?, NAME, &r)
 }
 
-/// Schedules the source's bucket far ahead, so that no answer refills it however long the
-/// measurement takes (at any real rate one would come every so often).
-fn exhaust_bucket(l: &Loaded, source: Ipv4Addr) -> Result<()> {
-    use aya::maps::{HashMap, Map, MapData};
-    use director_common::maps::MAP_RRL_BUCKETS;
-    use director_common::rrl::{Bucket, Key};
-    let svc = l
-        .reopen()?
-        .find_service(NAME)?
-        .context("the bench's service")?;
-    let limit = l.reopen()?.rrl(svc)?;
-    let data = MapData::from_pin(l.pins.path().join(MAP_RRL_BUCKETS))?;
-    let mut buckets: HashMap<MapData, Key, Bucket> = Map::from_map_data(data)?.try_into()?;
-    let far = Bucket {
-        tat_ns: u64::MAX / 2,
-        ..Bucket::new()
-    };
-    buckets.insert(Key::for_addr(svc, source.into(), &limit), far, 0)?;
+/// Schedules every bucket in use (the earlier rows' sources': `source`'s among them) far
+/// ahead, so that no answer refills it however long the measurement takes (at any real
+/// rate one would come every so often). The slots are found by scanning: a bucket's slot
+/// depends on the seed the loader drew.
+fn exhaust_buckets(l: &Loaded, source: Ipv4Addr) -> Result<()> {
+    use aya::maps::{Array, Map, MapData};
+    use director_common::maps::{MAP_RRL_SLOTS, RRL_SLOTS};
+    use director_common::rrl::Slot;
+    let data = MapData::from_pin(l.pins.path().join(MAP_RRL_SLOTS))?;
+    let mut slots: Array<MapData, Slot> = Map::from_map_data(data)?.try_into()?;
+    let mut used = 0;
+    for i in 0..RRL_SLOTS {
+        let mut slot = slots.get(&i, 0)?;
+        if slot.tag != 0 {
+            slot.bucket.tat_ns = u64::MAX / 2;
+            slots.set(i, slot, 0)?;
+            used += 1;
+        }
+    }
+    ensure!(
+        used > 0,
+        "no bucket in use: {source} was never answered under a limit"
+    );
     Ok(())
 }
 
