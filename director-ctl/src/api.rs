@@ -551,6 +551,9 @@ pub struct FleetStatus {
     pub published_ms: Option<u64>,
     /// The publisher leading now.
     pub leader: Option<String>,
+    /// Every publisher in the election now, the leader first (the others stand by).
+    #[serde(default)]
+    pub publishers: Vec<FleetPublisher>,
     /// Versions kept in the store.
     pub versions: Vec<u64>,
     pub edges: Vec<FleetEdge>,
@@ -574,6 +577,36 @@ pub struct FleetEdge {
     /// Seconds since it last reported, and since it took its version.
     pub report_age_s: f64,
     pub version_age_s: f64,
+    /// "current" (holds the current version and reports), "lagging" (reports, holds an
+    /// older version or none) or "silent" (no lease, or no report for [`SILENT_AFTER_S`]).
+    #[serde(default)]
+    pub state: String,
+    /// The program it runs (`director 0.1.0`), when its report says.
+    #[serde(default)]
+    pub program: Option<String>,
+}
+
+/// An edge reports every second: one whose last report is older than this is silent.
+pub const SILENT_AFTER_S: f64 = 5.0;
+
+impl FleetEdge {
+    /// [`FleetEdge::state`] from the rest.
+    pub fn judge(&self) -> &'static str {
+        if !self.live || self.report_age_s > SILENT_AFTER_S {
+            "silent"
+        } else if self.current {
+            "current"
+        } else {
+            "lagging"
+        }
+    }
+}
+
+/// A publisher in `fleet status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FleetPublisher {
+    pub name: String,
+    pub leader: bool,
 }
 
 /// `GET /rtt` of `director-ctl agent`: per client prefix, the handshake RTTs of its last
@@ -805,10 +838,18 @@ pub struct Atlas {
     /// Clients placed on the map, and those of them no entry covers.
     pub clients: f64,
     pub uncovered: f64,
-    /// An edge of a fleet: the version it answers from.
+    /// A fleet's publisher: the version current in the store (the cells are the table this
+    /// publisher compiled last, `fleet.current` when it leads).
     pub fleet_version: Option<u64>,
     /// Seconds building the cells took (0 when they came from the cache).
     pub build_s: f64,
+    /// A fleet's publisher: the fleet as `fleet status --json` gives it, read from the store
+    /// at most once a second; none from a standalone `run`.
+    #[serde(default)]
+    pub fleet: Option<FleetStatus>,
+    /// Why `fleet` is missing or old (the store did not answer), when it is.
+    #[serde(default)]
+    pub fleet_error: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -591,6 +591,15 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
         s.leader.as_deref().unwrap_or("none"),
         s.versions
     );
+    let standby: Vec<&str> = s
+        .publishers
+        .iter()
+        .filter(|p| !p.leader)
+        .map(|p| p.name.as_str())
+        .collect();
+    if !standby.is_empty() {
+        let _ = writeln!(o, "standing by: {}", standby.join(", "));
+    }
     let _ = writeln!(
         o,
         "store: {} bytes ({} in use)",
@@ -598,16 +607,22 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
     );
     let _ = writeln!(
         o,
-        "{:<16} {:<10} {:>8} {:>5} {:>10} {:>10}",
-        "edge", "site", "version", "live", "report_s", "held_s"
+        "{:<16} {:<10} {:>8} {:<8} {:>5} {:>10} {:>10}  program",
+        "edge", "site", "version", "state", "live", "report_s", "held_s"
     );
     for e in &s.edges {
         let v = e.version.map_or("-".to_string(), |v| v.to_string());
-        let mark = if e.current { "" } else { " (behind)" };
         let _ = writeln!(
             o,
-            "{:<16} {:<10} {:>8} {:>5} {:>10.1} {:>10.1}{mark}",
-            e.name, e.site, v, e.live, e.report_age_s, e.version_age_s
+            "{:<16} {:<10} {:>8} {:<8} {:>5} {:>10.1} {:>10.1}  {}",
+            e.name,
+            e.site,
+            v,
+            e.state,
+            e.live,
+            e.report_age_s,
+            e.version_age_s,
+            e.program.as_deref().unwrap_or("-")
         );
     }
     if !s.overlay.is_empty() {

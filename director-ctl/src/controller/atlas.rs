@@ -27,7 +27,8 @@ pub struct Inputs<'a> {
     pub ids: &'a Ids,
     pub down: &'a Unavailable,
     pub health: &'a Snapshot,
-    pub demand: &'a api::Demand,
+    /// The last demand cycle's rates (none: a fleet's publisher counts no demand).
+    pub demand: Option<&'a api::Demand>,
     pub fleet_version: Option<u64>,
     pub grid: f64,
 }
@@ -173,7 +174,9 @@ pub fn feed(
         .enumerate()
         .map(|(i, s)| {
             let point = inp.data.sites.get(i).and_then(|d| d.point);
-            let demand = inp.demand.sites.iter().find(|d| d.site == s.name);
+            let demand = inp
+                .demand
+                .and_then(|d| d.sites.iter().find(|d| d.site == s.name));
             let servers = inp
                 .cfg
                 .servers
@@ -194,7 +197,9 @@ pub fn feed(
                         inp.down.servers.contains(&id)
                             || health_out.is_some_and(|h| h.contains(&id))
                     }) || check.is_some_and(|c| c.out);
-                    let d = inp.demand.servers.iter().find(|d| d.server == x.name);
+                    let d = inp
+                        .demand
+                        .and_then(|d| d.servers.iter().find(|d| d.server == x.name));
                     api::AtlasServer {
                         name: x.name.clone(),
                         health: health.into(),
@@ -231,6 +236,8 @@ pub fn feed(
         uncovered: cache.uncovered,
         fleet_version: inp.fleet_version,
         build_s,
+        fleet: None,
+        fleet_error: None,
     })
 }
 

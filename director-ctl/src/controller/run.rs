@@ -1025,7 +1025,7 @@ impl State {
             ids: &self.ids,
             down: &self.down,
             health: &health,
-            demand: self.demand.report(),
+            demand: Some(self.demand.report()),
             fleet_version,
             grid: self.cfg.ui.as_ref().map_or(2.0, |u| u.grid),
         };

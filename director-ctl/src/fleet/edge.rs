@@ -47,6 +47,10 @@ pub struct Report {
     /// Unix ms: when it took its version, and when it last reported.
     pub since_ms: u64,
     pub reported_ms: u64,
+    /// The program answering (`director 0.1.0`), so a rolling upgrade's progress shows;
+    /// absent from an older edge's report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
 }
 
 /// What the edge answers from now.
@@ -460,6 +464,7 @@ impl EdgeState<'_> {
             table: self.held.manifest.as_ref().map(|m| m.table.clone()),
             since_ms: self.held.since_ms,
             reported_ms: now_ms(),
+            program: Some(super::version::program()),
         };
         st.put(
             &st.key(&format!("edges/{}", self.o.name)),

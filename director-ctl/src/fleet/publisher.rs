@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use director_plan::fleet::manifest::Manifest;
 
+use super::page::{Drawn, Page};
 use super::store::{now_ms, Busy, Deposed, Store};
-use super::version::{build, Built};
+use super::version::{self, Built};
 use super::votes;
 use super::Options;
 use crate::api::Event;
@@ -31,9 +32,14 @@ pub struct Publisher {
 
 /// Runs until SIGINT/SIGTERM: a lost store or lease starts the campaign again.
 pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
+    let page = Page::start(o, &p.config)?;
     let mut last_error = String::new();
     while !stopping() {
-        match lead(o, p).await {
+        let led = lead(o, p, page.as_ref()).await;
+        if let Some(page) = &page {
+            page.leading(false);
+        }
+        match led {
             Ok(()) => return Ok(()),
             // The same failure again (a store still down) is said once.
             Err(e) if format!("{e:#}") == last_error => {}
@@ -53,7 +59,7 @@ pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
     Ok(())
 }
 
-async fn lead(o: &Options, p: &Publisher) -> Result<()> {
+async fn lead(o: &Options, p: &Publisher, page: Option<&Page>) -> Result<()> {
     let mut st = Store::connect(&o.store, &o.fleet).await?;
     let lease = st.lease(o.lease_ttl).await?;
     let alive = Arc::new(AtomicBool::new(true));
@@ -88,6 +94,9 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     };
+    if let Some(page) = page {
+        page.leading(true);
+    }
     o.log.event(
         Event::Leading {
             publisher: o.name.clone(),
@@ -98,8 +107,9 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
     let mut files = vec![p.config.clone()];
     let mut cfg: Option<Config> = None;
     // A compiled version not yet published (the store failed meanwhile): retried on every
-    // poll while this publisher leads, never half-published (current flips last).
-    let mut pending: Option<(Built, f64)> = None;
+    // poll while this publisher leads, never half-published (current flips last). With it,
+    // the map page's copy of what it was compiled from, handed over once published.
+    let mut pending: Option<(Built, f64, Option<Drawn>)> = None;
     let mut last_error = String::new();
     let mut compact = Compaction::default();
     while !stopping() {
@@ -116,10 +126,12 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
             let compiled = compile(&p.config).await;
             drop(busy);
             match compiled {
-                Ok((b, w, c)) => {
+                Ok((c, w, config)) => {
+                    let drawn =
+                        page.map(|_| Drawn::new(config.clone(), c.data, c.tables, w.clone()));
                     files = w;
-                    cfg = Some(c);
-                    pending = Some((b, t.elapsed().as_secs_f64()));
+                    cfg = Some(config);
+                    pending = Some((c.built, t.elapsed().as_secs_f64(), drawn));
                 }
                 Err(e) => o.log.event(
                     Event::Refused {
@@ -132,10 +144,12 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
         }
         let busy = Busy::start(&progress);
         let step = async {
-            if let Some((b, compile_s)) = &pending {
+            if let Some((b, compile_s, _)) = &pending {
                 publish(o, p, &mut st, &leader, b, *compile_s, &mut compact).await?;
             }
-            pending = None;
+            if let (Some(page), Some((_, _, Some(d)))) = (page, pending.take()) {
+                page.published(d);
+            }
             if let Some(cfg) = &cfg {
                 votes::tally(o, &mut st, cfg, &leader).await?;
             }
@@ -170,12 +184,12 @@ async fn lead(o: &Options, p: &Publisher) -> Result<()> {
 }
 
 /// Compiles on a blocking thread (seconds at full scale), with the files to watch.
-async fn compile(path: &Path) -> Result<(Built, Vec<PathBuf>, Config)> {
+async fn compile(path: &Path) -> Result<(version::Compiled, Vec<PathBuf>, Config)> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let cfg = Config::load(&path)?;
         let files = watched(&path, &cfg);
-        Ok((build(&path, &cfg)?, files, cfg))
+        Ok((version::compile(&path, &cfg)?, files, cfg))
     })
     .await
     .context("the compile thread")?

@@ -1,5 +1,6 @@
-//! `fleet status`: every edge, its version and age, the leader and the store's size, read
-//! from the store (an edge's report outlives its lease, so one cut off shows its age).
+//! `fleet status`: every edge, its version and age, the publishers and the store's size,
+//! read from the store (an edge's report outlives its lease, so one cut off shows its age).
+//! The map page of a publisher reads the same, on a connection it keeps.
 
 use anyhow::Result;
 use director_plan::fleet::manifest::Manifest;
@@ -7,10 +8,15 @@ use director_plan::fleet::manifest::Manifest;
 use super::edge::Report;
 use super::store::{now_ms, Store};
 use super::votes::Overlay;
-use crate::api::{FleetEdge, FleetStatus};
+use crate::api::{FleetEdge, FleetPublisher, FleetStatus};
 
 pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
     let mut st = Store::connect(url, fleet).await?;
+    status_with(&mut st, fleet).await
+}
+
+/// [`status`] on a store already connected.
+pub async fn status_with(st: &mut Store, fleet: &str) -> Result<FleetStatus> {
     let (current, _) = st.current(false).await?;
     let manifest = match current {
         Some(v) => st
@@ -31,6 +37,20 @@ pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
             .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
         Err(_) => None,
     };
+    // Each campaigner's key under the election holds its name, leader and standbys alike.
+    let mut publishers: Vec<FleetPublisher> = st
+        .list("election/")
+        .await?
+        .into_iter()
+        .map(|(_, name)| {
+            let name = String::from_utf8_lossy(&name).into_owned();
+            FleetPublisher {
+                leader: leader.as_deref() == Some(name.as_str()),
+                name,
+            }
+        })
+        .collect();
+    publishers.sort_by(|a, b| b.leader.cmp(&a.leader).then(a.name.cmp(&b.name)));
     let mut versions: Vec<u64> = st
         .keys("versions/")
         .await?
@@ -46,7 +66,7 @@ pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
         let Ok(r) = serde_json::from_slice::<Report>(&b) else {
             continue;
         };
-        edges.push(FleetEdge {
+        let mut e = FleetEdge {
             live: live.contains(&name),
             site: r.site,
             version: r.version,
@@ -58,7 +78,11 @@ pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
                 age(r.since_ms)
             },
             name,
-        });
+            state: String::new(),
+            program: r.program,
+        };
+        e.state = e.judge().to_string();
+        edges.push(e);
     }
     let overlay = st
         .get(&st.key("overlay"), false)
@@ -73,6 +97,7 @@ pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
         published_by: manifest.as_ref().map(|m| m.publisher.clone()),
         published_ms: manifest.as_ref().map(|m| m.published_ms),
         leader,
+        publishers,
         versions,
         edges,
         overlay: overlay.down,

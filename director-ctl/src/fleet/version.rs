@@ -41,6 +41,19 @@ impl Built {
 
 /// Reads everything `cfg` (loaded from `path`) names, and compiles the table.
 pub fn build(path: &Path, cfg: &Config) -> Result<Built> {
+    Ok(compile(path, cfg)?.built)
+}
+
+/// A compile's version with what it was compiled from and to, for the map page: the data
+/// read, and each service's entries on the config's own ids (service id, entries).
+pub struct Compiled {
+    pub built: Built,
+    pub data: Data,
+    pub tables: Vec<(u32, Vec<(ipnet::IpNet, director_common::maps::Decision)>)>,
+}
+
+/// [`build`], keeping the data and the entries (moved out of the encoding, not copied).
+pub fn compile(path: &Path, cfg: &Config) -> Result<Compiled> {
     let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     // Keyed relative to the config's directory where they are under it, so publishers
     // that keep the same files in different places agree on the sources.
@@ -71,17 +84,30 @@ pub fn build(path: &Path, cfg: &Config) -> Result<Built> {
     let chunks = chunks::encode(&tables);
     let table = chunks::table_digest(chunks.iter().map(|c| &c.bytes[..]));
     let config = Chunk::new(text);
-    Ok(Built {
+    let built = Built {
         sources: Sources {
             config: ChunkRef::from(&config),
             inputs,
-            compiler: format!("director {}", env!("CARGO_PKG_VERSION")),
+            compiler: program(),
         },
         config,
         chunks,
         table,
         entries,
+    };
+    Ok(Compiled {
+        built,
+        data,
+        tables: tables
+            .into_iter()
+            .map(|t| (u32::from(t.service) + 1, t.entries))
+            .collect(),
     })
+}
+
+/// This program as a manifest's compiler and an edge's report name it.
+pub fn program() -> String {
+    format!("director {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// A fetched version's config, parsed as an edge reads it: `path` names where its copy

@@ -163,6 +163,68 @@ function drawLegend(f) {
   }
 }
 
+function ago(s) {
+  if (s < 1) return 'now';
+  if (s < 90) return `${s.toFixed(0)} s ago`;
+  if (s < 5400) return `${(s / 60).toFixed(0)} min ago`;
+  return `${(s / 3600).toFixed(1)} h ago`;
+}
+
+// A fleet's publisher adds the fleet as `fleet status` reads it: each edge's applied
+// version against the current one, and the publishers.
+function drawFleet(f) {
+  const box = $('fleetbox');
+  const st = f.fleet;
+  box.hidden = !st && !f.fleet_error;
+  if (box.hidden) return;
+  const out = [];
+  if (f.fleet_error) out.push(html('p', `store: ${f.fleet_error}` + (st ? ' (as last read)' : ''), 'error'));
+  if (!st) { $('fleet').replaceChildren(...out); return; }
+  const cur = st.current === null ? 'none' : String(st.current);
+  const count = (s) => st.edges.filter((e) => e.state === s).length;
+  const head = html('p', `version ${cur} current` +
+    (st.published_by ? ` (by ${st.published_by})` : '') +
+    ` · ${st.edges.length} edges: ${count('current')} current, ${count('lagging')} lagging, ` +
+    `${count('silent')} silent`);
+  head.id = 'fleet-current';
+  head.dataset.current = st.current === null ? '' : String(st.current);
+  out.push(head);
+  const t = html('table');
+  t.id = 'edges';
+  const top = html('tr');
+  for (const h of ['edge', 'site', 'version', 'state', 'program', 'seen']) top.append(html('th', h));
+  t.append(top);
+  for (const e of st.edges) {
+    const tr = html('tr', undefined, e.state);
+    tr.dataset.edge = e.name;
+    tr.dataset.version = e.version === null ? '' : String(e.version);
+    tr.dataset.state = e.state;
+    tr.dataset.program = e.program || '';
+    const v = e.version === null ? 'none' : e.current ? String(e.version) : `${e.version} of ${cur}`;
+    // Every program is director: its version is what tells edges apart.
+    const program = e.program ? e.program.replace(/^director /, '') : '—';
+    const cells = [e.name, e.site, v, e.state, program, ago(e.report_age_s)];
+    cells.forEach((c, i) => tr.append(html('td', c, ['name', 'site', 'version', 'state', 'program', 'seen'][i])));
+    tr.title = `holds version ${e.version === null ? 'none' : e.version} for ${ago(e.version_age_s).replace(' ago', '')}` +
+      (e.live ? '' : '; no lease (gone or cut off)');
+    t.append(tr);
+  }
+  out.push(t);
+  const pubs = html('ul');
+  pubs.id = 'publishers';
+  for (const p of st.publishers) {
+    const li = html('li', `publisher ${p.name}: ${p.leader ? 'leading' : 'standing by'}`);
+    li.dataset.publisher = p.name;
+    li.dataset.leader = String(p.leader);
+    pubs.append(li);
+  }
+  out.push(pubs);
+  if (st.overlay.length) {
+    out.push(html('p', 'down by quorum: ' + st.overlay.map((d) => `${d.service}/${d.server}`).join(', '), 'muted'));
+  }
+  $('fleet').replaceChildren(...out);
+}
+
 function status(f) {
   const fleet = f.fleet_version !== null ? ` · fleet version ${f.fleet_version}` : '';
   $('status').textContent = `table ${f.generation.slice(0, 8)}${fleet} · ${f.cells.length} cells · ` +
@@ -195,6 +257,7 @@ async function poll() {
     }
     drawSites(f);
     drawLegend(f);
+    drawFleet(f);
     status(f);
   } catch (e) {
     $('status').textContent = 'feed: ' + e.message;

@@ -1,0 +1,421 @@
+//! The map page of a fleet, served by its publishers when the config has `[ui] listen`: the
+//! cells of the table this publisher last published (or, standing by, compiled), and the
+//! fleet panel: every edge with the version it applied against the current one, its
+//! program, when it last reported, and the publishers, as `fleet status` reads them.
+//!
+//! A publisher has the config, the inputs and the compiled table, which an edge lacks (it
+//! gets the table, never the GeoIP data that places clients on the map): the page is the
+//! publisher's. The feed is answered on a thread of its own from what the leader handed
+//! over, so a page being looked at never delays a publish; the store is read for the panel
+//! at most once a second however many pages poll.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use director_common::maps::Decision;
+use director_plan::data::Data;
+use director_plan::decide::{Ids, Unavailable};
+use ipnet::IpNet;
+
+use super::status::status_with;
+use super::store::Store;
+use super::version::compile;
+use super::Options;
+use crate::api::{self, Event};
+use crate::controller::atlas::{feed, Cache, Inputs};
+use crate::controller::config::Config;
+use crate::controller::run::{stamps, stopping, watched, Stamp};
+use crate::health::{CheckState, Snapshot};
+use crate::metrics::{self, ExplainQuery, RunAsked, RunQuery};
+
+/// How old the fleet panel's read of the store may be when a page asks.
+const FLEET_EVERY: Duration = Duration::from_secs(1);
+/// One read of the store for the panel, all its requests together.
+const FLEET_WITHIN: Duration = Duration::from_secs(3);
+
+/// A table as the page draws it, with what it was compiled from.
+pub struct Drawn {
+    pub cfg: Config,
+    pub data: Data,
+    /// Per service id (the config's own: 1, 2, 3...), its entries.
+    pub tables: Vec<(u32, Vec<(IpNet, Decision)>)>,
+    /// The config and the inputs it names, and their stamps when read.
+    files: Vec<PathBuf>,
+    seen: Vec<Stamp>,
+}
+
+impl Drawn {
+    pub fn new(
+        cfg: Config,
+        data: Data,
+        tables: Vec<(u32, Vec<(IpNet, Decision)>)>,
+        files: Vec<PathBuf>,
+    ) -> Drawn {
+        let seen = stamps(&files);
+        Drawn {
+            cfg,
+            data,
+            tables,
+            files,
+            seen,
+        }
+    }
+}
+
+/// The publisher's side of the page.
+#[derive(Clone)]
+pub struct Page {
+    drawn: Arc<Mutex<Option<Drawn>>>,
+    leading: Arc<AtomicBool>,
+}
+
+impl Page {
+    /// Serves the page when `config` has `[ui]`; `None` when it has not (or cannot be read
+    /// now: the publisher says why when it compiles).
+    pub fn start(o: &Options, config: &Path) -> Result<Option<Page>> {
+        let Ok(cfg) = Config::load(config) else {
+            return Ok(None);
+        };
+        let Some(ui) = cfg.ui.clone() else {
+            return Ok(None);
+        };
+        let page = Page {
+            drawn: Arc::new(Mutex::new(None)),
+            leading: Arc::new(AtomicBool::new(false)),
+        };
+        let (explain, explains) = std::sync::mpsc::channel();
+        let (ask, asked) = std::sync::mpsc::channel();
+        // No kernel here: the listener serves the page, its feed and explain, never
+        // `/metrics` (a publisher has no maps to count), also on `[metrics] listen`.
+        metrics::serve(
+            ui.listen,
+            metrics::Sources {
+                pin_dir: PathBuf::new(),
+                health: Default::default(),
+                table: Default::default(),
+                zones: None,
+                http: None,
+                explain: Some(explain),
+                ask: Some(ask),
+            },
+            metrics::Serves {
+                metrics: false,
+                ui: Some(ui.refresh),
+            },
+        )?;
+        let mut answers = Answers {
+            page: page.clone(),
+            config: config.to_path_buf(),
+            store: o.store.clone(),
+            fleet: o.fleet.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            conn: None,
+            status: None,
+            read: None,
+            error: None,
+            cache: Cache::default(),
+        };
+        std::thread::Builder::new()
+            .name("fleet-page".into())
+            .spawn(move || answers.serve(&asked, &explains))
+            .context("starting the map page's thread")?;
+        o.log.event(
+            Event::UiListening { listen: ui.listen },
+            format!(
+                "publisher {}: the map page on http://{}/",
+                o.name, ui.listen
+            ),
+        );
+        Ok(Some(page))
+    }
+
+    /// The table just published (or found already current), for the page to draw.
+    pub fn published(&self, d: Drawn) {
+        *self.lock() = Some(d);
+    }
+
+    /// While this publisher leads it hands over every table it publishes; standing by, the
+    /// page compiles the config itself when the files change.
+    pub fn leading(&self, yes: bool) {
+        self.leading.store(yes, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Drawn>> {
+        self.drawn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The page's thread: answers the feed and explain.
+struct Answers {
+    page: Page,
+    config: PathBuf,
+    store: String,
+    fleet: String,
+    runtime: tokio::runtime::Handle,
+    conn: Option<Store>,
+    status: Option<api::FleetStatus>,
+    /// When the store was last asked (answered or not).
+    read: Option<Instant>,
+    error: Option<String>,
+    cache: Cache,
+}
+
+impl Answers {
+    fn serve(&mut self, asked: &Receiver<RunAsked>, explains: &Receiver<ExplainQuery>) {
+        while !stopping() {
+            match asked.recv_timeout(Duration::from_millis(50)) {
+                Ok(q) => {
+                    let r = match &q.what {
+                        RunQuery::Atlas { service } => self
+                            .atlas(service.as_deref())
+                            .and_then(|a| Ok(serde_json::to_string(&a)?))
+                            .map_err(|e| format!("{e:#}")),
+                        _ => Err("a fleet's publisher counts no demand: ask an edge's \
+                                  run, or `fleet status`"
+                            .to_string()),
+                    };
+                    let _ = q.reply.send(r);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            while let Ok(q) = explains.try_recv() {
+                let r = self
+                    .explain(&q.service, q.client)
+                    .map_err(|e| format!("{e:#}"));
+                let _ = q.reply.send(r);
+            }
+        }
+    }
+
+    /// The fleet as the store says, read again when the last read is older than
+    /// [`FLEET_EVERY`]; a failed read keeps the last status and says why.
+    fn fleet(&mut self) {
+        if self.read.is_some_and(|t| t.elapsed() < FLEET_EVERY) {
+            return;
+        }
+        self.read = Some(Instant::now());
+        let (store, fleet) = (self.store.clone(), self.fleet.clone());
+        let mut conn = self.conn.take();
+        let (r, conn) = self.runtime.block_on(async move {
+            let read = async {
+                if conn.is_none() {
+                    conn = Some(Store::connect(&store, &fleet).await?);
+                }
+                let st = conn.as_mut().ok_or_else(|| anyhow!("no store"))?;
+                status_with(st, &fleet).await
+            };
+            let r = match tokio::time::timeout(FLEET_WITHIN, read).await {
+                Ok(r) => r,
+                Err(_) => Err(anyhow!(
+                    "the store did not answer in {} s",
+                    FLEET_WITHIN.as_secs()
+                )),
+            };
+            (r, conn)
+        });
+        match r {
+            Ok(s) => {
+                self.conn = conn;
+                self.status = Some(s);
+                self.error = None;
+            }
+            Err(e) => {
+                // A fresh connection next time: this one may be to a member that is gone.
+                self.conn = None;
+                self.error = Some(format!("{e:#}"));
+            }
+        }
+    }
+
+    /// Standing by, the page compiles the config itself: at the first look, and when a
+    /// file it was compiled from changed. Leading, the publisher's own compile is used.
+    fn table(&mut self) -> Result<()> {
+        let stale = match &*self.page.lock() {
+            None => true,
+            Some(d) => stamps(&d.files) != d.seen,
+        };
+        if !stale || self.page.leading.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let cfg = Config::load(&self.config)?;
+        let files = watched(&self.config, &cfg);
+        let c = compile(&self.config, &cfg)?;
+        self.page
+            .published(Drawn::new(cfg, c.data, c.tables, files));
+        Ok(())
+    }
+
+    fn atlas(&mut self, service: Option<&str>) -> Result<api::Atlas> {
+        self.fleet();
+        self.table()?;
+        let guard = self.page.lock();
+        let d = guard
+            .as_ref()
+            .ok_or_else(|| anyhow!("no table yet: the publisher is compiling"))?;
+        let ids = Ids::positional(&d.cfg.plan);
+        let (health, down) = quorum(&d.cfg, &ids, self.status.as_ref());
+        let inputs = Inputs {
+            cfg: &d.cfg,
+            data: &d.data,
+            ids: &ids,
+            down: &down,
+            health: &health,
+            demand: None,
+            fleet_version: self.status.as_ref().and_then(|s| s.current),
+            grid: d.cfg.ui.as_ref().map_or(2.0, |u| u.grid),
+        };
+        let mut a = feed(&inputs, &d.tables, service, &mut self.cache)?;
+        a.fleet = self.status.clone();
+        a.fleet_error = self.error.clone();
+        Ok(a)
+    }
+
+    fn explain(&mut self, service: &str, client: std::net::IpAddr) -> Result<String> {
+        self.table()?;
+        let guard = self.page.lock();
+        let d = guard
+            .as_ref()
+            .ok_or_else(|| anyhow!("no table yet: the publisher is compiling"))?;
+        let e = crate::controller::explain_with(&d.cfg, &d.data, service, client)?;
+        Ok(serde_json::to_string_pretty(&e)?)
+    }
+}
+
+/// The servers' health as the fleet decides it: a checked server is down when a quorum of
+/// its observers says so (the overlay), up otherwise; unchecked servers are unwatched.
+fn quorum(cfg: &Config, ids: &Ids, status: Option<&api::FleetStatus>) -> (Snapshot, Unavailable) {
+    let mut health = Snapshot::default();
+    let mut down = Unavailable::default();
+    let Some(status) = status else {
+        return (health, down);
+    };
+    let out: HashSet<(&str, &str)> = status
+        .overlay
+        .iter()
+        .map(|d| (d.service.trim_end_matches('.'), d.server.as_str()))
+        .collect();
+    let id_of: HashMap<&str, u16> = cfg
+        .servers
+        .iter()
+        .zip(&ids.servers)
+        .map(|(s, id)| (s.name.as_str(), *id))
+        .collect();
+    let mut checks = BTreeMap::new();
+    for (svc, sid) in cfg.services.iter().zip(&ids.services) {
+        if svc.health.is_none() {
+            continue;
+        }
+        for server in &svc.servers {
+            let is_out = out.contains(&(svc.name.trim_end_matches('.'), server.as_str()));
+            checks.insert(
+                (svc.name.clone(), server.clone()),
+                CheckState {
+                    verdict: Some(!is_out),
+                    out: is_out,
+                    seconds: None,
+                },
+            );
+            if let (true, Some(id)) = (is_out, id_of.get(server.as_str())) {
+                down.health.entry(*sid).or_default().insert(*id);
+            }
+        }
+    }
+    health.checks = checks;
+    (health, down)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(down: &[(&str, &str)]) -> api::FleetStatus {
+        api::FleetStatus {
+            version: api::VERSION,
+            fleet: "director".into(),
+            current: Some(1),
+            published_by: None,
+            published_ms: None,
+            leader: None,
+            publishers: Vec::new(),
+            versions: vec![1],
+            edges: Vec::new(),
+            overlay: down
+                .iter()
+                .map(|(service, server)| api::ServiceServer {
+                    service: service.to_string(),
+                    server: server.to_string(),
+                })
+                .collect(),
+            store_bytes: 0,
+            store_bytes_in_use: 0,
+        }
+    }
+
+    #[test]
+    fn a_quorums_overlay_is_the_pages_health() {
+        let cfg = Config::parse(
+            "[[site]]\nname = \"a\"\n\n\
+             [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = \"192.0.2.10\"\n\n\
+             [[server]]\nname = \"y\"\nsite = \"a\"\nipv4 = \"192.0.2.11\"\n\n\
+             [[service]]\nname = \"www.example.com\"\nservers = [\"x\", \"y\"]\n\
+             priority = { admin = 1 }\nhealth = { type = \"tcp\", port = 80 }\n\n\
+             [[service]]\nname = \"img.example.com\"\nservers = [\"x\"]\n\
+             priority = { admin = 1 }\n",
+        )
+        .unwrap();
+        let ids = Ids::positional(&cfg.plan);
+        // The overlay names services as the config does, a trailing dot or not.
+        let st = status(&[("www.example.com.", "y")]);
+        let (health, down) = quorum(&cfg, &ids, Some(&st));
+        let www = |s: &str| health.checks[&("www.example.com".to_string(), s.to_string())];
+        assert_eq!((www("x").verdict, www("x").out), (Some(true), false));
+        assert_eq!((www("y").verdict, www("y").out), (Some(false), true));
+        // A service without checks has no verdicts: its servers are unwatched.
+        assert_eq!(health.checks.len(), 2);
+        assert!(down.contains(1, 2) && !down.contains(1, 1) && !down.contains(2, 1));
+        // No read of the store yet: nothing is claimed.
+        let (health, down) = quorum(&cfg, &ids, None);
+        assert!(health.checks.is_empty() && down.health.is_empty());
+    }
+
+    #[test]
+    fn an_edge_is_current_lagging_or_silent() {
+        let e = api::FleetEdge {
+            name: "e1".into(),
+            site: "a".into(),
+            live: true,
+            version: Some(3),
+            current: true,
+            report_age_s: 0.4,
+            version_age_s: 10.0,
+            state: String::new(),
+            program: None,
+        };
+        assert_eq!(e.judge(), "current");
+        let behind = api::FleetEdge {
+            version: Some(2),
+            current: false,
+            ..e.clone()
+        };
+        assert_eq!(behind.judge(), "lagging");
+        // Gone: no lease, or a lease but no report for a while (a wedged edge).
+        let gone = api::FleetEdge {
+            live: false,
+            ..e.clone()
+        };
+        assert_eq!(gone.judge(), "silent");
+        let quiet = api::FleetEdge {
+            report_age_s: api::SILENT_AFTER_S + 1.0,
+            ..behind
+        };
+        assert_eq!(quiet.judge(), "silent");
+    }
+}
