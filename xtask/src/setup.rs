@@ -40,6 +40,12 @@ const PACKAGES: &[(&str, &str)] = &[
     ("gobgpd", "gobgpd"),
     // director-ctl's etcd client (etcd-client, tonic) compiles etcd's .proto files.
     ("protobuf-compiler", "protoc"),
+    // ...and the well-known types those import (google/protobuf/*.proto): only a
+    // recommendation of protobuf-compiler, which --no-install-recommends leaves out.
+    (
+        "libprotobuf-dev",
+        "/usr/include/google/protobuf/descriptor.proto",
+    ),
     // The map page's test drives a real browser over WebDriver (tests/src/browser.rs).
     ("chromium", "chromium"),
     ("chromium-driver", "chromedriver"),
@@ -59,7 +65,11 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A command on PATH (or in /usr/sbin), or a file when given as an absolute path.
 fn have(cmd: &str) -> bool {
+    if cmd.starts_with('/') {
+        return Path::new(cmd).exists();
+    }
     Command::new("sh")
         .args([
             "-c",
