@@ -679,9 +679,9 @@ fn table(out: &[Measured], seconds: u32) -> Table {
     for m in out.iter().filter(|m| m.edge.director()) {
         if let Some(f) = m.flows {
             t.note(format!(
-                "{}: {} new flows recorded, {} guarded (steered, not recorded); DIR_FLOWS held {} \
-                 entries after the flood, of the connections' flows {} from their SYN, {} \
-                 recorded again mid-stream, {} marked moved.",
+                "{}: {} SYNs of new flows, {} of them steered but not recorded (guarded); \
+                 DIR_FLOWS held {} entries after the flood, of the connections' flows {} from \
+                 their SYN, {} recorded again mid-stream, {} marked moved.",
                 m.edge.name(),
                 thousands(m.new_flows),
                 thousands(m.guarded),
