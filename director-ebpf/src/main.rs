@@ -22,6 +22,7 @@ mod rewrite;
 mod rrl;
 mod rtt;
 mod steer;
+mod synflood;
 mod turnaround;
 
 use aya_ebpf::{
@@ -154,6 +155,16 @@ pub fn director_turnaround(ctx: XdpContext) -> u32 {
     match turnaround::turn(&ctx) {
         Ok(()) => xdp_action::XDP_TX,
         Err(_) => xdp_action::XDP_PASS,
+    }
+}
+
+/// The SYN flood bench's generator (see `synflood`): run by BPF_PROG_TEST_RUN with live
+/// frames, never attached; each run sends a SYN from a random source.
+#[xdp]
+pub fn director_synflood(ctx: XdpContext) -> u32 {
+    match synflood::next(&ctx) {
+        Ok(()) => xdp_action::XDP_TX,
+        Err(_) => xdp_action::XDP_ABORTED,
     }
 }
 

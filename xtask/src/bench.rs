@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: per-packet cost from BPF_PROG_TEST_RUN, answers per second on a veth
 //! against knot in the same run, TCP steering to a VIP (its cost per packet, and HTTP through
-//! director, nftables DNAT and HAProxy with the edge's CPU per connection), the
+//! director, nftables DNAT and HAProxy with the edge's CPU per connection, and a SYN flood
+//! through the same three edges while established connections run), the
 //! controller's full-scale compile, health checks at scale (1,000 servers x 3 services
 //! every second), and live BGP over BMP at full table scale (a replayer in the bench as the
 //! router), printed as tables (the bench programs of the test crate). Issue 8's starting
@@ -54,9 +55,10 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
 }
 
 /// The sections `--only` takes, as the bench binaries name them (director_tests::bench::args).
-pub const SECTIONS: [&str; 7] = [
+pub const SECTIONS: [&str; 8] = [
     "testrun",
     "wire",
+    "synflood",
     "controller",
     "health",
     "fleet",
@@ -67,7 +69,7 @@ pub const SECTIONS: [&str; 7] = [
 /// Each bench binary with the sections it has, in the order they run.
 const BINARIES: [(&str, &[&str]); 7] = [
     ("bench", &["testrun", "wire"]),
-    ("bench_steer", &["testrun", "wire"]),
+    ("bench_steer", &["testrun", "wire", "synflood"]),
     ("bench_controller", &["controller"]),
     ("bench_health", &["health"]),
     ("bench_fleet", &["fleet"]),

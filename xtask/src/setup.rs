@@ -66,6 +66,7 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A command on PATH (or in /usr/sbin), or a file when given as an absolute path.
 fn have(cmd: &str) -> bool {
     if cmd.starts_with('/') {
         return Path::new(cmd).exists();

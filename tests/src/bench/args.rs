@@ -18,14 +18,18 @@ pub enum Section {
     Controller,
     /// Health checks at scale (bench_health).
     Health,
+    /// A SYN flood to a VIP through each edge while established connections run
+    /// (bench_steer).
+    Synflood,
 }
 
 impl Section {
-    pub const ALL: [Section; 4] = [
+    pub const ALL: [Section; 5] = [
         Section::Testrun,
         Section::Wire,
         Section::Controller,
         Section::Health,
+        Section::Synflood,
     ];
 
     pub fn name(self) -> &'static str {
@@ -34,6 +38,7 @@ impl Section {
             Section::Wire => "wire",
             Section::Controller => "controller",
             Section::Health => "health",
+            Section::Synflood => "synflood",
         }
     }
 }
