@@ -49,7 +49,9 @@ pub const MAP_LAYOUT: &str = "DIR_LAYOUT";
 /// writing entries the program reads otherwise.
 /// 2: `DIR_CHOICES` ids are per service (`DIR_CHOICE_OWNER`); a controller of layout 1
 /// would store shared ids without owners, which demand would count under no service.
-pub const LAYOUT_VERSION: u32 = 2;
+/// 3: `DIR_RRL`'s `exemptions` byte (was padding) gates the exemption trie; a controller
+/// of layout 2 would leave it 0 and its exemptions unread.
+pub const LAYOUT_VERSION: u32 = 3;
 pub const PROGRAM: &str = "director";
 
 /// Service ids are 1..MAX_SERVICES.

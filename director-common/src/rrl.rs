@@ -41,7 +41,10 @@ pub struct Limit {
     /// Prefix lengths a bucket covers, per family of the packet's source.
     pub v4_prefix: u8,
     pub v6_prefix: u8,
-    pub _pad: [u8; 2],
+    /// Set (1) by whoever writes the map while any source prefix is exempt: the kernel then
+    /// asks the exemption trie before the bucket, and not at all while none is.
+    pub exemptions: u8,
+    pub _pad: u8,
 }
 
 impl Limit {
@@ -55,7 +58,8 @@ impl Limit {
             slip: 0,
             v4_prefix: DEFAULT_V4_PREFIX,
             v6_prefix: DEFAULT_V6_PREFIX,
-            _pad: [0; 2],
+            exemptions: 0,
+            _pad: 0,
         }
     }
 
@@ -81,7 +85,8 @@ impl Limit {
             slip,
             v4_prefix,
             v6_prefix,
-            _pad: [0; 2],
+            exemptions: 0,
+            _pad: 0,
         }
     }
 

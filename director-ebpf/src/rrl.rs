@@ -57,6 +57,15 @@ fn verdict(service: u32, ip6: bool, s: *const Scratch) -> Verdict {
         )
     };
     let v6 = ip6;
+    // Exempt sources spend no tokens (a resolver exempted inside a client's /24 leaves
+    // the /24's bucket alone), so the trie comes first; while nothing is exempt it is not
+    // walked at all.
+    if limit.exemptions != 0 {
+        let exempt = Key::new(128, rrl::exempt_key(v6, lo, hi));
+        if DIR_RRL_EXEMPT.get(&exempt).is_some() {
+            return Verdict::Answer;
+        }
+    }
     // SAFETY: a global the loader sets, read as it was set.
     let seed = unsafe { core::ptr::read_volatile(&DIR_RRL_SEED) };
     let tag = rrl::Key::new(service, v6, lo, hi, limit).tag(seed);
@@ -65,7 +74,7 @@ fn verdict(service: u32, ip6: bool, s: *const Scratch) -> Verdict {
     // fine clock cost more than the rest of the check.
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
-    let verdict = match bucket(tag) {
+    match bucket(tag) {
         // Shared by the CPUs and updated without a lock (spin locks need BTF-described
         // maps): two CPUs taking from one bucket in the same instant may both spend the
         // same token, so a source spread over N queues can get up to N - 1 extra answers
@@ -73,17 +82,7 @@ fn verdict(service: u32, ip6: bool, s: *const Scratch) -> Verdict {
         // SAFETY: the map's value, valid for this program run.
         Some(b) => unsafe { (*b).take(now, limit) },
         None => Verdict::Answer,
-    };
-    if verdict == Verdict::Answer {
-        return verdict;
     }
-    // Only a response over the limit asks the exemptions: the others are answered anyway,
-    // and the trie's walk would be a good part of their cost.
-    let exempt = Key::new(128, rrl::exempt_key(v6, lo, hi));
-    if DIR_RRL_EXEMPT.get(&exempt).is_some() {
-        return Verdict::Answer;
-    }
-    verdict
 }
 
 /// The bucket of the prefix `tag` names: its slot in its set, else the set's slot

@@ -5,23 +5,57 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use anyhow::{Context, Result};
 use aya::maps::{lpm_trie::Key, MapError};
+use director_common::maps::MAX_SERVICES;
 use director_common::rrl::{Limit, EXEMPT_V4_MAPPED_BITS};
 use ipnet::IpNet;
 
 use super::Maps;
 
 impl Maps {
-    /// A service's rate limit (unlimited unless one was set).
+    /// A service's rate limit (unlimited unless one was set), as it was set: the
+    /// `exemptions` flag is this module's, kept with the exemption list.
     pub fn rrl(&self, service: u32) -> Result<Limit> {
+        let mut l = self.stored_rrl(service)?;
+        l.exemptions = 0;
+        Ok(l)
+    }
+
+    fn stored_rrl(&self, service: u32) -> Result<Limit> {
         self.rrl
             .get(&service, 0)
             .with_context(|| format!("reading the rate limit of service {service}"))
     }
 
     pub fn set_rrl(&mut self, service: u32, l: &Limit) -> Result<()> {
+        let mut l = *l;
+        l.exemptions = self.any_exempt()? as u8;
         self.rrl
-            .set(service, *l, 0)
+            .set(service, l, 0)
             .with_context(|| format!("writing the rate limit of service {service}"))
+    }
+
+    /// Whether any source prefix is exempt.
+    fn any_exempt(&self) -> Result<bool> {
+        match self.rrl_exempt.keys().next() {
+            None => Ok(false),
+            Some(k) => k.map(|_| true).context("reading the rate-limit exemptions"),
+        }
+    }
+
+    /// Keeps every limit's `exemptions` flag equal to whether the list has any (the
+    /// kernel asks the trie only where it is set).
+    fn flag_exemptions(&mut self) -> Result<()> {
+        let any = self.any_exempt()? as u8;
+        for service in 0..MAX_SERVICES {
+            let mut l = self.stored_rrl(service)?;
+            if l.is_limited() && l.exemptions != any {
+                l.exemptions = any;
+                self.rrl
+                    .set(service, l, 0)
+                    .with_context(|| format!("writing the rate limit of service {service}"))?;
+            }
+        }
+        Ok(())
     }
 
     /// The source prefixes never rate limited.
@@ -71,6 +105,7 @@ impl Maps {
                 r => r,
             }
         };
-        r.with_context(|| format!("writing the rate-limit exemption {net}"))
+        r.with_context(|| format!("writing the rate-limit exemption {net}"))?;
+        self.flag_exemptions()
     }
 }
