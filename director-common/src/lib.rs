@@ -12,6 +12,7 @@ pub mod demand;
 pub mod dns;
 pub mod fallback;
 pub mod handover;
+pub mod hash;
 pub mod headers;
 pub mod limits;
 pub mod maps;

@@ -541,8 +541,6 @@ pub struct Scratch {
     pub rng: u64,
     /// This CPU's demand sampling countdown (`demand::countdown`), from 0.
     pub demand_left: u64,
-    /// A VIP's packet between the two steering stages (see `steer::Handover`).
-    pub steer: crate::steer::Handover,
 }
 
 #[cfg(feature = "user")]
@@ -648,14 +646,7 @@ mod tests {
         assert!(SERVER_WORDS.is_power_of_two());
         assert_eq!(
             size_of::<Scratch>(),
-            NAME_BUF
-                + 24
-                + 16 * MAX_CANDIDATES
-                + 8 * HIDDEN_WORDS
-                + 48
-                + 2 * MAX_CANDIDATES
-                + 16
-                + size_of::<crate::steer::Handover>()
+            NAME_BUF + 24 + 16 * MAX_CANDIDATES + 8 * HIDDEN_WORDS + 48 + 2 * MAX_CANDIDATES + 16
         );
         assert_eq!(align_of::<Scratch>(), 8);
     }

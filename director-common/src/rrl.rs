@@ -230,9 +230,9 @@ impl Key {
     pub fn tag(&self, seed: u64) -> u64 {
         // SAFETY: 16 plain bytes read as two words.
         let [lo, hi] = unsafe { core::mem::transmute::<[u8; 16], [u64; 2]>(self.addr) };
-        let mut h = crate::steer::mix(seed ^ (self.service as u64) << 8 ^ self.family as u64);
-        h = crate::steer::mix(h ^ lo);
-        h = crate::steer::mix(h ^ hi);
+        let mut h = crate::hash::mix(seed ^ (self.service as u64) << 8 ^ self.family as u64);
+        h = crate::hash::mix(h ^ lo);
+        h = crate::hash::mix(h ^ hi);
         h | 1
     }
 

@@ -172,8 +172,8 @@ pub struct Flow {
 }
 
 /// A VIP's packet whose flow needs a server chosen (a new flow, or a pinned one whose
-/// server is gone), as the XDP program's first steering stage leaves it in its per-CPU
-/// scratch for the second: each stage runs in a stack frame of its own, and the choice's
+/// server is gone), as the XDP program's first steering stage leaves it in a per-CPU map
+/// (`DIR_HANDOVER`, unpinned) for the second: each stage runs in a stack frame of its own, and the choice's
 /// frame under the first one's would pass the kernel's 512 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -313,14 +313,7 @@ pub fn flow_hash(client: &[u32; 4], vip: &[u32; 4], ports: u32) -> u32 {
     (h >> 32) as u32
 }
 
-/// A 64-bit finaliser (splitmix64's): every input bit moves every output bit.
-#[inline(always)]
-pub const fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+pub use crate::hash::mix;
 
 /// Fraction bits of [`neg_log2`].
 pub const LOG_FRACTION_BITS: u32 = 12;

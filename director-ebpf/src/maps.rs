@@ -18,7 +18,10 @@ use director_common::{
     },
     rrl,
     rtt::{RttKey, RttStats, COUNT_SLOTS as RTT_COUNT_SLOTS},
-    steer::{Flow, FlowKey, GuardLimit, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS, MAX_VIPS},
+    steer::{
+        Flow, FlowKey, GuardLimit, Handover, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS,
+        MAX_VIPS,
+    },
 };
 
 /// Never read by the program: its size says which layout the pinned maps have
@@ -112,6 +115,9 @@ pub static DIR_RRL_EXEMPT: LpmTrie<[u8; 16], u32> = LpmTrie::pinned(MAX_RRL_EXEM
 /// Not pinned: per-CPU working memory only this program uses.
 #[map]
 pub static DIR_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+/// Not pinned: a VIP's packet between `steer::packet` and `steer::fresh` (one run, one CPU).
+#[map]
+pub static DIR_HANDOVER: PerCpuArray<Handover> = PerCpuArray::with_max_entries(1, 0);
 
 /// VIPs (address, port, family, protocol) → their service and how to forward.
 #[map]

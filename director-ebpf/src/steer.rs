@@ -23,8 +23,8 @@ use crate::{forward, l4, opaque};
 
 /// `packet`'s answer for a packet that is no VIP's: the caller goes on with it.
 pub const NOT_MINE: u32 = u32::MAX;
-/// `packet`'s answer for a VIP's packet whose flow needs a server chosen: it is in the
-/// scratch's `steer`, and `fresh` takes it on.
+/// `packet`'s answer for a VIP's packet whose flow needs a server chosen: it is in
+/// `DIR_HANDOVER`, and `fresh` takes it on.
 pub const CHOOSE: u32 = u32::MAX - 1;
 
 /// The verdict for a packet the DNS path did not take: an XDP action if it belongs to a
@@ -94,11 +94,11 @@ fn steer(ctx: &XdpContext) -> Result<u32, Option<Count>> {
             return forward::to_server(ctx, shape, vip, mode, pinned, flow);
         }
     }
-    let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Some(Count::Failed))?;
-    // SAFETY: this CPU's scratch; `fresh` reads it next, in this same run. Field by
-    // field: a whole `Handover` would be built on this frame first.
+    let h = DIR_HANDOVER.get_ptr_mut(0).ok_or(Some(Count::Failed))?;
+    // SAFETY: this CPU's value; `fresh` reads it next, in this same run. Field by field:
+    // a whole `Handover` would be built on this frame first.
     unsafe {
-        let h = &mut (*s).steer;
+        let h = &mut *h;
         h.key = p.key;
         h.vip = *vip;
         h.service = service;
@@ -128,9 +128,9 @@ pub fn fresh(raw: *mut xdp_md) -> u32 {
 
 #[inline(always)]
 fn choose_and_send(ctx: &XdpContext) -> Result<u32, Option<Count>> {
-    let s = DIR_SCRATCH.get_ptr_mut(0).ok_or(Some(Count::Failed))?;
-    // SAFETY: this CPU's scratch, which `packet` wrote in this run.
-    let h = unsafe { &(*s).steer };
+    let h = DIR_HANDOVER.get_ptr_mut(0).ok_or(Some(Count::Failed))?;
+    // SAFETY: this CPU's value, which `packet` wrote in this run.
+    let h = unsafe { &*h };
     let v6 = h.v6 != 0;
     let client = words(&h.key.client);
     let (lo, hi) = (
@@ -145,7 +145,10 @@ fn choose_and_send(ctx: &XdpContext) -> Result<u32, Option<Count>> {
     }
     if h.pinned != 0 {
         // Its server went down: the flow moves to the next choice and stays there.
-        if let Some(f) = DIR_FLOWS.get_ptr_mut(&h.key) {
+        // By reference: the key stays in the map value instead of a copy on this frame.
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        let entry = DIR_FLOWS.get_ptr_mut(&h.key);
+        if let Some(f) = entry {
             // SAFETY: the map's value for this key; a racing CPU writes the same choice.
             unsafe {
                 (*f).server = chosen;
@@ -211,6 +214,8 @@ fn record(h: &Handover, server: u16) {
         _pad: 0,
         since_ns: now,
     };
+    // By reference, as above.
+    #[allow(clippy::needless_borrows_for_generic_args)]
     let _ = DIR_FLOWS.insert(&h.key, flow, BPF_ANY as u64);
 }
 
