@@ -90,6 +90,7 @@ impl Maps {
 
     /// Exempts a source prefix from rate limiting (`on`), or limits it again.
     pub fn set_rrl_exempt(&mut self, net: IpNet, on: bool) -> Result<()> {
+        let had_any = self.any_exempt()?;
         let key = match net {
             IpNet::V4(n) => Key::new(
                 EXEMPT_V4_MAPPED_BITS + u32::from(n.prefix_len()),
@@ -106,6 +107,11 @@ impl Maps {
             }
         };
         r.with_context(|| format!("writing the rate-limit exemption {net}"))?;
-        self.flag_exemptions()
+        // Every limit is rewritten only when the list turns empty or stops being: a config
+        // with many exemptions adds them one by one.
+        if self.any_exempt()? != had_any {
+            self.flag_exemptions()?;
+        }
+        Ok(())
     }
 }
