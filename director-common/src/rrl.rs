@@ -112,7 +112,8 @@ pub enum Verdict {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bucket {
     /// Theoretical arrival time of the next conforming answer (ns on the caller's clock;
-    /// the kernel's is CLOCK_MONOTONIC). 0: a fresh bucket, full.
+    /// the kernel's is the tick count times the tick, see [`RRL_TICK_NS`]). 0: a fresh
+    /// bucket, full.
     pub tat_ns: u64,
     /// Responses over the limit so far (wrapping): which of them slip.
     pub limited: u32,
@@ -174,6 +175,12 @@ pub const WAYS: u32 = 4;
 
 /// The object's global the loader sets to the tags' seed (`Key::tag`).
 pub const RRL_SEED: &str = "DIR_RRL_SEED";
+
+/// The object's global the loader sets to the kernel's tick in ns (10^9 / CONFIG_HZ): the
+/// buckets' clock is then the tick count (`bpf_jiffies64`, which the verifier turns into
+/// one load) times it. 0 (a kernel whose HZ the loader could not read) keeps the coarse
+/// clock helper, a call per limited answer.
+pub const RRL_TICK_NS: &str = "DIR_RRL_TICK_NS";
 
 /// A `DIR_RRL_SLOTS` value: a source prefix's bucket and whose it is.
 #[repr(C)]

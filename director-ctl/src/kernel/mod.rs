@@ -20,6 +20,7 @@ pub mod program;
 pub mod resolve;
 pub mod rtt;
 pub mod steer;
+pub mod tick;
 pub mod upgrade;
 
 pub use demand_ring::DemandRing;

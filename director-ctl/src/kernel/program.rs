@@ -16,7 +16,10 @@ use aya::{
 use aya_obj::programs::XdpAttachType;
 
 use super::{host, Maps};
-use director_common::{maps::PROGRAM, rrl::RRL_SEED};
+use director_common::{
+    maps::PROGRAM,
+    rrl::{RRL_SEED, RRL_TICK_NS},
+};
 
 use super::WriteLock;
 use crate::EBPF_OBJECT;
@@ -52,6 +55,7 @@ pub(super) fn open_object_from(dir: &Path, log_level: u8, object: &[u8]) -> Resu
         .override_global(aya_log::LEVEL, &log_level, true)
         // Absent from an older build's object (`upgrade --object`): its buckets were a hash.
         .override_global(RRL_SEED, &seed, false)
+        .override_global(RRL_TICK_NS, &super::tick::tick_ns(), false)
         .load(object)
         .context("loading the XDP object (are you root?)")
 }

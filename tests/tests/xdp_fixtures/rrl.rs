@@ -144,6 +144,33 @@ fn rate_limited_sources_get_drops_and_truncated_answers_in_the_slip_pattern() {
     assert_eq!(c["dropped"], 0);
 }
 
+/// The buckets refill on the kernel's clock at the configured rate: a token back after one
+/// interval, not two (a tick misread by the loader would refill several times faster or
+/// not at all). Rate 10/s, burst 2: 100 ms a token, the bucket 200 ms deep; 130 ms later
+/// (the sleep may overrun by up to 70 ms) exactly one more answer is due.
+#[test]
+fn buckets_refill_at_the_rate_on_the_kernels_clock() {
+    use std::time::{Duration, Instant};
+    let mut fx = setup_fra();
+    limit(&mut fx, 10, 2, 0);
+    let a = a_query();
+    // A fresh /24 per attempt; an attempt whose sleep overran is not judged.
+    for i in 0..3u8 {
+        let source = Flow::v4(Ipv4Addr::new(203, 0, 113 - i, 9));
+        assert_eq!(outcomes(&fx, &source, &a, 3), [An, An, Dr]);
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_millis(130));
+        let got = outcomes(&fx, &source, &a, 2);
+        let waited = t.elapsed();
+        if waited < Duration::from_millis(196) {
+            assert_eq!(got, [An, Dr], "after {waited:?}");
+            return;
+        }
+        eprintln!("slept {waited:?}: past the second token's time, trying again");
+    }
+    eprintln!("every sleep overran: the refill was not judged on this loaded machine");
+}
+
 #[test]
 fn exempt_sources_and_unlimited_services_are_never_limited() {
     let mut fx = setup_fra();
