@@ -32,6 +32,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("nftables", "nft"),
     ("haproxy", "haproxy"),
     ("wrk", "wrk"),
+    // The wire bench's split of the edge's CPU: the XDP program's own share (perf record).
+    ("linux-perf", "perf"),
     // The fleet tests' store: a three-member cluster in a namespace (tests/src/fleet.rs).
     ("etcd-server", "etcd"),
     ("etcd-client", "etcdctl"),

@@ -16,6 +16,7 @@ use anyhow::{bail, ensure, Context, Result};
 use director_tests::netns::{ctl_binary, Lab, Reply, Stats, Zone, CLIENT_V4, EDGE_V4};
 
 use crate::{FRA_V4, FRA_V6, NAME};
+use director_tests::bench::perf::{self, Recording};
 use director_tests::bench::sys;
 use director_tests::bench::table::{thousands, Spread, Table};
 use director_tests::tempdir::TempDir;
@@ -77,6 +78,8 @@ pub struct Wire<'a> {
     client_pass: std::cell::Cell<bool>,
     /// Whether director is attached with the bench's service (the ceiling detaches it).
     director_up: std::cell::Cell<bool>,
+    /// Whether perf can split the NAPI thread's time (the program's share column).
+    perf: bool,
 }
 
 /// One load run.
@@ -91,6 +94,8 @@ pub struct Sample {
     director_answered: u64,
     /// How CPU 1 was used while the load was on.
     window: Window,
+    /// The XDP program's own share of the edge NAPI thread's time (perf), when perf ran.
+    program_share: Option<f64>,
 }
 
 /// How the server CPU was used in the middle of a run, while the load was on: the
@@ -162,6 +167,11 @@ impl Sample {
     fn napi_us_per_answer(&self) -> f64 {
         self.napi_ns as f64 / 1e3 / self.replies.max(1) as f64
     }
+    /// The program's own time per answer: its share of the NAPI thread's samples times
+    /// the thread's exact time per answer.
+    fn program_ns_per_answer(&self) -> Option<f64> {
+        Some(self.program_share? * self.napi_us_per_answer() * 1e3)
+    }
 }
 
 /// director's CPU per answer over the ceiling's, turn by turn (runs next to each other in
@@ -186,6 +196,10 @@ pub struct Point {
     busy: Spread,
     other: Spread,
     director_answered: Spread,
+    /// The program's own share of the NAPI thread and its time per answer (perf): None
+    /// for knot, or without perf.
+    program_share: Option<Spread>,
+    program_ns: Option<Spread>,
 }
 
 /// director attached to the edge with the bench's one server, service and routes (again
@@ -262,6 +276,7 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
         knotd,
         client_pass: true.into(),
         director_up: true.into(),
+        perf: perf::available(),
     })
 }
 
@@ -342,6 +357,17 @@ impl Wire<'_> {
         let answered0 = self.answered();
         let (cpu0, napi0) = (sys::cpu_ns(&tids), sys::cpu_ns(&[self.edge_napi.get()]));
         let watch = watch_load(self.edge_napi.get(), tids.clone(), seconds);
+        // Only where the NAPI thread is the whole server (knot's work is in its own threads).
+        let recording = (server != Server::Knot && self.perf)
+            .then(|| {
+                Recording::start(
+                    SERVER_CPU,
+                    Duration::from_secs(seconds as u64),
+                    self.dir.root(),
+                    "wire",
+                )
+            })
+            .transpose()?;
         let (sent, replies, secs) = match gen {
             Generator::Kxdpgun => self.kxdpgun(seconds, pace)?,
             Generator::Dnsperf => self.dnsperf(seconds, pace)?,
@@ -354,6 +380,10 @@ impl Wire<'_> {
             .ok()
             .flatten()
             .context("the load never showed on the edge NAPI thread")?;
+        let program_share = match recording {
+            Some(r) => r.finish(self.edge_napi.get())?.share(),
+            None => None,
+        };
         Ok(Sample {
             sent,
             replies,
@@ -362,6 +392,7 @@ impl Wire<'_> {
             napi_ns,
             director_answered,
             window,
+            program_share,
         })
     }
 
@@ -629,8 +660,16 @@ impl Point {
             busy: s(|x| x.window.server()),
             other: s(|x| x.window.others()),
             director_answered: s(|x| x.director_answered as f64),
+            program_share: all(samples.iter().map(|x| x.program_share)),
+            program_ns: all(samples.iter().map(Sample::program_ns_per_answer)),
         }
     }
+}
+
+/// The spread of a figure every sample has.
+fn all(values: impl Iterator<Item = Option<f64>>) -> Option<Spread> {
+    let v: Option<Vec<f64>> = values.collect();
+    v.filter(|v| !v.is_empty()).map(|v| Spread::of(&v))
 }
 
 pub fn table(
@@ -666,6 +705,8 @@ pub fn table(
             "CPU 1 server",
             "CPU 1 others",
             "director answered/run",
+            "program share (perf)",
+            "program ns/answer",
         ],
     );
     for p in points {
@@ -685,6 +726,12 @@ pub fn table(
             format!("{:.0}%", 100.0 * p.busy.median),
             format!("{:.0}%", 100.0 * p.other.median),
             thousands(p.director_answered.median as u64),
+            p.program_share
+                .as_ref()
+                .map_or("-".into(), |v| format!("{:.1}%", 100.0 * v.median)),
+            p.program_ns
+                .as_ref()
+                .map_or("-".into(), |v| format!("{:.0}", v.median)),
         ]);
     }
     let of = |s: Server| points.iter().find(|p| p.server == s);
@@ -695,6 +742,19 @@ pub fn table(
             d.cpu_us.median / c.cpu_us.median,
             100.0 * d.answers.median / c.answers.median
         ));
+    }
+    if let (Some(c), Some(d)) = (of(Server::Ceiling), of(Server::Director)) {
+        if let (Some(cp), Some(dp)) = (&c.program_ns, &d.program_ns) {
+            t.note(format!(
+                "director's CPU per answer over the ceiling's: {:.0} ns, of which {:.0} ns in the \
+                 programs themselves (perf: {:.0} ns against {:.0} ns) and the rest around them \
+                 (the driver, the longer answer).",
+                1e3 * (d.cpu_us.median - c.cpu_us.median),
+                dp.median - cp.median,
+                dp.median,
+                cp.median
+            ));
+        }
     }
     if !turns.is_empty() {
         let r = Spread::of(turns);
@@ -723,6 +783,12 @@ pub fn table(
     t.note(
         "Under overload a server's CPU per answer includes receiving the queries it then drops \
          (the NAPI thread's share).",
+    );
+    t.note(
+        "program share (perf): of the edge NAPI thread's cpu-clock samples (perf record on CPU 1 \
+         through the run), those in the XDP program's JIT code (bpf_prog_*); program ns/answer \
+         = that share x the thread's CPU per answer (schedstat). Helpers it calls (e.g. \
+         bpf_xdp_adjust_tail) are the kernel's, not counted in it.",
     );
     t.note(
         "Server CPU = schedstat of the edge veth's NAPI thread (director's XDP, and the kernel's \
