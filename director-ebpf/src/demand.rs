@@ -18,6 +18,9 @@ use crate::maps::{DIR_DEMAND, DIR_DEMAND_RING, DIR_DEMAND_SAMPLE};
 /// A DNS answer of `plan` (sent, not slipped) to the query `q`.
 #[inline(always)]
 pub fn answered(s: *mut Scratch, q: &Query, plan: &Plan) {
+    if cfg!(feature = "uncounted") {
+        return;
+    }
     count(&DIR_DEMAND, plan.choice);
     if !due(s) {
         return;
@@ -37,6 +40,9 @@ pub fn answered(s: *mut Scratch, q: &Query, plan: &Plan) {
 /// are `lo`, `hi` (IPv4 in the first four bytes).
 #[inline(always)]
 pub fn new_flow(service: u32, choice: u32, v6: bool, lo: u64, hi: u64) {
+    if cfg!(feature = "uncounted") {
+        return;
+    }
     count(&DIR_DEMAND, choice);
     let Some(s) = crate::maps::DIR_SCRATCH.get_ptr_mut(0) else {
         return;

@@ -34,12 +34,25 @@ fn inherited_setting(name: &str) -> bool {
 /// Builds the object under `target_dir` (not the calling cargo's own target directory:
 /// that cargo holds its lock) and returns its path.
 pub fn build(workspace: &Path, target_dir: &Path) -> Result<PathBuf, String> {
+    build_with(workspace, target_dir, &[])
+}
+
+/// [`build`] with director-ebpf's cargo `features` (the bench's variants); each set of
+/// features wants its own `target_dir`, or the builds would replace each other's object.
+pub fn build_with(
+    workspace: &Path,
+    target_dir: &Path,
+    features: &[&str],
+) -> Result<PathBuf, String> {
     let mut cmd = Command::new("rustup");
     cmd.args(["run", "nightly", "cargo", "build", "--release", "--locked"])
         .args(["-Z", "build-std=core", "--target", "bpfel-unknown-none"])
         .arg("--target-dir")
         .arg(target_dir)
         .current_dir(workspace.join("director-ebpf"));
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
     let inherited: Vec<OsString> = std::env::vars_os()
         .map(|(k, _)| k)
         .filter(|k| inherited_setting(&k.to_string_lossy()))

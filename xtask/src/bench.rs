@@ -109,6 +109,15 @@ pub fn run_bench(seconds: u32, baseline: Option<&str>, only: Option<&str>) -> Re
         }
         // The starting program's cost is set beside section 1's, so only where it runs.
         if bin == "bench" && only.is_none_or(|s| s == "testrun") {
+            // And the program without demand counting, whose difference is counting's cost.
+            let uncounted = ebpf_build::build_with(
+                &root(),
+                &root().join("target/ebpf-uncounted"),
+                &["uncounted"],
+            )
+            .map_err(anyhow::Error::msg)
+            .context("building the XDP program without demand counting")?;
+            args.extend(["--uncounted".into(), uncounted.display().to_string()]);
             if let Some(rev) = baseline {
                 let dir = build_baseline(rev).with_context(|| {
                     format!(

@@ -14,7 +14,9 @@
 //! `--only testrun` (section 1 alone: minutes shorter when only the program changed) or
 //! `--only wire` (sections 2 and 3),
 //! `--baseline DIR` (section 1b: issue 8's starting program, built in DIR by
-//! `cargo xtask bench`, measured in turns with today's).
+//! `cargo xtask bench`, measured in turns with today's),
+//! `--uncounted OBJECT` (section 1: the program built without demand counting, which
+//! `cargo xtask bench` builds, measured in turns with today's).
 
 mod baseline;
 mod testrun;
@@ -41,6 +43,7 @@ struct Args {
     generator: Option<Generator>,
     only: Only,
     baseline: Option<baseline::Baseline>,
+    uncounted: Option<std::path::PathBuf>,
 }
 
 fn args() -> Result<Args> {
@@ -51,10 +54,11 @@ fn args() -> Result<Args> {
         generator: None,
         only: Only::default(),
         baseline: None,
+        uncounted: None,
     };
     let mut p = Parser::new(
         "bench [--seconds N] [--runs N] [--packets N] [--generator auto|kxdpgun|dnsperf] \
-         [--only testrun|wire] [--baseline DIR]",
+         [--only testrun|wire] [--baseline DIR] [--uncounted OBJECT]",
     );
     while let Some(flag) = p.next_flag() {
         match flag.as_str() {
@@ -75,6 +79,7 @@ fn args() -> Result<Args> {
                     dir: p.value(&flag)?,
                 });
             }
+            "--uncounted" => a.uncounted = Some(p.value(&flag)?),
             other => return Err(p.unknown(other)),
         }
     }
@@ -100,6 +105,7 @@ fn main() -> Result<()> {
         runs: a.runs,
         edge_ns,
         edge_if,
+        uncounted: a.uncounted.clone(),
     };
     let beside = |opts: &testrun::Options| -> Result<()> {
         if let Some(b) = &a.baseline {

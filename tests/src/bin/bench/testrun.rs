@@ -15,6 +15,7 @@
 //!   empty `director_pass` program and subtracted.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
 
 use std::borrow::Cow;
 
@@ -53,6 +54,9 @@ pub struct Options {
     pub runs: usize,
     pub edge_ns: String,
     pub edge_if: String,
+    /// The object built without demand counting (`cargo xtask bench` builds it), to
+    /// measure beside this one.
+    pub uncounted: Option<PathBuf>,
 }
 
 /// The program loaded on its own, maps pinned in a directory of ours, so nothing here
@@ -212,7 +216,7 @@ fn live(prog: &Xdp, frame: &[u8], frames: u32, ifindex: u32) -> Result<f64> {
 }
 
 struct Row {
-    packet: &'static str,
+    packet: String,
     verdict: &'static str,
     method: Method,
     frames: u32,
@@ -249,7 +253,7 @@ impl Bench<'_> {
         let frames = method.frames(self.n);
         let counted = (answered(self.l)? - before) as f64;
         Ok(Row {
-            packet,
+            packet: packet.into(),
             verdict: tr::verdict_name(want),
             method,
             frames,
@@ -371,7 +375,18 @@ fn measure(o: &Options) -> Result<Table> {
     let base = base_object(&l)?;
     if let Some(base) = &base {
         eprintln!("section 1: this program beside $DIRECTOR_BASE_OBJECT's, in turns");
-        rows.extend(paired_objects(&b, base, &f, fl)?);
+        rows.extend(paired_objects(&b, base, "base object", &f, fl)?);
+    }
+    // What demand counting costs an answer (issue 36's aim: 20 ns): the same program built
+    // without it, side by side.
+    let uncounted = o
+        .uncounted
+        .as_deref()
+        .map(|p| other_object(&l, p))
+        .transpose()?;
+    if let Some(u) = &uncounted {
+        eprintln!("section 1: this program beside the one without demand counting, in turns");
+        rows.extend(paired_objects(&b, u, "without demand counting", &f, fl)?);
     }
 
     eprintln!("section 1: live frames");
@@ -441,7 +456,7 @@ fn paired_rrl(
     set_rrl(b.l, 0, 0, 0)?;
     let share = (answered(b.l)? - before) as f64 / (2.0 * b.n as f64 * b.runs as f64);
     let row = |i: usize| Row {
-        packet: packets[i],
+        packet: packets[i].into(),
         verdict: "TX",
         method: Method::Calls,
         frames: b.n,
@@ -452,64 +467,60 @@ fn paired_rrl(
     Ok([row(0), row(1)])
 }
 
-/// Program name of `$DIRECTOR_BASE_OBJECT`'s director in rows (it is not in `l.ebpf`).
-const BASE_LABEL: &str = "base object";
-
 /// Another build's object (`$DIRECTOR_BASE_OBJECT`: e.g. main's, to time what a change
-/// adds per answer), its `director` program loaded over the same pinned maps as ours, so
-/// that both answer from one configuration. Its maps must be a subset of ours with the
-/// same definitions (unpinned ones, scratch and cache, are its own).
+/// adds per answer).
 fn base_object(l: &Loaded) -> Result<Option<aya::Ebpf>> {
-    let Some(path) = std::env::var_os("DIRECTOR_BASE_OBJECT") else {
-        return Ok(None);
-    };
+    std::env::var_os("DIRECTOR_BASE_OBJECT")
+        .map(|path| other_object(l, Path::new(&path)))
+        .transpose()
+}
+
+/// Another build's object, its `director` program loaded over the same pinned maps as
+/// ours, so that both answer from one configuration. Its maps must be a subset of ours
+/// with the same definitions (unpinned ones, scratch and cache, are its own).
+fn other_object(l: &Loaded, path: &Path) -> Result<aya::Ebpf> {
     let mut ebpf = aya::EbpfLoader::new()
         .default_map_pin_directory(l.pins.path())
         .override_global("AYA_LOG_LEVEL", &0u8, false)
-        .load_file(&path)
-        .with_context(|| format!("loading {}", path.to_string_lossy()))?;
+        .load_file(path)
+        .with_context(|| format!("loading {}", path.display()))?;
     let p: &mut Xdp = ebpf
         .program_mut(PROGRAM)
-        .context("no director in the base object")?
+        .with_context(|| format!("no director in {}", path.display()))?
         .try_into()?;
-    p.load().context("loading the base object's director")?;
-    Ok(Some(ebpf))
+    p.load()
+        .with_context(|| format!("loading {}'s director", path.display()))?;
+    Ok(ebpf)
 }
 
-/// The three answers by our program and the base object's, measured in turn (ours,
-/// base, ours, base, ...): the difference is what the change costs per answer.
+/// The three answers by our program and `other`'s (rows labelled `label`), measured in
+/// turn (ours, other, ours, other, ...): the difference is what tells them apart.
 fn paired_objects(
     b: &Bench<'_>,
-    base: &aya::Ebpf,
+    other: &aya::Ebpf,
+    label: &str,
     f: &Frames,
     floor: Option<f64>,
 ) -> Result<Vec<Row>> {
-    let theirs: &Xdp = base.program(PROGRAM).context("no director")?.try_into()?;
+    let theirs: &Xdp = other.program(PROGRAM).context("no director")?.try_into()?;
     let ours = b.l.xdp(PROGRAM)?;
     eprintln!(
-        "  verified instructions: this program {:?}, base object {:?}",
+        "  verified instructions: this program {:?}, {label} {:?}",
         ours.info()?.verified_instruction_count(),
         theirs.info()?.verified_instruction_count()
     );
     let mut rows = Vec::new();
-    for ((label, frame), names) in answer_frames(f).into_iter().zip([
-        ["A, IPv4: this program", "A, IPv4: base object"],
-        ["AAAA, IPv6: this program", "AAAA, IPv6: base object"],
-        [
-            "A, IPv4, ECS /24: this program",
-            "A, IPv4, ECS /24: base object",
-        ],
-    ]) {
-        check(theirs, frame, XDP_TX).with_context(|| format!("{BASE_LABEL}: {label}"))?;
+    for (packet, frame) in answer_frames(f) {
+        check(theirs, frame, XDP_TX).with_context(|| format!("{label}: {packet}"))?;
         let mut each = [Vec::new(), Vec::new()];
         for _ in 0..b.runs {
             for (i, prog) in [ours, theirs].into_iter().enumerate() {
                 each[i].push(Method::Calls.time(prog, frame, b.n, b.ifindex, XDP_TX)?);
             }
         }
-        for i in 0..2 {
+        for (i, who) in ["this program", label].into_iter().enumerate() {
             rows.push(Row {
-                packet: names[i],
+                packet: format!("{packet}: {who}"),
                 verdict: "TX",
                 method: Method::Calls,
                 frames: b.n,
@@ -547,8 +558,8 @@ fn paired_sampling(b: &Bench<'_>, frame: &[u8], floor: Option<f64>) -> Result<[R
         "{sampled} demand samples of {answers} answers, expected about {want}"
     );
     let share = answers as f64 / (2.0 * b.n as f64 * b.runs as f64);
-    let row = |i: usize, packet| Row {
-        packet,
+    let row = |i: usize, packet: &str| Row {
+        packet: packet.into(),
         verdict: "TX",
         method: Method::Calls,
         frames: b.n,
@@ -647,7 +658,7 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Tab
         });
         let net = r.floor.map_or("-".into(), |fl| ns(r.ns.median - fl));
         t.row(vec![
-            r.packet.into(),
+            r.packet.clone(),
             r.verdict.into(),
             r.method.label(),
             thousands(r.frames as u64),
@@ -670,6 +681,14 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, live: &LiveCheck) -> Tab
         "repeat=1, N calls: a fresh frame per call, each measurement the median call of N; \
          'minus floor' subtracts the empty program's (timer reads, call).",
     );
+    if o.uncounted.is_some() {
+        t.note(
+            "'this program' beside 'without demand counting' (the same source built with \
+             director-ebpf's `uncounted` feature, loaded over the same maps), one measurement \
+             each in turn: the difference is what counting each answer's decision (and the \
+             sampling check) costs; aim <= 20 ns (issue 36). The timer's steps are 10 ns.",
+        );
+    }
     t.note(format!(
         "live: BPF_F_TEST_XDP_LIVE_FRAMES with ingress ifindex {} ({} in the lab's edge \
          namespace; the kernel accepted it and the edge veth's ndo_xdp_xmit took {} frames, {} \
