@@ -600,6 +600,18 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
     if !standby.is_empty() {
         let _ = writeln!(o, "standing by: {}", standby.join(", "));
     }
+    if let Some(l) = &s.live {
+        let _ = writeln!(
+            o,
+            "live inputs: BMP routers [{}], RTT agents [{}]: {} routes, {} measurements \
+             (digest {})",
+            l.routers.join(", "),
+            l.agents.join(", "),
+            l.routes,
+            l.measurements,
+            l.digest.get(..12).unwrap_or(&l.digest)
+        );
+    }
     let _ = writeln!(
         o,
         "store: {} bytes ({} in use)",
