@@ -330,4 +330,36 @@ mod tests {
         let last = &c[c.len() - 1].bytes;
         assert!(decode([&last[..], &c[0].bytes[..]]).is_err());
     }
+
+    /// What a fleet's publisher spends per live change on the table alone: cutting the
+    /// whole table into chunks again and hashing them, at the full-scale size (755,979
+    /// entries, three services). `cargo test --release -p director-plan encode_at_scale --
+    /// --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn encode_at_scale() {
+        let per = 755_979 / 3;
+        let tables: Vec<ServiceTable> = (0..3u16)
+            .map(|service| ServiceTable {
+                service,
+                entries: (0..per as u32)
+                    .map(|i| {
+                        let p = IpNet::V4(Ipv4Net::new((i << 8).into(), 24).unwrap());
+                        (p, decision((i % 7) as u16 + 1))
+                    })
+                    .collect(),
+            })
+            .collect();
+        let t = std::time::Instant::now();
+        let c = encode_parts(tables.iter().map(|t| (t.service, &t.entries[..])));
+        let digest = table_digest(c.iter().map(|c| &c.bytes[..]));
+        let bytes: usize = c.iter().map(|c| c.bytes.len()).sum();
+        eprintln!(
+            "encode and hash: {:?} for {} entries, {} chunks, {bytes} bytes ({})",
+            t.elapsed(),
+            3 * per,
+            c.len(),
+            &digest[..12]
+        );
+    }
 }
