@@ -60,6 +60,8 @@ const WITHIN: Duration = Duration::from_secs(10);
 /// in field order: the processes first, then what they ran in.
 struct Fleet {
     publisher: Option<Controller>,
+    /// A second publisher, standing by (the takeover test's).
+    standby: Option<Controller>,
     edge: Controller,
     routers: Option<RouterLab>,
     agents: Option<Agents>,
@@ -92,6 +94,7 @@ impl Fleet {
         replace_file(&config, &text);
         let mut f = Fleet {
             publisher: None,
+            standby: None,
             edge: Controller::start_command(
                 &lab,
                 &[
@@ -121,11 +124,11 @@ impl Fleet {
             dir,
             config,
         };
-        f.publisher = Some(f.start_publisher("publisher.log"));
+        f.publisher = Some(f.start_publisher("flv-p1", &f.config, "publisher.log"));
         f
     }
 
-    fn start_publisher(&self, log: &str) -> Controller {
+    fn start_publisher(&self, name: &str, config: &std::path::Path, log: &str) -> Controller {
         Controller::start_in(
             self.hub.ns(),
             std::path::Path::new("/nonexistent"),
@@ -138,9 +141,9 @@ impl Fleet {
                 "--fleet",
                 FLEET,
                 "--config",
-                &self.config.display().to_string(),
+                &config.display().to_string(),
                 "--name",
-                "flv-p1",
+                name,
                 "--poll-ms",
                 "100",
                 "--lease-seconds",
@@ -203,6 +206,9 @@ impl Fleet {
         if let Some(p) = &self.publisher {
             s += &format!("--- publisher:\n{}\n", p.log());
         }
+        if let Some(p) = &self.standby {
+            s += &format!("--- standby:\n{}\n", p.log());
+        }
         s += &format!("--- edge:\n{}\n", self.edge.log());
         if let Some(r) = &self.routers {
             s += &format!("--- routers:\n{}\n", r.log_tails());
@@ -228,9 +234,49 @@ struct Fleet0 {
     agents: Option<Agents>,
 }
 
-fn p95(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[(v.len() * 95).div_ceil(100) - 1]
+/// The router lab reporting to the publisher's address in the hub, and the config: site
+/// a's view is the router, www sorts by `ext` then `admin`.
+fn bgp_feed(hub: &Hub, f0: &mut Fleet0) -> String {
+    let collector = SocketAddr::new(PUBLISHER_V4.parse().unwrap(), BMP_PORT);
+    let routers = RouterLab::start_with(
+        "flv",
+        hub.ns(),
+        collector,
+        Options {
+            peers: 1,
+            ..Options::new(RouterKind::Frr)
+        },
+    );
+    let text = bgp_config(&routers, collector);
+    f0.routers = Some(routers);
+    text
+}
+
+fn bgp_config(routers: &RouterLab, collector: SocketAddr) -> String {
+    let mut c = Doc::two_sites();
+    c.set(
+        "site",
+        "a",
+        "bmp_router",
+        routers.router_bmp_addr.to_string(),
+    );
+    c.set(
+        "service",
+        WWW,
+        "priority",
+        toml::Value::Table(
+            [
+                ("ext".to_string(), toml::Value::Integer(1)),
+                ("admin".to_string(), toml::Value::Integer(2)),
+            ]
+            .into_iter()
+            .collect(),
+        ),
+    );
+    c.add(&format!(
+        "[bgp]\nbmp_listen = \"{collector}\"\nhold = 300\nquiet = 2\n"
+    ));
+    c.text()
 }
 
 /// A route announced and withdrawn at the router's BGP peer reaches the edge through the
@@ -241,43 +287,7 @@ fn p95(mut v: Vec<Duration>) -> Duration {
 /// without it.
 #[test]
 fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
-    let mut f = Fleet::start("bgp", |hub, f0| {
-        let collector = SocketAddr::new(PUBLISHER_V4.parse().unwrap(), BMP_PORT);
-        let routers = RouterLab::start_with(
-            "flv",
-            hub.ns(),
-            collector,
-            Options {
-                peers: 1,
-                ..Options::new(RouterKind::Frr)
-            },
-        );
-        let mut c = Doc::two_sites();
-        c.set(
-            "site",
-            "a",
-            "bmp_router",
-            routers.router_bmp_addr.to_string(),
-        );
-        c.set(
-            "service",
-            WWW,
-            "priority",
-            toml::Value::Table(
-                [
-                    ("ext".to_string(), toml::Value::Integer(1)),
-                    ("admin".to_string(), toml::Value::Integer(2)),
-                ]
-                .into_iter()
-                .collect(),
-            ),
-        );
-        c.add(&format!(
-            "[bgp]\nbmp_listen = \"{collector}\"\nhold = 300\nquiet = 2\n"
-        ));
-        f0.routers = Some(routers);
-        c.text()
-    });
+    let mut f = Fleet::start("bgp", bgp_feed);
     f.routers
         .as_mut()
         .unwrap()
@@ -301,13 +311,11 @@ fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
         f.until(BGP_CLIENT, Y_V4, WITHIN);
         withdraw.push(t.elapsed());
     }
+    announce.sort();
+    withdraw.sort();
     eprintln!(
-        "through the fleet: announce → edge answer p95 {:?} (max {:?}), withdraw → edge \
-         answer p95 {:?} (max {:?})",
-        p95(announce.clone()),
-        announce.iter().max().unwrap(),
-        p95(withdraw.clone()),
-        withdraw.iter().max().unwrap()
+        "through the fleet: announce → edge answer {announce:?}; withdraw → edge answer \
+         {withdraw:?}"
     );
     // Space nobody announced is not touched.
     assert_eq!(f.answer("198.19.0.0/24"), Y_V4);
@@ -347,7 +355,7 @@ fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
     let before = Fleet::published(&f.publisher().log());
     f.publisher().stop();
     let t = Instant::now();
-    f.publisher = Some(f.start_publisher("publisher-2.log"));
+    f.publisher = Some(f.start_publisher("flv-p1", &f.config, "publisher-2.log"));
     let mut asked = 0;
     while t.elapsed() < Duration::from_secs(8) {
         assert_eq!(
@@ -387,6 +395,91 @@ fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
         t.elapsed()
     );
     f.publisher().assert_alive();
+    f.edge.assert_alive();
+}
+
+/// The leading publisher dies (SIGKILL: its lease runs out): the standby, which the router
+/// has been sending to all along, takes over with the router's table and publishes
+/// nothing made without it (it does not wait for a resend), so the edge answers from the
+/// version with the route throughout; then a withdrawal reaches the edge through it.
+///
+/// The two publishers share the hub's namespace, so each listens on an address of its own
+/// there (two config files that differ only in `bmp_listen`); on hosts of their own they
+/// would share one config listening on the wildcard address.
+#[test]
+fn a_standby_takes_over_with_the_routers_table() {
+    const STANDBY_V4: &str = "198.51.100.8";
+    let mut f = Fleet::start("takeover", bgp_feed);
+    f.routers
+        .as_mut()
+        .unwrap()
+        .wait_bmp_connected(Duration::from_secs(30));
+    f.publisher()
+        .wait_for("is current", 1, Duration::from_secs(30));
+    f.hub.add_address(&format!("{STANDBY_V4}/24"));
+    let second = SocketAddr::new(STANDBY_V4.parse().unwrap(), BMP_PORT);
+    let standby_config = f.dir.path("fleet-standby.toml");
+    replace_file(
+        &standby_config,
+        &bgp_config(f.routers.as_ref().unwrap(), second),
+    );
+    f.standby = Some(f.start_publisher("flv-p2", &standby_config, "standby.log"));
+    f.routers
+        .as_mut()
+        .unwrap()
+        .also_report_to(second, Duration::from_secs(30));
+    f.routers
+        .as_ref()
+        .unwrap()
+        .announce(PREFIX, &[64501], None, None);
+    f.until(BGP_CLIENT, X_V4, WITHIN);
+    // The standby has the route (its collector synced) before the leader goes.
+    f.standby
+        .as_mut()
+        .unwrap()
+        .wait_for("synced", 1, Duration::from_secs(10));
+    sleep(Duration::from_millis(500));
+
+    let t = Instant::now();
+    f.publisher().kill();
+    let mut asked = 0;
+    let standby = f.standby.as_ref().unwrap();
+    while standby.count("leading the fleet") == 0 || t.elapsed() < Duration::from_secs(4) {
+        assert_eq!(
+            f.answer(BGP_CLIENT),
+            X_V4,
+            "during the takeover, at {:?}\n{}",
+            t.elapsed(),
+            f.logs()
+        );
+        asked += 1;
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the standby did not lead within 20 s\n{}",
+            f.logs()
+        );
+        sleep(Duration::from_millis(50));
+    }
+    let log = standby.log();
+    assert!(
+        !log.contains("stands until the BMP routers"),
+        "the standby waited for a resend it did not need:\n{log}"
+    );
+    eprintln!(
+        "{asked} answers during the takeover, all x; the standby said:\n{}",
+        log.lines()
+            .filter(|l| l.contains("version") || l.contains("leading"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let t = Instant::now();
+    f.routers.as_ref().unwrap().withdraw(PREFIX);
+    let took = f.until(BGP_CLIENT, Y_V4, WITHIN);
+    eprintln!(
+        "after the takeover: withdraw → edge answer {took:?} ({:?} with the command)",
+        t.elapsed()
+    );
+    f.standby.as_mut().unwrap().assert_alive();
     f.edge.assert_alive();
 }
 
