@@ -564,7 +564,7 @@ pub struct FleetStatus {
     pub store_bytes_in_use: i64,
     /// What the current version took from live inputs (BMP routers, RTT agents), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub live: Option<director_plan::fleet::manifest::LiveSources>,
+    pub live_inputs: Option<director_plan::fleet::manifest::LiveSources>,
 }
 
 /// One edge in `fleet status`.

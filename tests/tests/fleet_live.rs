@@ -338,7 +338,7 @@ fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
 
     let st = f.status();
     let live = st
-        .live
+        .live_inputs
         .as_ref()
         .expect("the current version names its live inputs");
     let router = f.routers.as_ref().unwrap().router_bmp_addr.to_string();
@@ -595,7 +595,7 @@ fn an_agents_rtt_change_reaches_the_edge_through_the_publisher() {
     );
     let st = f.status();
     let live = st
-        .live
+        .live_inputs
         .as_ref()
         .expect("the current version names its live inputs");
     assert_eq!(live.agents.len(), 2, "{live:?}");

@@ -600,7 +600,7 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
     if !standby.is_empty() {
         let _ = writeln!(o, "standing by: {}", standby.join(", "));
     }
-    if let Some(l) = &s.live {
+    if let Some(l) = &s.live_inputs {
         let _ = writeln!(
             o,
             "live inputs: BMP routers [{}], RTT agents [{}]: {} routes, {} measurements \

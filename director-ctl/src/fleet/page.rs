@@ -356,7 +356,7 @@ mod tests {
                 .collect(),
             store_bytes: 0,
             store_bytes_in_use: 0,
-            live: None,
+            live_inputs: None,
         }
     }
 
