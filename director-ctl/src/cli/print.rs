@@ -988,4 +988,42 @@ mod tests {
         assert_eq!(json["levels"][1]["metrics"][0]["metric"], "int");
         assert_eq!(json["med"], true);
     }
+
+    /// `fleet status` says what the current version took from live inputs, and nothing of
+    /// them for a version without.
+    #[test]
+    fn fleet_status_names_the_live_inputs() {
+        let mut s = api::FleetStatus {
+            version: api::VERSION,
+            fleet: "director".into(),
+            current: Some(4),
+            published_by: Some("p1".into()),
+            published_ms: Some(1),
+            leader: Some("p1".into()),
+            publishers: Vec::new(),
+            versions: vec![2, 3, 4],
+            edges: Vec::new(),
+            overlay: Vec::new(),
+            store_bytes: 0,
+            store_bytes_in_use: 0,
+            live_inputs: None,
+        };
+        assert!(!fleet_status(&s).contains("live inputs"));
+        s.live_inputs = Some(director_plan::fleet::manifest::LiveSources {
+            routers: vec!["fra=203.0.113.1".into()],
+            agents: vec!["http://198.51.100.5:9470/rtt".into()],
+            routes: 577_703,
+            measurements: 12,
+            digest: "0123456789abcdef".into(),
+        });
+        let text = fleet_status(&s);
+        assert!(
+            text.contains(
+                "live inputs: BMP routers [fra=203.0.113.1], RTT agents \
+                 [http://198.51.100.5:9470/rtt]: 577703 routes, 12 measurements (digest \
+                 0123456789ab)"
+            ),
+            "{text}"
+        );
+    }
 }
