@@ -46,6 +46,8 @@ const FLEET: &str = "flv";
 /// Where the publisher listens for BMP, and where the stand-in agents answer (hub netns).
 const BMP_PORT: u16 = 15_179;
 const AGENT_PORT: u16 = 15_471;
+/// The publisher's map page (`[ui] listen`, the BGP test's).
+const UI_PORT: u16 = 15_180;
 const PREFIX: &str = "198.18.0.0/16";
 const BGP_CLIENT: &str = "198.18.5.0/24";
 const RTT_CLIENT: &str = "198.18.7.0/24";
@@ -187,6 +189,33 @@ impl Fleet {
         }
     }
 
+    /// The publisher's map page's table generation (`GET /ui/feed`), once it answers and,
+    /// with `not`, once it differs from that (each bounded by [`WITHIN`]).
+    fn page_generation(&self, not: Option<&str>) -> String {
+        let url = format!("http://{PUBLISHER_V4}:{UI_PORT}/ui/feed");
+        let t0 = Instant::now();
+        loop {
+            let out = std::process::Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{}", self.hub.ns()))
+                .args(["curl", "-sS", "--max-time", "5", "--fail", &url])
+                .output()
+                .expect("curl");
+            let feed = serde_json::from_slice::<director_ctl::api::Atlas>(&out.stdout).ok();
+            if let Some(a) = feed {
+                if not != Some(a.generation.as_str()) {
+                    return a.generation;
+                }
+            }
+            assert!(
+                t0.elapsed() < WITHIN,
+                "the map page's feed: {} (not {not:?}) after {WITHIN:?}\n{}",
+                describe(&out),
+                self.logs()
+            );
+            sleep(Duration::from_millis(100));
+        }
+    }
+
     fn status(&self) -> FleetStatus {
         let out = self.lab.ctl(&[
             "fleet",
@@ -287,7 +316,10 @@ fn bgp_config(routers: &RouterLab, collector: SocketAddr) -> String {
 /// without it.
 #[test]
 fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
-    let mut f = Fleet::start("bgp", bgp_feed);
+    let mut f = Fleet::start("bgp", |hub, f0| {
+        let text = bgp_feed(hub, f0);
+        format!("{text}\n[ui]\nlisten = \"{PUBLISHER_V4}:{UI_PORT}\"\n")
+    });
     f.routers
         .as_mut()
         .unwrap()
@@ -296,9 +328,12 @@ fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
         .wait_for("is current", 1, Duration::from_secs(30));
     f.until(BGP_CLIENT, Y_V4, WITHIN);
 
+    // The map page draws what the leader published: its table's generation follows.
+    let without = f.page_generation(None);
+
     let mut announce = Vec::new();
     let mut withdraw = Vec::new();
-    for _ in 0..5 {
+    for round in 0..5 {
         let t = Instant::now();
         f.routers
             .as_ref()
@@ -306,11 +341,18 @@ fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
             .announce(PREFIX, &[64501], None, None);
         f.until(BGP_CLIENT, X_V4, WITHIN);
         announce.push(t.elapsed());
+        if round == 0 {
+            let with = f.page_generation(Some(&without));
+            assert_ne!(with, without);
+        }
         let t = Instant::now();
         f.routers.as_ref().unwrap().withdraw(PREFIX);
         f.until(BGP_CLIENT, Y_V4, WITHIN);
         withdraw.push(t.elapsed());
     }
+    // The same table as before the first announcement: the same generation.
+    let back = f.page_generation(None);
+    assert_eq!(back, without, "the page does not draw the table published");
     announce.sort();
     withdraw.sort();
     eprintln!(

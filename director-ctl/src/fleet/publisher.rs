@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use director_plan::data::Data;
 use director_plan::fleet::manifest::{Manifest, Sources};
 
 use super::page::{Drawn, Page};
@@ -167,6 +168,8 @@ async fn lead(
     // The last version this publisher made current (or found current), but its live state.
     let mut published: Option<(String, Sources)> = None;
     let mut compact = Compaction::default();
+    // The map page's copy of the live table's data, and when it was made.
+    let mut page_data: Option<(Arc<Data>, Instant)> = None;
     while !stopping() {
         progress.store(now_ms(), Ordering::Relaxed);
         if !alive.load(Ordering::Relaxed) {
@@ -218,8 +221,9 @@ async fn lead(
                 drop(busy);
                 match compiled {
                     Ok(Compiled::Files(c, w, config)) => {
-                        let drawn =
-                            page.map(|_| Drawn::new(config.clone(), c.data, c.tables, w.clone()));
+                        let drawn = page.map(|_| {
+                            Drawn::new(config.clone(), Arc::new(c.data), c.tables, w.clone())
+                        });
                         files = w;
                         cfg = Some(config);
                         table = None;
@@ -227,7 +231,9 @@ async fn lead(
                     }
                     Ok(Compiled::Live(lt, w)) => {
                         let l = live.as_ref().context("live inputs without their state")?;
-                        let drawn = page.map(|_| drawn(&lt, &w));
+                        // New files: the page's copy of the data is made again.
+                        page_data = None;
+                        let drawn = page.map(|_| drawn(&lt, &w, &mut page_data));
                         pending = Some((lt.built(l), t.elapsed().as_secs_f64(), drawn));
                         files = w;
                         cfg = Some(lt.cfg.clone());
@@ -282,7 +288,7 @@ async fn lead(
                         pending = if published.as_ref() == Some(&identity(&b)) {
                             None
                         } else {
-                            let drawn = page.map(|_| drawn(lt, &files));
+                            let drawn = page.map(|_| drawn(lt, &files, &mut page_data));
                             Some((b, ms / 1e3, drawn))
                         };
                     }
@@ -385,11 +391,24 @@ enum Compiled {
     Live(LiveTable, Vec<PathBuf>),
 }
 
-/// The map page's copy of the live table. The data is copied (the next live change is laid
-/// over the publisher's own): at full scale a few hundred MB, once per published change.
-fn drawn(lt: &LiveTable, files: &[PathBuf]) -> Drawn {
-    Drawn::new(lt.cfg.clone(), lt.data.clone(), lt.tables(), files.to_vec())
+/// The map page's copy of the live table: its entries with every version, the data (copied,
+/// since the next live change is laid over the publisher's own; hundreds of MB at full
+/// scale) at most every [`PAGE_DATA_EVERY`]. The map draws the table from the entries; only
+/// the page's explain reads the routes and measurements, up to that much older.
+fn drawn(lt: &LiveTable, files: &[PathBuf], data: &mut Option<(Arc<Data>, Instant)>) -> Drawn {
+    let shared = match data {
+        Some((d, at)) if at.elapsed() < PAGE_DATA_EVERY => Arc::clone(d),
+        _ => {
+            let d = Arc::new(lt.data.clone());
+            *data = Some((Arc::clone(&d), Instant::now()));
+            d
+        }
+    };
+    Drawn::new(lt.cfg.clone(), shared, lt.tables(), files.to_vec())
 }
+
+/// How old the map page's copy of the live data may grow while versions come.
+const PAGE_DATA_EVERY: Duration = Duration::from_secs(10);
 
 /// Compiles with the live inputs laid over the files (on this thread: `live` is the
 /// publisher's, kept across compiles and leaderships).
