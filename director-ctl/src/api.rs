@@ -562,6 +562,9 @@ pub struct FleetStatus {
     /// The answering member's database: file size and the part in use, in bytes.
     pub store_bytes: i64,
     pub store_bytes_in_use: i64,
+    /// What the current version took from live inputs (BMP routers, RTT agents), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_inputs: Option<director_plan::fleet::manifest::LiveSources>,
 }
 
 /// One edge in `fleet status`.

@@ -20,6 +20,7 @@ use crate::report;
 /// A site's best route per prefix, sorted.
 type Routes = Vec<(IpNet, Route)>;
 
+#[derive(Clone)]
 pub struct SiteData {
     /// The site's best route per prefix, sorted.
     pub routes: Vec<(IpNet, Route)>,
@@ -38,6 +39,9 @@ pub struct SiteData {
     pub bmp_router: Option<String>,
 }
 
+/// Cloned for a fleet publisher's map page, which draws the table it published while the
+/// publisher lays the next live change over its own copy.
+#[derive(Clone)]
 pub struct Data {
     pub sites: Vec<SiteData>,
     /// Client locations: the GeoIP database, with the operator's own list winning, sorted.

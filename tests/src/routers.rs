@@ -486,8 +486,63 @@ impl RouterLab {
         ]));
     }
 
+    /// FRR only: reports to `also` as well, a second collector in the caller's namespace
+    /// (a fleet's second publisher: BMP has one collector per session, so a router sends
+    /// to each), as a second `bmp connect` of the same targets. The caller gives `also`'s
+    /// address to its namespace first. Returns once that session is established, or
+    /// panics with the router's log after `within`.
+    pub fn also_report_to(&mut self, also: SocketAddr, within: Duration) {
+        let host = if also.is_ipv4() { 32 } else { 128 };
+        ip(&[
+            "-n",
+            &self.router_ns,
+            "route",
+            "replace",
+            &format!("{}/{host}", also.ip()),
+            "dev",
+            &self.bmp_if,
+            "src",
+            &self.router_bmp_addr.to_string(),
+        ]);
+        assert_eq!(self.kind, RouterKind::Frr, "a second target is FRR's");
+        let out = run(Command::new("vtysh")
+            .arg("--vty_socket")
+            .arg(self.dir.path("vty"))
+            .args(["-d", "bgpd"])
+            .args(["-c", "configure terminal"])
+            .args(["-c", &format!("router bgp {ROUTER_AS}")])
+            .args(["-c", "bmp targets collector"])
+            .args([
+                "-c",
+                &format!(
+                    "bmp connect {} port {} min-retry 100 max-retry 1000",
+                    also.ip(),
+                    also.port()
+                ),
+            ]));
+        assert!(
+            out.status.success(),
+            "adding a BMP target: {}",
+            describe(&out)
+        );
+        let deadline = Instant::now() + within;
+        while !self.connected_to(also) {
+            self.router.assert_alive();
+            assert!(
+                Instant::now() < deadline,
+                "router's BMP session to {also} not up within {within:?}\n{}",
+                self.router.tail()
+            );
+            sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether the router has an established TCP session to the collector.
     pub fn bmp_connected(&self) -> bool {
+        self.connected_to(self.collector)
+    }
+
+    fn connected_to(&self, collector: SocketAddr) -> bool {
         let out = run_ok(nsenter(&self.router_ns, "ss").args([
             "-H",
             "-t",
@@ -495,10 +550,10 @@ impl RouterLab {
             "state",
             "established",
             "dst",
-            &self.collector.ip().to_string(),
+            &collector.ip().to_string(),
             "dport",
             "=",
-            &self.collector.port().to_string(),
+            &collector.port().to_string(),
         ]));
         !String::from_utf8_lossy(&out.stdout).trim().is_empty()
     }

@@ -600,6 +600,18 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
     if !standby.is_empty() {
         let _ = writeln!(o, "standing by: {}", standby.join(", "));
     }
+    if let Some(l) = &s.live_inputs {
+        let _ = writeln!(
+            o,
+            "live inputs: BMP routers [{}], RTT agents [{}]: {} routes, {} measurements \
+             (digest {})",
+            l.routers.join(", "),
+            l.agents.join(", "),
+            l.routes,
+            l.measurements,
+            l.digest.get(..12).unwrap_or(&l.digest)
+        );
+    }
     let _ = writeln!(
         o,
         "store: {} bytes ({} in use)",
@@ -975,5 +987,43 @@ mod tests {
         let json = serde_json::to_value(&sort).unwrap();
         assert_eq!(json["levels"][1]["metrics"][0]["metric"], "int");
         assert_eq!(json["med"], true);
+    }
+
+    /// `fleet status` says what the current version took from live inputs, and nothing of
+    /// them for a version without.
+    #[test]
+    fn fleet_status_names_the_live_inputs() {
+        let mut s = api::FleetStatus {
+            version: api::VERSION,
+            fleet: "director".into(),
+            current: Some(4),
+            published_by: Some("p1".into()),
+            published_ms: Some(1),
+            leader: Some("p1".into()),
+            publishers: Vec::new(),
+            versions: vec![2, 3, 4],
+            edges: Vec::new(),
+            overlay: Vec::new(),
+            store_bytes: 0,
+            store_bytes_in_use: 0,
+            live_inputs: None,
+        };
+        assert!(!fleet_status(&s).contains("live inputs"));
+        s.live_inputs = Some(director_plan::fleet::manifest::LiveSources {
+            routers: vec!["fra=203.0.113.1".into()],
+            agents: vec!["http://198.51.100.5:9470/rtt".into()],
+            routes: 577_703,
+            measurements: 12,
+            digest: "0123456789abcdef".into(),
+        });
+        let text = fleet_status(&s);
+        assert!(
+            text.contains(
+                "live inputs: BMP routers [fra=203.0.113.1], RTT agents \
+                 [http://198.51.100.5:9470/rtt]: 577703 routes, 12 measurements (digest \
+                 0123456789ab)"
+            ),
+            "{text}"
+        );
     }
 }

@@ -32,14 +32,13 @@ use director_plan::compile::{diff, replace_subtree, Diff, Table};
 use director_plan::data::{load_rtt, Data};
 use director_plan::decide::{compute, plans, subtree, Computed, Ids, Unavailable};
 use director_plan::guard::{self, Refusal, Removal};
-use director_plan::prefix::order::sort_key;
 
 use super::apply::{assign_ids, overlaid, publish_fronts, sync, update, write_objects, Overlay};
 use super::checks::health_plan;
 use super::config::Config;
 use super::demand::config::DemandConfig;
 use super::demand::Demand;
-use super::live::{self, Live};
+use super::live::{self, Live, SUBTREE_LIMIT};
 use crate::api::{self, Event, Log};
 use crate::dns;
 use crate::health::{self, Runner, Shared};
@@ -775,9 +774,6 @@ const COALESCE: Duration = Duration::from_millis(200);
 /// anyway, at this pace.
 const COALESCE_MAX: Duration = Duration::from_secs(1);
 
-/// Subtrees larger than this are recomputed in full instead (a sweep is faster then).
-const SUBTREE_LIMIT: usize = 20_000;
-
 impl State {
     /// Records the table's size and the time of this write for the metrics.
     fn note_table(&self, seconds: f64) {
@@ -1156,53 +1152,14 @@ impl State {
         {
             bail!("servers or services changed in the kernel");
         }
-        // A prefix no source knew before (a new announcement) joins the decided ones.
-        let all = &mut self.computed.all;
-        let new: Vec<(IpNet, Option<()>)> = prefixes
-            .iter()
-            .filter(|p| all.binary_search_by_key(&sort_key(p), sort_key).is_err())
-            .map(|p| (*p, Some(())))
-            .collect();
-        if !new.is_empty() {
-            let mut keyed: Vec<(IpNet, ())> = all.iter().map(|p| (*p, ())).collect();
-            director_plan::live::patch(&mut keyed, new);
-            *all = keyed.into_iter().map(|e| e.0).collect();
-            self.computed.prefixes = all.len();
-        }
-        let plans = plans(&self.cfg.plan, &self.ids, &self.down)?;
-        let mut roots: Vec<IpNet> = Vec::new();
-        for p in prefixes {
-            if !roots.last().is_some_and(|r| r.contains(p)) {
-                roots.push(*p);
-            }
-        }
-        // Every subtree first: one too large leaves the tables as they were, for the full
-        // pass to diff against what the kernel holds.
-        let fresh = roots
-            .iter()
-            .map(|root| {
-                subtree(&plans, &self.data, &self.computed.all, root, SUBTREE_LIMIT)
-                    .context("a changed prefix's subtree is too large")
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut diffs: Vec<Diff> = self
-            .computed
-            .tables
-            .iter()
-            .map(|_| Diff::default())
-            .collect();
-        for (root, fresh) in roots.iter().zip(fresh) {
-            for ((_, _, table), (new, d)) in self
-                .computed
-                .tables
-                .iter_mut()
-                .zip(fresh.iter().zip(diffs.iter_mut()))
-            {
-                let one = replace_subtree(table, root, new);
-                d.put.extend(one.put);
-                d.delete.extend(one.delete);
-            }
-        }
+        let diffs = live::decide_under(
+            &self.cfg.plan,
+            &self.data,
+            &self.ids,
+            &self.down,
+            &mut self.computed,
+            prefixes,
+        )?;
         let mut written = 0;
         let dm = &self.demand;
         for ((id, name, _), d) in self.computed.tables.iter().zip(&diffs) {
@@ -1487,6 +1444,11 @@ fn raise_fd_limit() {
 static HUP: AtomicBool = AtomicBool::new(false);
 static ACCEPT: AtomicBool = AtomicBool::new(false);
 static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Whether SIGUSR1 (the operator's confirmation) came since the last look; takes it.
+pub fn confirmation() -> bool {
+    ACCEPT.swap(false, Ordering::Relaxed)
+}
 
 /// Whether SIGINT or SIGTERM asked `run` to stop.
 pub fn stopping() -> bool {

@@ -41,7 +41,9 @@ const FLEET_WITHIN: Duration = Duration::from_secs(3);
 /// A table as the page draws it, with what it was compiled from.
 pub struct Drawn {
     pub cfg: Config,
-    pub data: Data,
+    /// Shared: a leader on live inputs hands over a new table with each version, and the
+    /// data (hundreds of MB at full scale) only now and then.
+    pub data: Arc<Data>,
     /// Per service id (the config's own: 1, 2, 3...), its entries.
     pub tables: Vec<(u32, Vec<(IpNet, Decision)>)>,
     /// The config and the inputs it names, and their stamps when read.
@@ -52,7 +54,7 @@ pub struct Drawn {
 impl Drawn {
     pub fn new(
         cfg: Config,
-        data: Data,
+        data: Arc<Data>,
         tables: Vec<(u32, Vec<(IpNet, Decision)>)>,
         files: Vec<PathBuf>,
     ) -> Drawn {
@@ -249,7 +251,7 @@ impl Answers {
         let files = watched(&self.config, &cfg);
         let c = compile(&self.config, &cfg)?;
         self.page
-            .published(Drawn::new(cfg, c.data, c.tables, files));
+            .published(Drawn::new(cfg, Arc::new(c.data), c.tables, files));
         Ok(())
     }
 
@@ -356,6 +358,7 @@ mod tests {
                 .collect(),
             store_bytes: 0,
             store_bytes_in_use: 0,
+            live_inputs: None,
         }
     }
 

@@ -4,6 +4,12 @@
 //! compare-and-swap of `current` that holds only while this publisher still leads. Old
 //! versions beyond `--keep-versions` are deleted with their chunks and the store compacted.
 //! It also tallies the observers' votes into the health overlay.
+//!
+//! With `[bgp] bmp_listen` or `[rtt] agents` in the config, every publisher (standing by
+//! too) listens for its routers and polls the agents from its start, so that one taking
+//! over has their state already; the leader lays it over the files' data, and each live
+//! change (debounced as `run` does) is decided again under the prefixes it touched and
+//! published as the next version.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -12,16 +18,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use director_plan::fleet::manifest::Manifest;
+use director_plan::data::Data;
+use director_plan::fleet::manifest::{Manifest, Sources};
 
 use super::page::{Drawn, Page};
 use super::store::{now_ms, Busy, Deposed, Store};
-use super::version::{self, Built};
+use super::version::{self, Built, LiveTable};
 use super::votes;
 use super::Options;
 use crate::api::Event;
 use crate::controller::config::Config;
-use crate::controller::run::{stamps, stopping, watched, Stamp};
+use crate::controller::live::{self, Live};
+use crate::controller::run::{confirmation, stamps, stopping, watched, Stamp};
 
 pub struct Publisher {
     pub config: PathBuf,
@@ -33,9 +41,14 @@ pub struct Publisher {
 /// Runs until SIGINT/SIGTERM: a lost store or lease starts the campaign again.
 pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
     let page = Page::start(o, &p.config)?;
+    // Before the campaign: a router sends to every publisher (BMP has one collector per
+    // target, so each router is configured with one target per publisher), and a standby
+    // that takes over decides with the tables it has kept since.
+    let mut live = None;
+    start_live(o, &p.config, &mut live);
     let mut last_error = String::new();
     while !stopping() {
-        let led = lead(o, p, page.as_ref()).await;
+        let led = lead(o, p, page.as_ref(), &mut live).await;
         if let Some(page) = &page {
             page.leading(false);
         }
@@ -54,12 +67,51 @@ pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
                 );
             }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The agents' reports would pile up in memory while the store is away (and the
+        // collector's hold timers stand still): kept up meanwhile.
+        for _ in 0..5 {
+            if let Some(l) = live.as_mut() {
+                l.keep_up();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     Ok(())
 }
 
-async fn lead(o: &Options, p: &Publisher, page: Option<&Page>) -> Result<()> {
+/// Starts the live inputs `config` asks for, unless they run already; a config that cannot
+/// be read now is tried again at the next compile (which says what is wrong with it).
+fn start_live(o: &Options, config: &Path, live: &mut Option<Live>) {
+    if live.is_some() {
+        return;
+    }
+    let Ok(cfg) = Config::load(config) else {
+        return;
+    };
+    match Live::start(&cfg.plan, o.log) {
+        Ok(l) => *live = l,
+        Err(e) => o.log.event(
+            Event::Refused {
+                error: format!("{e:#}"),
+            },
+            format!("publisher {}: live inputs not started: {e:#}", o.name),
+        ),
+    }
+}
+
+/// Whether a version is current already: then a first table waits for the routers (as a
+/// restarted `run` keeps the kernel's decisions), rather than replacing one made with
+/// them by one made without.
+async fn has_current(st: &mut Store) -> Result<bool> {
+    Ok(st.current(false).await?.0.is_some())
+}
+
+async fn lead(
+    o: &Options,
+    p: &Publisher,
+    page: Option<&Page>,
+    live: &mut Option<Live>,
+) -> Result<()> {
     let mut st = Store::connect(&o.store, &o.fleet).await?;
     let lease = st.lease(o.lease_ttl).await?;
     let alive = Arc::new(AtomicBool::new(true));
@@ -79,6 +131,9 @@ async fn lead(o: &Options, p: &Publisher, page: Option<&Page>) -> Result<()> {
             () = async {
                 while alive.load(Ordering::Relaxed) && !stopping() {
                     progress.store(now_ms(), Ordering::Relaxed);
+                    if let Some(l) = live.as_mut() {
+                        l.keep_up();
+                    }
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             } => false,
@@ -110,86 +165,273 @@ async fn lead(o: &Options, p: &Publisher, page: Option<&Page>) -> Result<()> {
     // poll while this publisher leads, never half-published (current flips last). With it,
     // the map page's copy of what it was compiled from, handed over once published.
     let mut pending: Option<(Built, f64, Option<Drawn>)> = None;
+    // With live inputs: the table kept between versions, each live change laid over it.
+    let mut table: Option<LiveTable> = None;
+    let mut current: Option<bool> = None;
+    let mut waiting = false;
     let mut last_error = String::new();
+    let mut last_step: Option<Instant> = None;
+    let mut last_publish: Option<Instant> = None;
+    // The last version this publisher made current (or found current), but its live state.
+    let mut published: Option<(String, Sources)> = None;
     let mut compact = Compaction::default();
+    // The map page's copy of the live table's data, and when it was made.
+    let mut page_data: Option<(Arc<Data>, Instant)> = None;
     while !stopping() {
         progress.store(now_ms(), Ordering::Relaxed);
         if !alive.load(Ordering::Relaxed) {
             bail!("lost the lease: no longer leading");
         }
+        if confirmation() {
+            // SIGUSR1: the loss of every site's peers that was refused is taken.
+            if let Some(l) = live.as_mut() {
+                l.confirmed = true;
+            }
+        }
         let now = stamps(&files);
         if seen.as_ref() != Some(&now) {
-            // A file still being written is read once it stayed the same a moment.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let t = Instant::now();
-            let busy = Busy::start(&progress);
-            let compiled = compile(&p.config).await;
-            drop(busy);
-            match compiled {
-                Ok((c, w, config)) => {
-                    let drawn =
-                        page.map(|_| Drawn::new(config.clone(), c.data, c.tables, w.clone()));
-                    files = w;
-                    cfg = Some(config);
-                    pending = Some((c.built, t.elapsed().as_secs_f64(), drawn));
+            start_live(o, &p.config, live);
+            let unsynced =
+                seen.is_none() && live.as_mut().is_some_and(|l| l.has_bgp() && !l.bgp_ready());
+            if unsynced && current.is_none() {
+                current = Some(has_current(&mut st).await?);
+            }
+            let hold = unsynced && current == Some(true);
+            if hold {
+                if cfg.is_none() {
+                    // The votes are counted meanwhile (a server may go down while the
+                    // routers resend).
+                    cfg = Config::load(&p.config).ok();
                 }
-                Err(e) => o.log.event(
-                    Event::Refused {
-                        error: format!("{e:#}"),
-                    },
-                    format!("publisher {}: nothing published: {e:#}", o.name),
-                ),
-            }
-            seen = Some(stamps(&files));
-        }
-        let busy = Busy::start(&progress);
-        let step = async {
-            if let Some((b, compile_s, _)) = &pending {
-                publish(o, p, &mut st, &leader, b, *compile_s, &mut compact).await?;
-            }
-            if let (Some(page), Some((_, _, Some(d)))) = (page, pending.take()) {
-                page.published(d);
-            }
-            if let Some(cfg) = &cfg {
-                votes::tally(o, &mut st, cfg, &leader).await?;
-            }
-            anyhow::Ok(())
-        };
-        let stepped = step.await;
-        drop(busy);
-        match stepped {
-            Ok(()) => last_error.clear(),
-            Err(e) if e.is::<Deposed>() => return Err(e),
-            Err(e) => {
-                let text = format!("{e:#}");
-                if text != last_error {
+                if !waiting {
+                    waiting = true;
                     o.log.event(
-                        Event::StoreUnreachable {
-                            version: None,
-                            error: text.clone(),
+                        Event::Refused {
+                            error: "waiting for BMP routers".into(),
                         },
                         format!(
-                            "publisher {}: publishing failed, will retry: {text}",
+                            "publisher {}: the current version stands until the BMP routers \
+                             have sent their tables (at most [bgp] hold)",
                             o.name
                         ),
                     );
-                    last_error = text;
+                }
+            } else {
+                // A file still being written is read once it stayed the same a moment.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let t = Instant::now();
+                let busy = Busy::start(&progress);
+                let compiled = match live.as_mut() {
+                    Some(l) => tokio::task::block_in_place(|| compile_live(&p.config, l)),
+                    None => compile(&p.config).await,
+                };
+                drop(busy);
+                match compiled {
+                    Ok(Compiled::Files(c, w, config)) => {
+                        let drawn = page.map(|_| {
+                            Drawn::new(config.clone(), Arc::new(c.data), c.tables, w.clone())
+                        });
+                        files = w;
+                        cfg = Some(config);
+                        table = None;
+                        pending = Some((c.built, t.elapsed().as_secs_f64(), drawn));
+                    }
+                    Ok(Compiled::Live(lt, w)) => {
+                        let l = live.as_ref().context("live inputs without their state")?;
+                        // New files: the page's copy of the data is made again.
+                        page_data = None;
+                        let drawn = page.map(|_| drawn(&lt, &w, &mut page_data));
+                        pending = Some((lt.built(l), t.elapsed().as_secs_f64(), drawn));
+                        files = w;
+                        cfg = Some(lt.cfg.clone());
+                        table = Some(lt);
+                    }
+                    Err(e) => o.log.event(
+                        Event::Refused {
+                            error: format!("{e:#}"),
+                        },
+                        format!("publisher {}: nothing published: {e:#}", o.name),
+                    ),
+                }
+                seen = Some(stamps(&files));
+            }
+        }
+        match (live.as_mut(), table.as_mut()) {
+            (Some(l), Some(lt)) => {
+                let t = Instant::now();
+                let busy = Busy::start(&progress);
+                let followed = tokio::task::block_in_place(|| lt.follow(l));
+                drop(busy);
+                match followed {
+                    Ok(None) => {}
+                    Ok(Some(f)) => {
+                        let b = lt.built(l);
+                        let ms = t.elapsed().as_secs_f64() * 1e3;
+                        o.log.event(
+                            Event::Live {
+                                bgp: f.bgp,
+                                rtt: f.rtt,
+                                prefixes: f.prefixes,
+                                full: f.full,
+                                entries: f.entries,
+                                ms,
+                            },
+                            format!(
+                                "publisher {}: live inputs changed ({} routes, {} RTT \
+                                 measurements): {} prefixes decided again{}, {} entries \
+                                 changed in {ms:.0} ms",
+                                o.name,
+                                f.bgp,
+                                f.rtt,
+                                f.prefixes,
+                                if f.full { " (all of them)" } else { "" },
+                                f.entries
+                            ),
+                        );
+                        // A route or measurement that changed no decision is no new
+                        // version: the one published stands (its sources name the live
+                        // state it was decided with, and this state gives the same). A
+                        // change undone before it was published leaves nothing to publish.
+                        pending = if published.as_ref() == Some(&identity(&b)) {
+                            None
+                        } else {
+                            let drawn = page.map(|_| drawn(lt, &files, &mut page_data));
+                            Some((b, ms / 1e3, drawn))
+                        };
+                    }
+                    Err(e) => {
+                        o.log.event(
+                            Event::Refused {
+                                error: format!("{e:#}"),
+                            },
+                            format!(
+                                "publisher {}: a live change could not be decided, compiling \
+                                 again: {e:#}",
+                                o.name
+                            ),
+                        );
+                        table = None;
+                        seen = None;
+                    }
+                }
+            }
+            // Reports and timers keep up while nothing is decided from them.
+            (Some(l), None) => l.keep_up(),
+            _ => {}
+        }
+        // Published as soon as there is something (a live change is not held back by the
+        // poll); the votes and a failed publish's retry at the poll's pace.
+        let due = last_step.is_none_or(|t| t.elapsed() >= p.poll)
+            || (pending.is_some()
+                && last_error.is_empty()
+                && last_publish.is_none_or(|t| t.elapsed() >= PUBLISH_GAP));
+        if due {
+            last_step = Some(Instant::now());
+            let busy = Busy::start(&progress);
+            let step = async {
+                if let Some((b, compile_s, _)) = &pending {
+                    last_publish = Some(Instant::now());
+                    publish(o, p, &mut st, &leader, b, *compile_s, &mut compact).await?;
+                    published = Some(identity(b));
+                }
+                if let (Some(page), Some((_, _, Some(d)))) = (page, pending.take()) {
+                    page.published(d);
+                }
+                if let Some(cfg) = &cfg {
+                    votes::tally(o, &mut st, cfg, &leader).await?;
+                }
+                anyhow::Ok(())
+            };
+            let stepped = step.await;
+            drop(busy);
+            match stepped {
+                Ok(()) => last_error.clear(),
+                Err(e) if e.is::<Deposed>() => return Err(e),
+                Err(e) => {
+                    let text = format!("{e:#}");
+                    if text != last_error {
+                        o.log.event(
+                            Event::StoreUnreachable {
+                                version: None,
+                                error: text.clone(),
+                            },
+                            format!(
+                                "publisher {}: publishing failed, will retry: {text}",
+                                o.name
+                            ),
+                        );
+                        last_error = text;
+                    }
                 }
             }
         }
-        tokio::time::sleep(p.poll).await;
+        // With live inputs the loop turns at the debounce's pace, so that a change is
+        // decided and published within a few of them.
+        let pause = if live.is_some() {
+            live::DEBOUNCE.min(p.poll) / 2
+        } else {
+            p.poll
+        };
+        tokio::time::sleep(pause).await;
     }
     let _ = st.revoke(lease).await;
     Ok(())
 }
 
+/// A version as published, but for what it says of the live state: two that differ only
+/// there hold the same table from the same config and files.
+fn identity(b: &Built) -> (String, Sources) {
+    let sources = Sources {
+        live: None,
+        ..b.sources.clone()
+    };
+    (b.table.clone(), sources)
+}
+
+/// The least time between two versions: routes that keep changing are folded into one
+/// version at most this often (the newest table wins), not one per debounce.
+const PUBLISH_GAP: Duration = Duration::from_millis(250);
+
+/// A compile's outcome: from the files alone, or the live table.
+enum Compiled {
+    Files(version::Compiled, Vec<PathBuf>, Config),
+    Live(LiveTable, Vec<PathBuf>),
+}
+
+/// The map page's copy of the live table: its entries with every version, the data (copied,
+/// since the next live change is laid over the publisher's own; hundreds of MB at full
+/// scale) at most every [`PAGE_DATA_EVERY`]. The map draws the table from the entries; only
+/// the page's explain reads the routes and measurements, up to that much older.
+fn drawn(lt: &LiveTable, files: &[PathBuf], data: &mut Option<(Arc<Data>, Instant)>) -> Drawn {
+    let shared = match data {
+        Some((d, at)) if at.elapsed() < PAGE_DATA_EVERY => Arc::clone(d),
+        _ => {
+            let d = Arc::new(lt.data.clone());
+            *data = Some((Arc::clone(&d), Instant::now()));
+            d
+        }
+    };
+    Drawn::new(lt.cfg.clone(), shared, lt.tables(), files.to_vec())
+}
+
+/// How old the map page's copy of the live data may grow while versions come.
+const PAGE_DATA_EVERY: Duration = Duration::from_secs(10);
+
+/// Compiles with the live inputs laid over the files (on this thread: `live` is the
+/// publisher's, kept across compiles and leaderships).
+fn compile_live(path: &Path, live: &mut Live) -> Result<Compiled> {
+    let cfg = Config::load(path)?;
+    let files = watched(path, &cfg);
+    Ok(Compiled::Live(LiveTable::compile(path, cfg, live)?, files))
+}
+
 /// Compiles on a blocking thread (seconds at full scale), with the files to watch.
-async fn compile(path: &Path) -> Result<(version::Compiled, Vec<PathBuf>, Config)> {
+async fn compile(path: &Path) -> Result<Compiled> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let cfg = Config::load(&path)?;
         let files = watched(&path, &cfg);
-        Ok((version::compile(&path, &cfg)?, files, cfg))
+        Ok(Compiled::Files(version::compile(&path, &cfg)?, files, cfg))
     })
     .await
     .context("the compile thread")?

@@ -103,5 +103,6 @@ pub async fn status_with(st: &mut Store, fleet: &str) -> Result<FleetStatus> {
         overlay: overlay.down,
         store_bytes,
         store_bytes_in_use,
+        live_inputs: manifest.and_then(|m| m.sources.live),
     })
 }

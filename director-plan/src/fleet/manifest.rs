@@ -35,6 +35,33 @@ pub struct Sources {
     pub inputs: BTreeMap<String, String>,
     /// The compiler: director's version.
     pub compiler: String,
+    /// The live inputs laid over the files' (routers over BMP, agents' RTT), when the
+    /// config has them. Absent from older manifests and from a fleet without live inputs,
+    /// whose manifests stay as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveSources>,
+}
+
+/// What a version took from the live inputs: who sent it, how much of it there was, and a
+/// digest of the routes and measurements as decided (so a publisher that takes over with
+/// the same live state finds the version already current).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveSources {
+    /// Per site with a `bmp_router`: `site=router` (as the config names the router).
+    #[serde(default)]
+    pub routers: Vec<String>,
+    /// `[rtt] agents`' URLs.
+    #[serde(default)]
+    pub agents: Vec<String>,
+    /// Routes the routers gave, summed over the sites that have a view.
+    #[serde(default)]
+    pub routes: u64,
+    /// RTT values the agents gave, summed over the sites.
+    #[serde(default)]
+    pub measurements: u64,
+    /// SHA-256 over those sites' routes and RTT values as decided (files and live merged).
+    #[serde(default)]
+    pub digest: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,5 +159,39 @@ mod tests {
         assert!(m.check(&config, &parts[..1]).is_err());
         assert_eq!(Manifest::parse(&m.to_json()).unwrap(), m);
         assert!(Manifest::parse(b"{}").is_err());
+    }
+
+    /// A manifest without live inputs says nothing of them (its bytes are what they were
+    /// before the field existed), and one written before it parses.
+    #[test]
+    fn live_sources_are_optional() {
+        let m = Manifest {
+            version: 1,
+            table: String::new(),
+            chunks: Vec::new(),
+            entries: 0,
+            sources: Sources::default(),
+            publisher: "p1".into(),
+            published_ms: 1,
+        };
+        let text = String::from_utf8(m.to_json()).unwrap();
+        assert!(!text.contains("live"), "{text}");
+        let old = r#"{"version":3,"table":"t","chunks":[],"entries":0,
+            "sources":{"config":{"digest":"d","bytes":1},"inputs":{},"compiler":"director 0.1.0"},
+            "publisher":"p1","published_ms":5}"#;
+        assert_eq!(Manifest::parse(old.as_bytes()).unwrap().sources.live, None);
+        let with = Manifest {
+            sources: Sources {
+                live: Some(LiveSources {
+                    routers: vec!["a=203.0.113.129".into()],
+                    routes: 2,
+                    digest: "x".into(),
+                    ..LiveSources::default()
+                }),
+                ..Sources::default()
+            },
+            ..m
+        };
+        assert_eq!(Manifest::parse(&with.to_json()).unwrap(), with);
     }
 }

@@ -15,10 +15,13 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use director_plan::compile::{replace_subtree, Diff};
 use director_plan::config::Config;
 use director_plan::data::Data;
+use director_plan::decide::{plans, subtree, Computed, Ids, Unavailable};
 use director_plan::engine::Rtt;
+use director_plan::fleet::manifest::LiveSources;
 use director_plan::live::patch;
 use director_plan::live::rtt::{Merge, Settings, Source};
 use director_plan::model::Route;
@@ -35,6 +38,63 @@ pub const DEBOUNCE: Duration = Duration::from_millis(100);
 /// More changed prefixes than this are decided again in one full pass (a peer's whole
 /// table; a subtree at a time would cost more).
 pub const FULL_PASS: usize = 20_000;
+
+/// Subtrees larger than this are decided in one full pass instead (a sweep is faster then).
+pub const SUBTREE_LIMIT: usize = 20_000;
+
+/// Decides `prefixes` (sorted) and what lies under them again into `computed`'s tables
+/// (`data` already holds the change), and returns each table's difference, in table order.
+/// An error (a subtree too large) leaves the tables as they were, for a full pass; a
+/// prefix no source knew before (a new announcement) has joined the decided ones then.
+pub fn decide_under(
+    plan: &Config,
+    data: &Data,
+    ids: &Ids,
+    down: &Unavailable,
+    computed: &mut Computed,
+    prefixes: &[IpNet],
+) -> Result<Vec<Diff>> {
+    let all = &mut computed.all;
+    let new: Vec<(IpNet, Option<()>)> = prefixes
+        .iter()
+        .filter(|p| all.binary_search_by_key(&sort_key(p), sort_key).is_err())
+        .map(|p| (*p, Some(())))
+        .collect();
+    if !new.is_empty() {
+        let mut keyed: Vec<(IpNet, ())> = all.iter().map(|p| (*p, ())).collect();
+        patch(&mut keyed, new);
+        *all = keyed.into_iter().map(|e| e.0).collect();
+        computed.prefixes = all.len();
+    }
+    let plans = plans(plan, ids, down)?;
+    let mut roots: Vec<IpNet> = Vec::new();
+    for p in prefixes {
+        if !roots.last().is_some_and(|r| r.contains(p)) {
+            roots.push(*p);
+        }
+    }
+    // Every subtree first: one too large leaves the tables as they were.
+    let fresh = roots
+        .iter()
+        .map(|root| {
+            subtree(&plans, data, &computed.all, root, SUBTREE_LIMIT)
+                .context("a changed prefix's subtree is too large")
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut diffs: Vec<Diff> = computed.tables.iter().map(|_| Diff::default()).collect();
+    for (root, fresh) in roots.iter().zip(fresh) {
+        for ((_, _, table), (new, d)) in computed
+            .tables
+            .iter_mut()
+            .zip(fresh.iter().zip(diffs.iter_mut()))
+        {
+            let one = replace_subtree(table, root, new);
+            d.put.extend(one.put);
+            d.delete.extend(one.delete);
+        }
+    }
+    Ok(diffs)
+}
 
 /// What one look at the live inputs changed.
 #[derive(Debug, Default)]
@@ -128,6 +188,54 @@ impl Live {
             confirmed: false,
             log,
         }))
+    }
+
+    /// Keeps up without deciding (a fleet's publisher standing by): the agents' reports are
+    /// merged as they come and the collector's timers run, so that nothing piles up and a
+    /// takeover starts from the routers' and agents' state of now.
+    pub fn keep_up(&mut self) {
+        self.poll_agents();
+        if let Some(b) = &mut self.bgp {
+            b.tick(Instant::now());
+        }
+    }
+
+    /// Whether the config has routers over BMP (then a first table waits for them).
+    pub fn has_bgp(&self) -> bool {
+        self.bgp.is_some()
+    }
+
+    /// What `data` (overlaid and kept up by this) took from the live inputs, for a fleet's
+    /// manifest.
+    pub fn sources(&self, cfg: &Config, data: &Data) -> LiveSources {
+        let view = |i: usize| self.bgp.as_ref().is_some_and(|b| b.has_view(i));
+        let routers = cfg
+            .sites
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| view(*i))
+            .filter_map(|(_, s)| Some(format!("{}={}", s.name, s.bmp_router.as_deref()?)))
+            .collect();
+        let agents = if self.rtt.is_some() {
+            cfg.rtt.agents.clone()
+        } else {
+            Vec::new()
+        };
+        let digest = director_plan::live::digest(data.sites.iter().enumerate().map(|(i, s)| {
+            let routes: &[(IpNet, Route)] = if view(i) { &s.routes } else { &[] };
+            let rtt: &[(IpNet, Rtt)] = if self.rtt.is_some() { &s.rtt } else { &[] };
+            (routes, rtt)
+        }));
+        LiveSources {
+            routers,
+            agents,
+            routes: self.bgp.as_ref().map_or(0, |b| b.size().0 as u64),
+            measurements: self
+                .rtt
+                .as_ref()
+                .map_or(0, |r| r.tables.iter().map(Vec::len).sum::<usize>() as u64),
+            digest,
+        }
     }
 
     /// Sleeps up to `timeout`, less when a live input changed.
