@@ -107,9 +107,9 @@ pub fn run_bench(seconds: u32, baseline: Option<&str>, only: Option<&str>) -> Re
         if let Some(s) = only.filter(|_| sections.len() > 1) {
             args.extend(["--only".into(), s.into()]);
         }
-        // The starting program's cost is set beside section 1's, so only where it runs.
-        if bin == "bench" && only.is_none_or(|s| s == "testrun") {
-            // And the program without demand counting, whose difference is counting's cost.
+        // The program without demand counting, whose difference is counting's cost: beside
+        // section 1's and on the wire (2c).
+        if bin == "bench" {
             let uncounted = ebpf_build::build_with(
                 &root(),
                 &root().join("target/ebpf-uncounted"),
@@ -118,6 +118,9 @@ pub fn run_bench(seconds: u32, baseline: Option<&str>, only: Option<&str>) -> Re
             .map_err(anyhow::Error::msg)
             .context("building the XDP program without demand counting")?;
             args.extend(["--uncounted".into(), uncounted.display().to_string()]);
+        }
+        // The starting program's cost is set beside section 1's, so only where it runs.
+        if bin == "bench" && only.is_none_or(|s| s == "testrun") {
             if let Some(rev) = baseline {
                 let dir = build_baseline(rev).with_context(|| {
                     format!(

@@ -15,8 +15,8 @@
 //! `--only wire` (sections 2 and 3),
 //! `--baseline DIR` (section 1b: issue 8's starting program, built in DIR by
 //! `cargo xtask bench`, measured in turns with today's),
-//! `--uncounted OBJECT` (section 1: the program built without demand counting, which
-//! `cargo xtask bench` builds, measured in turns with today's).
+//! `--uncounted OBJECT` (the program built without demand counting, which `cargo xtask
+//! bench` builds: measured in turns with today's in section 1, and on the wire in 2c).
 
 mod baseline;
 mod testrun;
@@ -156,6 +156,11 @@ fn main() -> Result<()> {
             ceiling: wire::Point::of(Server::Ceiling, &c),
         });
     }
+    // Before knot's runs too (they remove the service).
+    let counting = match &a.uncounted {
+        Some(u) => Some(w.counting_turns(u, &mut gen, max, a.runs, &mut log)?),
+        None => None,
+    };
     let knot = w.samples(Server::Knot, &mut gen, auto, max, a.runs, &mut log)?;
     let points = [
         wire::Point::of(Server::Director, &director),
@@ -166,6 +171,9 @@ fn main() -> Result<()> {
     wire::table(&points, &turns, gen, a.seconds, a.runs, &log).print();
     wire::limits(&points, gen).print();
     wire::paced_table(&paced, gen).print();
+    if let Some((with, without)) = &counting {
+        wire::counting_table(with, without, gen).print();
+    }
     drop(w);
     drop(lab);
     println!("\n(bench took {:.0} s)", start.elapsed().as_secs_f64());

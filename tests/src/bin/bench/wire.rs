@@ -8,7 +8,7 @@
 //! their schedstat.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -80,6 +80,8 @@ pub struct Wire<'a> {
     director_up: std::cell::Cell<bool>,
     /// Whether perf can split the NAPI thread's time (the program's share column).
     perf: bool,
+    /// Whether director's build without demand counting is attached now (section 2c).
+    uncounted_up: std::cell::Cell<bool>,
 }
 
 /// One load run.
@@ -277,6 +279,7 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
         client_pass: true.into(),
         director_up: true.into(),
         perf: perf::available(),
+        uncounted_up: false.into(),
     })
 }
 
@@ -600,6 +603,62 @@ impl Wire<'_> {
             }
         }
         Ok((director, ceiling))
+    }
+
+    /// Section 2c: director as built and its twin without demand counting (swapped in by
+    /// `director-ctl upgrade --object`, over the same maps), one run each per turn, which
+    /// goes first alternating: (with counting, without). director is as built after it.
+    pub fn counting_turns(
+        &self,
+        uncounted: &Path,
+        gen: &mut Generator,
+        load: Load,
+        runs: usize,
+        log: &mut String,
+    ) -> Result<(Vec<Sample>, Vec<Sample>)> {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for turn in 0..runs {
+            let mut order = [false, true];
+            if turn % 2 == 1 {
+                order.reverse();
+            }
+            for counting_off in order {
+                self.swap(counting_off.then_some(uncounted))?;
+                let got = self.samples(Server::Director, gen, false, load, 1, log)?;
+                if counting_off {
+                    without.extend(got);
+                } else {
+                    with.extend(got);
+                }
+            }
+        }
+        self.swap(None)?;
+        Ok((with, without))
+    }
+
+    /// Puts `object` (None: director-ctl's own build) in place of the attached program,
+    /// with director set up first if it is not; the NAPI thread is pinned again.
+    fn swap(&self, object: Option<&Path>) -> Result<()> {
+        if !self.director_up.get() {
+            director_setup(self.lab);
+            self.client_pass.set(true);
+            self.director_up.set(true);
+            self.uncounted_up.set(false);
+        }
+        if self.uncounted_up.get() == object.is_some() {
+            return Ok(());
+        }
+        let mut args = vec!["upgrade".to_string()];
+        if let Some(o) = object {
+            args.extend(["--object".into(), o.display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.lab.ctl_ok(&args);
+        self.uncounted_up.set(object.is_some());
+        let napi = sys::current_napi(&self.lab.edge_if)?;
+        sys::pin_to_cpu(napi, SERVER_CPU)?;
+        self.edge_napi.set(napi);
+        Ok(())
     }
 
     fn samples_on(
@@ -932,5 +991,54 @@ pub fn limits(points: &[Point], gen: Generator) -> Table {
             "benchmarking.md: dnsperf tops out near 0.25-0.30 M responses/s on these machines.",
         ),
     }
+    t
+}
+
+/// Section 2c: what demand counting costs on the wire, director with and without it.
+pub fn counting_table(with: &[Sample], without: &[Sample], gen: Generator) -> Table {
+    let mut t = Table::new(
+        format!(
+            "2c. Demand counting on the wire: director as built and its twin without demand \
+             counting (director-ebpf's `uncounted` feature, `director-ctl upgrade --object`), \
+             one run each per turn, which goes first alternating ({gen:?} at its maximum rate)"
+        ),
+        &[
+            "build",
+            "answers/s median",
+            "CPU us/answer median",
+            "min",
+            "max",
+            "program ns/answer (perf)",
+            "CPU 1 others",
+        ],
+    );
+    for (name, samples) in [
+        ("with demand counting", with),
+        ("without demand counting", without),
+    ] {
+        let p = Point::of(Server::Director, samples);
+        let [c, cmin, cmax] = p.cpu_us.cells(|v| format!("{v:.3}"));
+        t.row(vec![
+            name.into(),
+            thousands(p.answers.median as u64),
+            c,
+            cmin,
+            cmax,
+            p.program_ns
+                .as_ref()
+                .map_or("-".into(), |v| format!("{:.0}", v.median)),
+            format!("{:.0}%", 100.0 * p.other.median),
+        ]);
+    }
+    let r = Spread::of(&turn_ratios(with, without));
+    t.note(format!(
+        "with / without, CPU per answer turn by turn: median x{:.3}, min x{:.3}, max x{:.3} \
+         over {} turns (issue 36's aim: no drop in the ratio to the ceiling, i.e. about x1.00 \
+         here).",
+        r.median,
+        r.min,
+        r.max,
+        with.len().min(without.len())
+    ));
     t
 }
