@@ -644,6 +644,7 @@ impl Wire<'_> {
             self.client_pass.set(true);
             self.director_up.set(true);
             self.uncounted_up.set(false);
+            self.pin_napi()?;
         }
         if self.uncounted_up.get() == object.is_some() {
             return Ok(());
@@ -655,6 +656,12 @@ impl Wire<'_> {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.lab.ctl_ok(&args);
         self.uncounted_up.set(object.is_some());
+        self.pin_napi()
+    }
+
+    /// Finds the edge veth's NAPI thread again (a new program may bring a new one) and
+    /// pins it to the server's CPU.
+    fn pin_napi(&self) -> Result<()> {
         let napi = sys::current_napi(&self.lab.edge_if)?;
         sys::pin_to_cpu(napi, SERVER_CPU)?;
         self.edge_napi.set(napi);
