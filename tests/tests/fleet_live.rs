@@ -159,6 +159,16 @@ impl Fleet {
         self.publisher.as_mut().expect("the publisher runs")
     }
 
+    /// Waits until the router's BMP session is up and the publisher made a version current.
+    fn routers_in(&mut self) {
+        self.routers
+            .as_mut()
+            .expect("the router lab runs")
+            .wait_bmp_connected(Duration::from_secs(30));
+        self.publisher()
+            .wait_for("is current", 1, Duration::from_secs(30));
+    }
+
     /// The edge's A answer for a client in `subnet` (ECS), or "" when it did not answer.
     fn answer(&self, subnet: &str) -> String {
         let r = Reply::parse(&self.lab.dig(&[
@@ -320,12 +330,7 @@ fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
         let text = bgp_feed(hub, f0);
         format!("{text}\n[ui]\nlisten = \"{PUBLISHER_V4}:{UI_PORT}\"\n")
     });
-    f.routers
-        .as_mut()
-        .unwrap()
-        .wait_bmp_connected(Duration::from_secs(30));
-    f.publisher()
-        .wait_for("is current", 1, Duration::from_secs(30));
+    f.routers_in();
     f.until(BGP_CLIENT, Y_V4, WITHIN);
 
     // The map page draws what the leader published: its table's generation follows.
@@ -452,12 +457,7 @@ fn a_withdrawal_at_the_router_reaches_the_edge_through_the_publisher() {
 fn a_standby_takes_over_with_the_routers_table() {
     const STANDBY_V4: &str = "198.51.100.8";
     let mut f = Fleet::start("takeover", bgp_feed);
-    f.routers
-        .as_mut()
-        .unwrap()
-        .wait_bmp_connected(Duration::from_secs(30));
-    f.publisher()
-        .wait_for("is current", 1, Duration::from_secs(30));
+    f.routers_in();
     f.hub.add_address(&format!("{STANDBY_V4}/24"));
     let second = SocketAddr::new(STANDBY_V4.parse().unwrap(), BMP_PORT);
     let standby_config = f.dir.path("fleet-standby.toml");

@@ -176,6 +176,31 @@ impl Sample {
     }
 }
 
+/// `runs` turns of one run each of two things (`each(false)`, `each(true)`), which goes
+/// first alternating from turn to turn: a run right after the other's set-up or teardown
+/// would otherwise always be the same one's. Returns (the false runs, the true runs).
+fn in_turns(
+    runs: usize,
+    mut each: impl FnMut(bool) -> Result<Vec<Sample>>,
+) -> Result<(Vec<Sample>, Vec<Sample>)> {
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for turn in 0..runs {
+        let mut order = [false, true];
+        if turn % 2 == 1 {
+            order.reverse();
+        }
+        for which in order {
+            let got = each(which)?;
+            if which {
+                second.extend(got);
+            } else {
+                first.extend(got);
+            }
+        }
+    }
+    Ok((first, second))
+}
+
 /// director's CPU per answer over the ceiling's, turn by turn (runs next to each other in
 /// time): load from the rest of the machine that changes between turns cancels out of
 /// each ratio, where it only averages out of the ratio of the two medians.
@@ -588,21 +613,14 @@ impl Wire<'_> {
         runs: usize,
         log: &mut String,
     ) -> Result<(Vec<Sample>, Vec<Sample>)> {
-        let (mut director, mut ceiling) = (Vec::new(), Vec::new());
-        for turn in 0..runs {
-            let mut order = [Server::Director, Server::Ceiling];
-            if turn % 2 == 1 {
-                order.reverse();
-            }
-            for server in order {
-                let got = self.samples(server, gen, auto, load, 1, log)?;
-                match server {
-                    Server::Director => director.extend(got),
-                    _ => ceiling.extend(got),
-                }
-            }
-        }
-        Ok((director, ceiling))
+        in_turns(runs, |ceiling| {
+            let server = if ceiling {
+                Server::Ceiling
+            } else {
+                Server::Director
+            };
+            self.samples(server, gen, auto, load, 1, log)
+        })
     }
 
     /// Section 2c: director as built and its twin without demand counting (swapped in by
@@ -616,24 +634,12 @@ impl Wire<'_> {
         runs: usize,
         log: &mut String,
     ) -> Result<(Vec<Sample>, Vec<Sample>)> {
-        let (mut with, mut without) = (Vec::new(), Vec::new());
-        for turn in 0..runs {
-            let mut order = [false, true];
-            if turn % 2 == 1 {
-                order.reverse();
-            }
-            for counting_off in order {
-                self.swap(counting_off.then_some(uncounted))?;
-                let got = self.samples(Server::Director, gen, false, load, 1, log)?;
-                if counting_off {
-                    without.extend(got);
-                } else {
-                    with.extend(got);
-                }
-            }
-        }
+        let both = in_turns(runs, |counting_off| {
+            self.swap(counting_off.then_some(uncounted))?;
+            self.samples(Server::Director, gen, false, load, 1, log)
+        })?;
         self.swap(None)?;
-        Ok((with, without))
+        Ok(both)
     }
 
     /// Puts `object` (None: director-ctl's own build) in place of the attached program,
