@@ -81,12 +81,16 @@ pub mod tcp {
     pub const MAX_LEN: usize = 60;
     pub const SRC_PORT: usize = 0;
     pub const DST_PORT: usize = 2;
+    pub const SEQ: usize = 4;
+    pub const ACK_NUM: usize = 8;
     /// The data offset (the header's length in 32-bit words) in the high nibble.
     pub const DATA_OFFSET: usize = 12;
     pub const FLAGS: usize = 13;
     pub const CHECKSUM: usize = 16;
 
+    pub const FIN: u8 = 0x01;
     pub const SYN: u8 = 0x02;
+    pub const RST: u8 = 0x04;
     pub const ACK: u8 = 0x10;
 
     /// Option kinds (RFC 9293 §3.2): the end of the list, a one-byte NOP, and the MSS

@@ -20,6 +20,15 @@ pub const MAP_RTT_GEN: &str = "DIR_RTT_GEN";
 /// Per-CPU counters, by [`Count`].
 pub const MAP_RTT_COUNTERS: &str = "DIR_RTT_COUNTERS";
 
+/// The tc program for an observer that is not the connections' end (`agent --observe`).
+pub const PROGRAM_RTT_TC: &str = "director_rtt_tc";
+/// Handshakes between their SYN-ACK and its ACK: [`HandshakeKey`] → [`SynAckSeen`] (an LRU
+/// hash shared by every CPU: the SYN-ACK and the ACK may be taken on different ones).
+pub const MAP_RTT_SYNACK: &str = "DIR_RTT_SYNACK";
+/// Handshakes `DIR_RTT_SYNACK` holds by default: those whose ACK has not come yet, so
+/// this × 1 s is the handshake rate it covers at a 1 s RTT (the agent's `--max-pending`).
+pub const MAX_PENDING_HANDSHAKES: u32 = 1 << 16;
+
 /// Prefixes `DIR_RTT` holds by default. Entries are deleted at every drain (2 s), so this
 /// bounds the distinct client prefixes seen between two drains, not over time: 65,536 is
 /// more than 6 times what 5,000 handshakes/s can bring in 2 s even if every one came
@@ -103,6 +112,8 @@ pub enum Count {
     NoEntry = 3,
     /// Sockets of a family other than IPv4/IPv6.
     OtherFamily = 4,
+    /// SYN-ACKs the tc observer saw (each starts a handshake's clock).
+    SynAcks = 5,
 }
 
 pub const COUNT_SLOTS: u32 = 8;
@@ -139,6 +150,73 @@ pub fn key_v6(gen: u8, ip: [u32; 4]) -> RttKey {
         family: FAMILY_V6,
         _pad: [0; 2],
         addr: [ip[0], ip[1] & u32::from_ne_bytes([0xff, 0xff, 0, 0]), 0, 0],
+    }
+}
+
+/// Key of `DIR_RTT_SYNACK`: one connection, named from the client's side. Addresses and
+/// ports as on the wire (IPv4 in `client[0]`/`server[0]`, the rest zero).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HandshakeKey {
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+    pub _pad: [u8; 3],
+    pub client_port: u16,
+    pub server_port: u16,
+    pub client: [u32; 4],
+    pub server: [u32; 4],
+}
+
+/// Value of `DIR_RTT_SYNACK`: the server's SYN-ACK as the observer saw it pass.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SynAckSeen {
+    /// When it passed (`bpf_ktime_get_ns`).
+    pub at_ns: u64,
+    /// The acknowledgment number that completes the handshake: its sequence number + 1.
+    pub ack: u32,
+    /// Nonzero once the same SYN-ACK passed again (a retransmission).
+    pub resent: u32,
+}
+
+/// What a client's ACK means for a handshake the observer saw the SYN-ACK of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandshakeEnd {
+    /// It acknowledges another sequence number: not this handshake's end.
+    NotIt,
+    /// It ends a handshake whose SYN-ACK was sent more than once: which copy it answers is
+    /// unknown (Karn's rule), so there is no sample, as the kernel's own has none.
+    Ambiguous,
+    /// The RTT in µs (at least 1: 0 means "no sample" to the histogram's readers).
+    Rtt(u32),
+}
+
+/// The sample an ACK (`ack`, host order) seen at `now_ns` gives the handshake `seen`.
+#[inline(always)]
+pub fn handshake_end(seen: &SynAckSeen, ack: u32, now_ns: u64) -> HandshakeEnd {
+    if ack != seen.ack {
+        return HandshakeEnd::NotIt;
+    }
+    if seen.resent != 0 {
+        return HandshakeEnd::Ambiguous;
+    }
+    let us = now_ns.saturating_sub(seen.at_ns) / 1000;
+    HandshakeEnd::Rtt(if us > u32::MAX as u64 {
+        u32::MAX
+    } else if us == 0 {
+        1
+    } else {
+        us as u32
+    })
+}
+
+/// The key an RTT sample of client `addr` (wire order) counts under: its /24 or /48.
+#[inline(always)]
+pub fn key_of(gen: u8, family: u8, addr: [u32; 4]) -> RttKey {
+    if family == FAMILY_V4 {
+        key_v4(gen, addr[0])
+    } else {
+        key_v6(gen, addr)
     }
 }
 
@@ -331,6 +409,8 @@ mod pod {
     // SAFETY: `#[repr(C)]`, integers only, padding spelled out as fields.
     unsafe impl aya::Pod for super::RttKey {}
     unsafe impl aya::Pod for super::RttStats {}
+    unsafe impl aya::Pod for super::HandshakeKey {}
+    unsafe impl aya::Pod for super::SynAckSeen {}
 }
 
 #[cfg(test)]
@@ -342,6 +422,46 @@ mod tests {
         assert_eq!(size_of::<RttKey>(), 20);
         assert_eq!(size_of::<RttStats>(), 24 + 2 * HIST_BUCKETS);
         assert_eq!(align_of::<RttStats>(), 8);
+        assert_eq!(size_of::<HandshakeKey>(), 40);
+        assert_eq!(size_of::<SynAckSeen>(), 16);
+    }
+
+    #[test]
+    fn a_handshake_ends_only_at_the_ack_of_its_syn_ack() {
+        let seen = SynAckSeen {
+            at_ns: 5_000_000,
+            ack: 1001,
+            resent: 0,
+        };
+        assert_eq!(handshake_end(&seen, 1000, 6_000_000), HandshakeEnd::NotIt);
+        assert_eq!(handshake_end(&seen, 1002, 6_000_000), HandshakeEnd::NotIt);
+        assert_eq!(
+            handshake_end(&seen, 1001, 45_123_456),
+            HandshakeEnd::Rtt(40_123)
+        );
+        // Under a microsecond is still a sample; a clock read before the SYN-ACK's (another
+        // CPU's) is not negative.
+        assert_eq!(handshake_end(&seen, 1001, 5_000_400), HandshakeEnd::Rtt(1));
+        assert_eq!(handshake_end(&seen, 1001, 4_000_000), HandshakeEnd::Rtt(1));
+        assert_eq!(
+            handshake_end(&seen, 1001, u64::MAX),
+            HandshakeEnd::Rtt(u32::MAX)
+        );
+        let resent = SynAckSeen { resent: 1, ..seen };
+        assert_eq!(
+            handshake_end(&resent, 1001, 45_000_000),
+            HandshakeEnd::Ambiguous
+        );
+        assert_eq!(handshake_end(&resent, 7, 45_000_000), HandshakeEnd::NotIt);
+        // Sequence numbers wrap: a SYN-ACK at 2^32 - 1 is acknowledged with 0.
+        let wrapped = SynAckSeen {
+            ack: u32::MAX.wrapping_add(1),
+            ..seen
+        };
+        assert_eq!(
+            handshake_end(&wrapped, 0, 6_000_000),
+            HandshakeEnd::Rtt(1000)
+        );
     }
 
     #[test]

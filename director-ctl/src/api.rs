@@ -644,6 +644,10 @@ pub struct RttCounters {
     pub no_entry: u64,
     /// Windows closed.
     pub windows: u64,
+    /// With `--observe`: SYN-ACKs seen passing (each a handshake's start; those whose ACK
+    /// came give the samples).
+    #[serde(default)]
+    pub syn_acks: u64,
 }
 
 /// One group of client prefixes moved by capacity spill (or back).

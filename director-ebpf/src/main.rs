@@ -12,6 +12,7 @@ mod counter;
 mod decap;
 mod demand;
 mod forward;
+mod handshake;
 mod l4;
 mod maps;
 mod opaque;
@@ -26,9 +27,9 @@ mod synflood;
 mod turnaround;
 
 use aya_ebpf::{
-    bindings::xdp_action,
-    macros::{sock_ops, xdp},
-    programs::{SockOpsContext, XdpContext},
+    bindings::{xdp_action, TC_ACT_UNSPEC},
+    macros::{classifier, sock_ops, xdp},
+    programs::{SockOpsContext, TcContext, XdpContext},
 };
 use aya_log_ebpf::debug;
 use director_common::{
@@ -186,4 +187,13 @@ pub fn director_rtt(ctx: SockOpsContext) -> u32 {
     rtt::observe(&ctx);
     // sock_ops programs answer 1 for "carry on"; no reply is set.
     1
+}
+
+/// Passive RTT where the handshakes pass but do not end (see `handshake`): tc, on ingress
+/// and egress of a site gateway's interface, for `director-ctl agent --observe`. Never
+/// changes or stops a packet; with tcx, the next program on the hook runs as well.
+#[classifier]
+pub fn director_rtt_tc(ctx: TcContext) -> i32 {
+    handshake::observe(&ctx);
+    TC_ACT_UNSPEC
 }

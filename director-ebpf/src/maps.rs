@@ -17,7 +17,7 @@ use director_common::{
         MAX_SERVICES, NAME_SLOTS, RRL_SLOTS,
     },
     rrl,
-    rtt::{RttKey, RttStats, COUNT_SLOTS as RTT_COUNT_SLOTS},
+    rtt::{HandshakeKey, RttKey, RttStats, SynAckSeen, COUNT_SLOTS as RTT_COUNT_SLOTS},
     steer::{
         Flow, FlowKey, GuardLimit, Handover, Hops, VipKey, VipRecord, COUNT_SLOTS, MAX_FLOWS,
         MAX_VIPS,
@@ -156,3 +156,9 @@ pub static DIR_RTT_ZERO: Array<RttStats> = Array::with_max_entries(1, 0);
 /// Samples per generation, handshakes without an RTT, inserts refused (`rtt::Count`).
 #[map]
 pub static DIR_RTT_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(RTT_COUNT_SLOTS, 0);
+/// `director_rtt_tc`'s handshakes between the SYN-ACK and its ACK. One entry here, as
+/// `DIR_RTT`; the agent sizes it (`--max-pending`). Shared by the CPUs (not per-CPU): the
+/// two packets of a handshake may be taken on different ones.
+#[map]
+pub static DIR_RTT_SYNACK: LruHashMap<HandshakeKey, SynAckSeen> =
+    LruHashMap::with_max_entries(1, 0);

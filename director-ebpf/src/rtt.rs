@@ -30,10 +30,7 @@ pub fn observe(ctx: &SockOpsContext) {
         count(&DIR_RTT_COUNTERS, Count::NoRtt as u32);
         return;
     }
-    let gen = match DIR_RTT_GEN.get(0) {
-        Some(g) => (*g & 1) as u8,
-        None => 0,
-    };
+    let gen = generation();
     let key = match ctx.family() {
         AF_INET => rtt::key_v4(gen, ctx.remote_ip4()),
         AF_INET6 => rtt::key_v6(gen, ctx.remote_ip6()),
@@ -49,10 +46,19 @@ pub fn observe(ctx: &SockOpsContext) {
     }
 }
 
+/// The generation samples go under now (see `director_common::rtt`).
+#[inline(always)]
+pub fn generation() -> u8 {
+    match DIR_RTT_GEN.get(0) {
+        Some(g) => (*g & 1) as u8,
+        None => 0,
+    }
+}
+
 /// Adds the sample to this CPU's value of `key`, making the entry if it is new. Per-CPU
 /// values: no other program run writes this one meanwhile, so no atomics.
 #[inline(always)]
-fn add(key: &RttKey, us: u32) -> bool {
+pub fn add(key: &RttKey, us: u32) -> bool {
     let mut entry = DIR_RTT.get_ptr_mut(key);
     if entry.is_none() {
         // A new entry starts from the never-written zero value (a 280-byte value built

@@ -320,3 +320,133 @@ fn relay(
         }
     }
 }
+
+/// A host behind the delay line's server namespace, which becomes a gateway: the server
+/// addresses move from its TUN to a third namespace, reached over a veth pair, and it
+/// forwards between the two. So the handshakes between the clients and the host pass the
+/// gateway without ending there (what `agent --observe` measures).
+///
+/// ```text
+///   <tag>-c ──relay── <tag>-s (gateway: <si>, <gateway_if>) ──veth── rg-<pid>-<n> (<host_if>)
+/// ```
+///
+/// Each server address goes on the host's veth in a /24 (IPv4) or /64 (IPv6); the gateway
+/// takes .254 (::fe) of it and is the host's default route. `Drop` deletes the host's
+/// namespace (and with it the pair); the delay line keeps its own.
+pub struct HostBehind {
+    pub host_ns: String,
+    /// The gateway's end of the pair (in the delay line's server namespace).
+    pub gateway_if: String,
+    pub host_if: String,
+}
+
+/// Prefix of the namespaces of hosts behind a gateway.
+pub const HOST_PREFIX: &str = "rg";
+
+fn gateway_side(a: &IpAddr) -> (String, String) {
+    match a {
+        IpAddr::V4(v) => {
+            let o = v.octets();
+            (
+                format!("{a}/24"),
+                format!("{}.{}.{}.254/24", o[0], o[1], o[2]),
+            )
+        }
+        IpAddr::V6(v) => {
+            let mut s = v.segments();
+            s[4..].copy_from_slice(&[0, 0, 0, 0xfe]);
+            (
+                format!("{a}/64"),
+                format!("{}/64", std::net::Ipv6Addr::from(s)),
+            )
+        }
+    }
+}
+
+impl DelayLink {
+    /// Moves `servers` (addresses given to [`DelayLink::new`] as servers) to a host behind
+    /// this line's server namespace, which then forwards (see [`HostBehind`]).
+    pub fn host_behind(&self, servers: &[IpAddr]) -> HostBehind {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            if let Ok(list) = Command::new("ip").args(["netns", "list"]).output() {
+                for line in String::from_utf8_lossy(&list.stdout).lines() {
+                    let name = line.split_whitespace().next().unwrap_or("");
+                    if pins::owner_is_gone(name, HOST_PREFIX) {
+                        let _ = Command::new("ip").args(["netns", "del", name]).output();
+                    }
+                }
+            }
+        });
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id() % 10000;
+        let h = HostBehind {
+            host_ns: pins::name(HOST_PREFIX, n),
+            gateway_if: format!("rg{pid}g{n}"),
+            host_if: format!("rg{pid}h{n}"),
+        };
+        let (gw, host) = (self.server_ns.as_str(), h.host_ns.as_str());
+        ip(&["netns", "add", host]);
+        ip(&[
+            "-n",
+            gw,
+            "link",
+            "add",
+            &h.gateway_if,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &h.host_if,
+            "netns",
+            host,
+        ]);
+        ip(&["-n", host, "link", "set", "lo", "up"]);
+        ip(&["-n", host, "link", "set", &h.host_if, "up"]);
+        ip(&["-n", gw, "link", "set", &h.gateway_if, "up"]);
+        for a in servers {
+            if let IpAddr::V4(v) = a {
+                // The kernel flushes a device's IPv4 routes (those to the clients) with its
+                // last IPv4 address: the TUN keeps one of the gateway's own.
+                let o = v.octets();
+                let keep = format!("{}.{}.{}.253/32", o[0], o[1], o[2]);
+                ip(&["-n", gw, "addr", "add", &keep, "dev", &self.server_if]);
+            }
+            ip(&[
+                "-n",
+                gw,
+                "addr",
+                "del",
+                &host_prefix(a),
+                "dev",
+                &self.server_if,
+            ]);
+            let (own, gateway) = gateway_side(a);
+            let v6: &[&str] = if a.is_ipv6() { &["nodad"] } else { &[] };
+            let mut args = vec!["-n", host, "addr", "add", &own, "dev", &h.host_if];
+            args.extend(v6);
+            ip(&args);
+            let mut args = vec!["-n", gw, "addr", "add", &gateway, "dev", &h.gateway_if];
+            args.extend(v6);
+            ip(&args);
+            let via = gateway.split('/').next().unwrap_or_default();
+            let family = if a.is_ipv6() { "-6" } else { "-4" };
+            ip(&["-n", host, family, "route", "add", "default", "via", via]);
+        }
+        let out = Command::new("ip")
+            .args(["netns", "exec", gw, "sysctl", "-q", "-w"])
+            .args(["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"])
+            .output()
+            .expect("running sysctl");
+        assert!(out.status.success(), "sysctl: {out:?}");
+        h
+    }
+}
+
+impl Drop for HostBehind {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.host_ns])
+            .output();
+    }
+}

@@ -614,13 +614,25 @@ pub const TCP_ACK: u8 = 0x10;
 /// A TCP segment with these flags and options (a multiple of 4 bytes) and payload, its
 /// checksum complete.
 pub fn tcp_segment_with(flow: &Flow, flags: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {
+    tcp_segment_numbered(flow, flags, 0x1000_0000, 0, options, payload)
+}
+
+/// [`tcp_segment_with`] with this sequence and acknowledgment number.
+pub fn tcp_segment_numbered(
+    flow: &Flow,
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    options: &[u8],
+    payload: &[u8],
+) -> Vec<u8> {
     assert!(options.len().is_multiple_of(4) && options.len() <= 40);
     let hlen = TCP_LEN + options.len();
     let mut s = Vec::with_capacity(hlen + payload.len());
     s.extend(flow.client.port().to_be_bytes());
     s.extend(flow.server.port().to_be_bytes());
-    s.extend(0x1000_0000u32.to_be_bytes());
-    s.extend(0u32.to_be_bytes());
+    s.extend(seq.to_be_bytes());
+    s.extend(ack.to_be_bytes());
     s.extend([((hlen / 4) as u8) << 4, flags]);
     s.extend(64240u16.to_be_bytes());
     s.extend([0, 0, 0, 0]);

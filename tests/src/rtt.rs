@@ -131,10 +131,40 @@ pub fn free_port() -> u16 {
 /// `director-ctl agent` on `cgroup`, serving on 127.0.0.1; returns once `/rtt` answers.
 pub fn start_agent(cgroup: &Cgroup, window_s: u64, drain_ms: u64) -> (Process, SocketAddr) {
     let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let mut cmd = Command::new(ctl_binary());
+    cmd.args(["agent", "--site", "test-site", "--cgroup"])
+        .arg(&cgroup.0);
+    spawn_agent(cmd, listen, window_s, drain_ms, || report(listen))
+}
+
+/// `director-ctl agent --observe` on `ifaces` of the namespace `ns`, serving on that
+/// namespace's 127.0.0.1 (read it with [`report_in`]); returns once `/rtt` answers.
+pub fn start_observer(
+    ns: &str,
+    ifaces: &[&str],
+    window_s: u64,
+    drain_ms: u64,
+) -> (Process, SocketAddr) {
+    let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
+        .arg(ctl_binary())
+        .args(["agent", "--site", "test-site"]);
+    for i in ifaces {
+        cmd.args(["--observe", i]);
+    }
+    spawn_agent(cmd, listen, window_s, drain_ms, || report_in(ns, listen))
+}
+
+fn spawn_agent(
+    mut cmd: Command,
+    listen: SocketAddr,
+    window_s: u64,
+    drain_ms: u64,
+    reach: impl Fn() -> std::io::Result<RttReport>,
+) -> (Process, SocketAddr) {
     let log = log_path("rtt-agent");
-    let child = Command::new(ctl_binary())
-        .args(["agent", "--site", "test-site", "--cgroup"])
-        .arg(&cgroup.0)
+    let child = cmd
         .args(["--listen", &listen.to_string()])
         .args(["--window-s", &window_s.to_string()])
         .args(["--drain-ms", &drain_ms.to_string()])
@@ -146,7 +176,7 @@ pub fn start_agent(cgroup: &Cgroup, window_s: u64, drain_ms: u64) -> (Process, S
     let mut p = Process { child, log };
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        if report(listen).is_ok() {
+        if reach().is_ok() {
             return (p, listen);
         }
         if let Ok(Some(st)) = p.child.try_wait() {
@@ -159,6 +189,17 @@ pub fn start_agent(cgroup: &Cgroup, window_s: u64, drain_ms: u64) -> (Process, S
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// [`report`] from inside the namespace `ns` (an agent listening on its loopback).
+pub fn report_in(ns: &str, agent: SocketAddr) -> std::io::Result<RttReport> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        enter(&ns)?;
+        report(agent)
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the reading thread panicked"))?
 }
 
 /// `GET /rtt`, parsed as the controller parses it.

@@ -1,5 +1,7 @@
 //! `director-ctl agent`: passive RTT at a site. The sock_ops program (`kernel::rtt`) takes
-//! the handshake RTT of every connection the site's servers accept; this loop drains its
+//! the handshake RTT of every connection the site's servers accept, or the tc program that
+//! of every handshake passing the interfaces of a host between them and the clients
+//! (`--observe`); this loop drains its
 //! map every `--drain-ms`, adds the samples to per-prefix windows ([`window`]) and
 //! publishes each prefix's last complete window at `GET /rtt` ([`http`]), which the
 //! controller polls. One log line per window. SIGINT/SIGTERM detach and end it.
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::controller::run::{install_signals, stopping};
-use crate::kernel::rtt::{cgroup2_root, RttProbe};
+use crate::kernel::rtt::{cgroup2_root, RttProbe, Watch};
 use window::{now_ms, Windows};
 
 /// How long a drain waits after flipping the generation before it reads the old one: a
@@ -26,6 +28,10 @@ pub struct Options {
     /// The cgroup v2 directory whose sockets (and its descendants') are measured; `None`:
     /// the cgroup2 root (every socket of the host).
     pub cgroup: Option<PathBuf>,
+    /// Interfaces whose passing handshakes are measured instead (tc); empty: the cgroup.
+    pub observe: Vec<String>,
+    /// With `observe`: handshakes waiting for their ACK at once.
+    pub max_pending: u32,
     pub listen: SocketAddr,
     pub window_s: u64,
     pub drain_ms: u64,
@@ -52,24 +58,43 @@ fn check(o: &Options) -> Result<()> {
     if o.max_prefixes < 16 {
         bail!("--max-prefixes {}: at least 16", o.max_prefixes);
     }
+    if o.max_pending < 16 {
+        bail!("--max-pending {}: at least 16", o.max_pending);
+    }
+    if o.cgroup.is_some() && !o.observe.is_empty() {
+        bail!("--cgroup and --observe: one or the other");
+    }
+    if let Some(dup) = o
+        .observe
+        .iter()
+        .enumerate()
+        .find(|(i, n)| o.observe[..*i].contains(n))
+    {
+        bail!("--observe {}: given twice", dup.1);
+    }
     Ok(())
 }
 
 pub fn run(o: &Options) -> Result<()> {
     check(o)?;
-    let cgroup = match &o.cgroup {
-        Some(c) => c.clone(),
-        None => cgroup2_root()?,
+    let watch = if !o.observe.is_empty() {
+        Watch::Interfaces {
+            names: o.observe.clone(),
+            pending: o.max_pending,
+        }
+    } else {
+        Watch::Cgroup(match &o.cgroup {
+            Some(c) => c.clone(),
+            None => cgroup2_root()?,
+        })
     };
     install_signals();
-    let mut probe = RttProbe::attach(&cgroup, o.max_prefixes)?;
+    let mut probe = RttProbe::attach(&watch, o.max_prefixes)?;
     let shared = http::empty(&o.site, o.window_s);
     http::serve(o.listen, shared.clone())?;
     eprintln!(
-        "director-ctl agent: site {}: measuring accepted connections in {}; GET http://{}/rtt",
-        o.site,
-        cgroup.display(),
-        o.listen
+        "director-ctl agent: site {}: measuring {watch}; GET http://{}/rtt",
+        o.site, o.listen
     );
     let mut windows = Windows::new(
         o.window_s * 1000,
@@ -96,6 +121,7 @@ pub fn run(o: &Options) -> Result<()> {
         counters.samples = d.counted.samples;
         counters.no_rtt = d.counted.no_rtt;
         counters.no_entry = d.counted.no_entry;
+        counters.syn_acks = d.counted.syn_acks;
         counters.lost += d.lost;
         let now = now_ms();
         if now < windows.end_ms() {
@@ -123,9 +149,8 @@ pub fn run(o: &Options) -> Result<()> {
     }
     drop(probe);
     eprintln!(
-        "director-ctl agent: site {}: stopped; detached from {}",
-        o.site,
-        cgroup.display()
+        "director-ctl agent: site {}: stopped; detached ({watch})",
+        o.site
     );
     Ok(())
 }

@@ -227,16 +227,27 @@ enum Cmd {
         zones: PathBuf,
     },
     /// On a site's servers: measure the handshake RTT of every accepted TCP connection (a
-    /// cgroup sock_ops program), per client /24 and /48, and serve each prefix's last
-    /// complete window as JSON at `GET /rtt` for the controller. Stops on SIGINT/SIGTERM.
+    /// cgroup sock_ops program), or on a host the connections pass, of every handshake
+    /// passing an interface (`--observe`, tc), per client /24 and /48, and serve each
+    /// prefix's last complete window as JSON at `GET /rtt` for the controller. Stops on
+    /// SIGINT/SIGTERM.
     Agent {
         /// This site's name, as the controller knows it.
         #[arg(long)]
         site: String,
         /// The cgroup v2 directory whose sockets are measured (with its descendants').
         /// Default: the cgroup2 root found in /proc/mounts (every socket of the host).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "observe")]
         cgroup: Option<PathBuf>,
+        /// Instead of accepted connections: the handshakes passing this interface (the
+        /// server's SYN-ACK out to the ACK back; repeat for more). Name the interfaces
+        /// towards the clients, each path once: a handshake seen on two gives no sample.
+        #[arg(long, value_name = "IFACE")]
+        observe: Vec<String>,
+        /// With --observe: handshakes waiting for their ACK at once (past it the oldest
+        /// is forgotten).
+        #[arg(long, default_value_t = director_common::rtt::MAX_PENDING_HANDSHAKES, requires = "observe")]
+        max_pending: u32,
         /// Where `GET /rtt` is served.
         #[arg(long, default_value = "127.0.0.1:9470")]
         listen: std::net::SocketAddr,
@@ -1009,6 +1020,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Agent {
             site,
             cgroup,
+            observe,
+            max_pending,
             listen,
             window_s,
             drain_ms,
@@ -1018,6 +1031,8 @@ fn run(cli: Cli) -> Result<()> {
         } => crate::agent::run(&crate::agent::Options {
             site,
             cgroup,
+            observe,
+            max_pending,
             listen,
             window_s,
             drain_ms,
@@ -1114,10 +1129,18 @@ pub fn main() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
-            // One line naming the problem, like every other refusal.
+            // One line naming the problem, like every other refusal: clap's first
+            // paragraph, whose later lines may be what it names (missing arguments).
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!("director-ctl: {}", first.trim_start_matches("error: "));
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!(
+                "director-ctl: {}",
+                first.join(" ").trim_start_matches("error: ")
+            );
             std::process::exit(2);
         }
     };

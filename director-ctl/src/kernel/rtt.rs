@@ -1,6 +1,8 @@
-//! The agent's sock_ops program (`director_rtt`): loaded from director's object, attached
-//! to a cgroup through a bpf_link only this process holds (the kernel detaches it when the
-//! process ends, however it ends), and its map drained.
+//! The agent's programs: `director_rtt` (sock_ops, on the servers: attached to a cgroup)
+//! or `director_rtt_tc` (tc, on a gateway the handshakes pass: attached to both directions
+//! of interfaces), loaded from director's object, attached through bpf_links only this
+//! process holds (the kernel detaches them when the process ends, however it ends), and
+//! their map drained.
 //!
 //! The object's maps are made by any load of it. The pinned ones (the edge's) go into a
 //! directory of this process's own, unpinned once loaded, so an edge's pins on the same
@@ -15,11 +17,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{Array, MapData, MapError, PerCpuArray, PerCpuHashMap};
-use aya::programs::{CgroupAttachMode, SockOps};
+use aya::programs::{tc, CgroupAttachMode, SchedClassifier, SockOps, TcAttachType};
+use aya::util::KernelVersion;
 use aya::{Ebpf, EbpfLoader};
 use director_common::rtt::{
     self, Count, Hist, RttKey, RttStats, FAMILY_V4, MAP_RTT, MAP_RTT_COUNTERS, MAP_RTT_GEN,
-    PROGRAM_RTT, V4_PREFIX_LEN, V6_PREFIX_LEN,
+    MAP_RTT_SYNACK, PROGRAM_RTT, PROGRAM_RTT_TC, V4_PREFIX_LEN, V6_PREFIX_LEN,
 };
 use ipnet::IpNet;
 
@@ -54,6 +57,28 @@ fn is_cgroup2(path: &Path) -> bool {
     unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == CGROUP2_SUPER_MAGIC }
 }
 
+/// Where the handshakes are taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watch {
+    /// Connections accepted by the processes of a cgroup v2 directory (and its
+    /// descendants'): the kernel's own sample, on the servers.
+    Cgroup(PathBuf),
+    /// Handshakes passing these interfaces, either way: SYN-ACK to ACK as seen here, on a
+    /// host the connections pass (at most `pending` waiting for their ACK at once).
+    Interfaces { names: Vec<String>, pending: u32 },
+}
+
+impl std::fmt::Display for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Watch::Cgroup(p) => write!(f, "connections accepted in {}", p.display()),
+            Watch::Interfaces { names, .. } => {
+                write!(f, "handshakes passing {}", names.join(", "))
+            }
+        }
+    }
+}
+
 /// What the kernel counted since the attach, all CPUs together.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counted {
@@ -63,6 +88,8 @@ pub struct Counted {
     pub no_rtt: u64,
     /// Samples dropped because the map refused their prefix an entry.
     pub no_entry: u64,
+    /// SYN-ACKs seen passing (interfaces only).
+    pub syn_acks: u64,
 }
 
 /// One drain: per prefix, what the handshakes since the last drain measured.
@@ -91,30 +118,19 @@ pub struct RttProbe {
 }
 
 impl RttProbe {
-    /// Loads `director_rtt` with a `DIR_RTT` of `max_prefixes` entries and attaches it to
-    /// the cgroup v2 directory `cgroup` (its sockets and those of every cgroup below it).
-    pub fn attach(cgroup: &Path, max_prefixes: u32) -> Result<RttProbe> {
+    /// Loads the program `watch` needs with a `DIR_RTT` of `max_prefixes` entries and
+    /// attaches it there.
+    pub fn attach(watch: &Watch, max_prefixes: u32) -> Result<RttProbe> {
         require_privileges("agent")?;
-        if !is_cgroup2(cgroup) {
-            bail!(
-                "{} is not a cgroup v2 directory (the cgroup2 mount is in /proc/mounts)",
-                cgroup.display()
-            );
+        let pending = match watch {
+            Watch::Cgroup(_) => 1,
+            Watch::Interfaces { pending, .. } => *pending,
+        };
+        let mut ebpf = load(max_prefixes, pending)?;
+        match watch {
+            Watch::Cgroup(cgroup) => attach_cgroup(&mut ebpf, cgroup)?,
+            Watch::Interfaces { names, .. } => attach_interfaces(&mut ebpf, names)?,
         }
-        let mut ebpf = load(max_prefixes)?;
-        let prog: &mut SockOps = ebpf
-            .program_mut(PROGRAM_RTT)
-            .with_context(|| format!("the object has no program named {PROGRAM_RTT}"))?
-            .try_into()?;
-        prog.load()
-            .map_err(verifier_error)
-            .context("the kernel refused the sock_ops program")?;
-        let dir = File::open(cgroup).with_context(|| format!("opening {}", cgroup.display()))?;
-        // A bpf_link (kernel 5.7+): it goes beside any other sock_ops program of the cgroup
-        // whatever the mode, and the kernel refuses link flags, so the mode must be Single
-        // (no flags), not AllowMultiple.
-        prog.attach(dir, CgroupAttachMode::Single)
-            .with_context(|| format!("attaching to the cgroup {}", cgroup.display()))?;
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .with_context(|| format!("the object has no map {name}"))
@@ -177,6 +193,7 @@ impl RttProbe {
             samples: self.count(rtt::samples_slot(0))? + self.count(rtt::samples_slot(1))?,
             no_rtt: self.count(Count::NoRtt as u32)?,
             no_entry: self.count(Count::NoEntry as u32)?,
+            syn_acks: self.count(Count::SynAcks as u32)?,
         };
         Ok(out)
     }
@@ -202,6 +219,67 @@ impl RttProbe {
     }
 }
 
+fn attach_cgroup(ebpf: &mut Ebpf, cgroup: &Path) -> Result<()> {
+    if !is_cgroup2(cgroup) {
+        bail!(
+            "{} is not a cgroup v2 directory (the cgroup2 mount is in /proc/mounts)",
+            cgroup.display()
+        );
+    }
+    let prog: &mut SockOps = ebpf
+        .program_mut(PROGRAM_RTT)
+        .with_context(|| format!("the object has no program named {PROGRAM_RTT}"))?
+        .try_into()?;
+    prog.load()
+        .map_err(verifier_error)
+        .context("the kernel refused the sock_ops program")?;
+    let dir = File::open(cgroup).with_context(|| format!("opening {}", cgroup.display()))?;
+    // A bpf_link (kernel 5.7+): it goes beside any other sock_ops program of the cgroup
+    // whatever the mode, and the kernel refuses link flags, so the mode must be Single
+    // (no flags), not AllowMultiple.
+    prog.attach(dir, CgroupAttachMode::Single)
+        .with_context(|| format!("attaching to the cgroup {}", cgroup.display()))?;
+    Ok(())
+}
+
+/// Attaches `director_rtt_tc` to ingress and egress of every interface in `names`.
+fn attach_interfaces(ebpf: &mut Ebpf, names: &[String]) -> Result<()> {
+    // Refused before anything is attached, with the name that is wrong.
+    for name in names {
+        let c = std::ffi::CString::new(name.as_str())
+            .with_context(|| format!("--observe {name:?}: a name with a NUL byte"))?;
+        // SAFETY: a C string that lives across the call.
+        if unsafe { libc::if_nametoindex(c.as_ptr()) } == 0 {
+            bail!("--observe {name}: no interface of that name in this network namespace");
+        }
+    }
+    let prog: &mut SchedClassifier = ebpf
+        .program_mut(PROGRAM_RTT_TC)
+        .with_context(|| format!("the object has no program named {PROGRAM_RTT_TC}"))?
+        .try_into()?;
+    prog.load()
+        .map_err(verifier_error)
+        .context("the kernel refused the tc program")?;
+    // From 6.6 aya attaches through tcx links, held by this process like the sock_ops
+    // link. Before, through netlink filters on a clsact qdisc, which a killed agent leaves
+    // behind (harmless: the program counts into maps nobody reads).
+    let tcx = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0));
+    for name in names {
+        if !tcx {
+            // EEXIST when the interface has one already: that one is used.
+            let _ = tc::qdisc_add_clsact(name);
+        }
+        for (way, dir) in [
+            (TcAttachType::Ingress, "ingress"),
+            (TcAttachType::Egress, "egress"),
+        ] {
+            prog.attach(name, way)
+                .with_context(|| format!("attaching to {dir} of {name}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// The prefix a key stands for.
 pub fn prefix_of(k: &RttKey) -> IpNet {
     let mut bytes = [0u8; 16];
@@ -218,13 +296,19 @@ pub fn prefix_of(k: &RttKey) -> IpNet {
     IpNet::new(ip, len).unwrap_or_else(|_| IpNet::from(ip))
 }
 
-/// Loads the object with its pinned maps in a directory of this process's own (removed
-/// once loaded) and every one of the edge's maps shrunk to one entry.
-fn load(max_prefixes: u32) -> Result<Ebpf> {
+/// Loads the object with its pinned maps in a directory of this load's own (removed once
+/// loaded) and every one of the edge's maps shrunk to one entry; `DIR_RTT` and
+/// `DIR_RTT_SYNACK` with these sizes. Nothing is attached: BPF_PROG_TEST_RUN fixtures use
+/// it as it is.
+pub fn load(max_prefixes: u32, pending: u32) -> Result<Ebpf> {
+    static LOADS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let names = object_map_names()?;
+    // A fresh directory per load: loads in one process (fixtures in parallel) must not
+    // pick up each other's pins.
     let pins = MapPins(PathBuf::from(format!(
-        "/sys/fs/bpf/director-agent-{}",
-        std::process::id()
+        "/sys/fs/bpf/director-agent-{}-{}",
+        std::process::id(),
+        LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     )));
     ensure_bpffs_dir(&pins.0)?;
     let mut loader = EbpfLoader::new();
@@ -236,6 +320,7 @@ fn load(max_prefixes: u32) -> Result<Ebpf> {
         loader.map_max_entries(name, 1);
     }
     loader.map_max_entries(MAP_RTT, max_prefixes);
+    loader.map_max_entries(MAP_RTT_SYNACK, pending.max(1));
     let ebpf = loader
         .load(EBPF_OBJECT)
         .context("loading director's object (are you root?)")?;
