@@ -15,7 +15,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use director_plan::compile::{replace_subtree, Diff};
 use director_plan::config::Config;
 use director_plan::data::Data;
@@ -146,19 +146,41 @@ impl Live {
     /// Starts what `cfg` asks for (the BMP listener, the agents' poller); `None` when it
     /// asks for neither.
     pub fn start(cfg: &Config, log: Log) -> Result<Option<Live>> {
+        Live::start_with(cfg, log, None)
+    }
+
+    /// [`Live::start`], with `store` giving the reports agents wrote into a fleet's store
+    /// (`[rtt] from_store`: only a fleet's publisher has one).
+    pub fn start_with(
+        cfg: &Config,
+        log: Log,
+        store: Option<agents::Feed>,
+    ) -> Result<Option<Live>> {
+        if cfg.rtt.from_store && store.is_none() {
+            bail!(
+                "[rtt] from_store: only a fleet's publishers read the agents' reports from \
+                 its store (run --store ... --role publisher); alone, list them in [rtt] agents"
+            );
+        }
         let wake = Arc::new(Wake::default());
         let bgp = bgp::Bgp::start(cfg, log, Arc::clone(&wake))?;
-        let rtt = if cfg.rtt.agents.is_empty() {
+        let rtt = if cfg.rtt.agents.is_empty() && !cfg.rtt.from_store {
             None
         } else {
             let (tx, rx) = channel();
-            let w = Arc::clone(&wake);
-            agents::start(
-                cfg.rtt.agents.clone(),
-                Duration::from_secs_f64(cfg.rtt.poll),
-                tx,
-                move || w.notify(),
-            );
+            if !cfg.rtt.agents.is_empty() {
+                let w = Arc::clone(&wake);
+                agents::start(
+                    cfg.rtt.agents.clone(),
+                    Duration::from_secs_f64(cfg.rtt.poll),
+                    tx.clone(),
+                    move || w.notify(),
+                );
+            }
+            if let (true, Some(feed)) = (cfg.rtt.from_store, store) {
+                let w = Arc::clone(&wake);
+                feed(tx, Box::new(move || w.notify()));
+            }
             Some(RttLive {
                 merge: Merge::new(
                     cfg.sites.len(),
@@ -216,10 +238,22 @@ impl Live {
             .filter(|(i, _)| view(*i))
             .filter_map(|(_, s)| Some(format!("{}={}", s.name, s.bmp_router.as_deref()?)))
             .collect();
-        let agents = if self.rtt.is_some() {
-            cfg.rtt.agents.clone()
-        } else {
-            Vec::new()
+        // The agents polled, and those from the store that stand behind a value now (the
+        // store's set comes and goes with their leases; the values are the live state).
+        let agents = match &self.rtt {
+            Some(r) => {
+                let stored: std::collections::BTreeSet<&str> = r
+                    .tables
+                    .iter()
+                    .flatten()
+                    .map(|(_, _, src)| src.agent.as_str())
+                    .filter(|a| a.starts_with(agents::FROM_STORE))
+                    .collect();
+                let mut all = cfg.rtt.agents.clone();
+                all.extend(stored.into_iter().map(str::to_string));
+                all
+            }
+            None => Vec::new(),
         };
         let digest = director_plan::live::digest(data.sites.iter().enumerate().map(|(i, s)| {
             let routes: &[(IpNet, Route)] = if view(i) { &s.routes } else { &[] };
