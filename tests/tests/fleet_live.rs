@@ -38,8 +38,8 @@ use director_tests::config::Doc;
 use director_tests::delay::DelayLink;
 use director_tests::fleet::{Etcd, Hub, PUBLISHER_V4};
 use director_tests::netns::{ctl_binary, describe, Controller, Lab, Reply, EDGE_V4};
-use director_tests::rtt::{connect_all, start_sink, Cgroup, Process};
 use director_tests::routers::{listen_in, Options, RouterKind, RouterLab};
+use director_tests::rtt::{connect_all, start_sink, Cgroup, Process};
 use director_tests::tempdir::{replace_file, TempDir};
 
 const WWW: &str = "www.example.com";
@@ -784,7 +784,11 @@ fn agents_write_into_the_store_and_the_edge_follows_their_rtt() {
     });
     f.publisher()
         .wait_for("is current", 1, Duration::from_secs(30));
-    assert_eq!(f.answer(STORE_CLIENT_NET), Y_V4, "nothing measured: admin picks y");
+    assert_eq!(
+        f.answer(STORE_CLIENT_NET),
+        Y_V4,
+        "nothing measured: admin picks y"
+    );
     f.sites.push(StoreSite::start(&f, "a", 20, AGENT_PORT + 1));
     f.sites.push(StoreSite::start(&f, "b", 30, AGENT_PORT + 2));
     let first = f.until_measured(X_V4, Duration::from_secs(30));
@@ -820,6 +824,12 @@ fn agents_write_into_the_store_and_the_edge_follows_their_rtt() {
         ["store:a/agent-a", "store:b/agent-b"],
         "{live:?}"
     );
+    let seen: Vec<(&str, &str)> = st
+        .agents
+        .iter()
+        .map(|a| (a.site.as_str(), a.name.as_str()))
+        .collect();
+    assert_eq!(seen, [("a", "agent-a"), ("b", "agent-b")], "{st:?}");
     let log = f.publisher().log();
     assert!(
         log.contains("live inputs changed") && !log.contains("RTT agent unreachable"),
@@ -835,7 +845,10 @@ fn agents_write_into_the_store_and_the_edge_follows_their_rtt() {
         gone >= Duration::from_secs(1),
         "agent a's key went {gone:?} after SIGKILL: not by its lease"
     );
-    eprintln!("a killed agent's key gone {gone:?} after SIGKILL ({:?})", t.elapsed());
+    eprintln!(
+        "a killed agent's key gone {gone:?} after SIGKILL ({:?})",
+        t.elapsed()
+    );
     // Stopped: it revokes its lease on the way out.
     let t = Instant::now();
     assert!(
@@ -844,6 +857,7 @@ fn agents_write_into_the_store_and_the_edge_follows_their_rtt() {
         f.sites[1].agent.log()
     );
     let gone = f.until_keys(&[], Duration::from_secs(5));
+    assert!(f.status().agents.is_empty());
     eprintln!(
         "a stopped agent's key gone {gone:?} after it exited ({:?} after SIGTERM)",
         t.elapsed()

@@ -179,11 +179,14 @@ struct Answers {
     current: Option<Current>,
 }
 
+/// Per service id (the config's own: 1, 2, 3...), its entries.
+type Tables = Vec<(u32, Vec<(IpNet, Decision)>)>;
+
 /// The table of a version the fleet answers from, on the config's own ids, and the chunks
 /// it was made of (the next version fetches only the others).
 struct Current {
     version: u64,
-    tables: Vec<(u32, Vec<(IpNet, Decision)>)>,
+    tables: Tables,
     /// The published config's services and servers, in order: its ids are positions in
     /// them, which must be the page's own config's for the table to be drawn on it.
     names: (Vec<String>, Vec<String>),
@@ -313,8 +316,6 @@ impl Answers {
         Ok(a)
     }
 
-
-
     fn explain(&mut self, service: &str, client: std::net::IpAddr) -> Result<String> {
         self.table()?;
         let guard = self.page.lock();
@@ -333,7 +334,7 @@ fn drawn_tables<'a>(
     current: Option<&'a Current>,
     leading: bool,
     d: &'a Drawn,
-) -> (&'a [(u32, Vec<(IpNet, Decision)>)], Option<String>) {
+) -> (&'a Tables, Option<String>) {
     let Some(c) = current.filter(|_| !leading) else {
         return (&d.tables, None);
     };
@@ -372,7 +373,9 @@ async fn fetch(st: &mut Store, v: u64, before: Option<Current>) -> Result<Curren
             None => st
                 .get(&st.chunk_key(&r.digest), true)
                 .await?
-                .with_context(|| format!("chunk {} of version {v} is not in the store", r.digest))?,
+                .with_context(|| {
+                    format!("chunk {} of version {v} is not in the store", r.digest)
+                })?,
         };
         chunks.insert(r.digest.clone(), bytes);
     }
@@ -463,6 +466,7 @@ mod tests {
             store_bytes: 0,
             store_bytes_in_use: 0,
             live_inputs: None,
+            agents: Vec::new(),
         }
     }
 

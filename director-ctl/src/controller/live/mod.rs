@@ -151,11 +151,7 @@ impl Live {
 
     /// [`Live::start`], with `store` giving the reports agents wrote into a fleet's store
     /// (`[rtt] from_store`: only a fleet's publisher has one).
-    pub fn start_with(
-        cfg: &Config,
-        log: Log,
-        store: Option<agents::Feed>,
-    ) -> Result<Option<Live>> {
+    pub fn start_with(cfg: &Config, log: Log, store: Option<agents::Feed>) -> Result<Option<Live>> {
         if cfg.rtt.from_store && store.is_none() {
             bail!(
                 "[rtt] from_store: only a fleet's publishers read the agents' reports from \
@@ -540,4 +536,41 @@ fn site_index(cfg: &Config) -> HashMap<String, usize> {
         .enumerate()
         .map(|(i, s)| (s.name.clone(), i))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn agents_from_the_store_need_a_fleets_publisher() {
+        let cfg = crate::controller::config::Config::parse(
+            "[rtt]\nfrom_store = true\n\n[[site]]\nname = \"a\"\n\n\
+             [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = \"192.0.2.10\"\n\n\
+             [[service]]\nname = \"www.example.com\"\nservers = [\"x\"]\n\
+             priority = { rtt = 1 }\n",
+        )
+        .unwrap();
+        let e = Live::start(&cfg.plan, Log::Text)
+            .err()
+            .expect("refused alone");
+        assert!(format!("{e:#}").contains("from_store"), "{e:#}");
+        // A publisher's feed is started with the channel the merge reads.
+        let fed = Arc::new(AtomicBool::new(false));
+        let f = Arc::clone(&fed);
+        let feed: agents::Feed = Box::new(move |out, wake| {
+            f.store(
+                out.send(agents::Polled {
+                    agent: "store:a/s1".into(),
+                    report: Err(anyhow::anyhow!("no report yet")),
+                })
+                .is_ok(),
+                Ordering::Relaxed,
+            );
+            wake();
+        });
+        let live = Live::start_with(&cfg.plan, Log::Text, Some(feed)).unwrap();
+        assert!(live.is_some() && fed.load(Ordering::Relaxed));
+    }
 }
