@@ -2,7 +2,8 @@
 //! the handshake RTT of every connection the site's servers accept; this loop drains its
 //! map every `--drain-ms`, adds the samples to per-prefix windows ([`window`]) and
 //! publishes each prefix's last complete window at `GET /rtt` ([`http`]), which the
-//! controller polls, and with `--store` into a fleet's store ([`store`]). One log line per window. SIGINT/SIGTERM detach and end it.
+//! controller polls, and with `--store` into a fleet's store ([`store`]). One log line per
+//! window. SIGINT/SIGTERM detach and end it.
 
 pub mod http;
 pub mod store;
