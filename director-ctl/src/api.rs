@@ -565,6 +565,17 @@ pub struct FleetStatus {
     /// What the current version took from live inputs (BMP routers, RTT agents), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_inputs: Option<director_plan::fleet::manifest::LiveSources>,
+    /// RTT agents whose report is in the store now (`agent --store`: its key lives while
+    /// its lease does), by site then name.
+    #[serde(default)]
+    pub agents: Vec<FleetAgent>,
+}
+
+/// An RTT agent writing into the fleet's store, in `fleet status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FleetAgent {
+    pub site: String,
+    pub name: String,
 }
 
 /// One edge in `fleet status`.

@@ -105,6 +105,10 @@ pub struct Rtt {
     /// RTT agents at the sites (`director-ctl agent`): their `http://host:port/rtt` URLs.
     #[serde(default)]
     pub agents: Vec<String>,
+    /// In a fleet: the agents' reports are read from the fleet's store, where they write
+    /// them (`director-ctl agent --store`), at every poll, beside any `agents` polled.
+    #[serde(default)]
+    pub from_store: bool,
     /// Seconds between polls of each agent.
     #[serde(default = "Rtt::default_poll")]
     pub poll: f64,
@@ -134,6 +138,7 @@ impl Default for Rtt {
         Rtt {
             files: Vec::new(),
             agents: Vec::new(),
+            from_store: false,
             poll: Rtt::default_poll(),
             min_samples: Rtt::default_min_samples(),
             expire: Rtt::default_expire(),

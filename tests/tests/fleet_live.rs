@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!   injector ── FRR ──BMP──► publisher (hub netns, 198.51.100.9)  ──► etcd ×3 ──► edge ── dig
-//!   stand-in agents (HTTP, hub) ─┘
+//!   stand-in agents (HTTP, hub) ─┘                                    ▲
+//!   clients ─delay─► servers (a cgroup) ◄── director-ctl agent (hub) ──┘ rtt/<site>/<agent>
 //! ```
 //!
 //! The config is the shared two-site one: x at site a, y at site b. For BGP, www sorts by
@@ -34,9 +35,11 @@ use std::{
 
 use director_ctl::api::FleetStatus;
 use director_tests::config::Doc;
+use director_tests::delay::DelayLink;
 use director_tests::fleet::{Etcd, Hub, PUBLISHER_V4};
-use director_tests::netns::{describe, Controller, Lab, Reply, EDGE_V4};
+use director_tests::netns::{ctl_binary, describe, Controller, Lab, Reply, EDGE_V4};
 use director_tests::routers::{listen_in, Options, RouterKind, RouterLab};
+use director_tests::rtt::{connect_all, start_sink, Cgroup, Process};
 use director_tests::tempdir::{replace_file, TempDir};
 
 const WWW: &str = "www.example.com";
@@ -67,6 +70,8 @@ struct Fleet {
     edge: Controller,
     routers: Option<RouterLab>,
     agents: Option<Agents>,
+    /// Real agents writing into the store (the store test's).
+    sites: Vec<StoreSite>,
     lab: Lab,
     etcd: Etcd,
     hub: Hub,
@@ -120,6 +125,7 @@ impl Fleet {
             ),
             routers: f0.routers,
             agents: f0.agents,
+            sites: Vec::new(),
             lab,
             etcd,
             hub,
@@ -642,6 +648,220 @@ fn an_agents_rtt_change_reaches_the_edge_through_the_publisher() {
         .expect("the current version names its live inputs");
     assert_eq!(live.agents.len(), 2, "{live:?}");
     assert!(live.measurements >= 2, "{live:?}");
+    f.publisher().assert_alive();
+    f.edge.assert_alive();
+}
+
+/// A site measured by a real agent that writes into the store: clients reach the site's
+/// server over a delay line, the server (the accept sink) runs in a cgroup of the test's
+/// own, and `director-ctl agent --store` (in the hub, where etcd is) measures it. Dropped
+/// in field order: the agent first (SIGTERM: it revokes its lease), the cgroup last.
+struct StoreSite {
+    agent: Process,
+    _sink: Process,
+    link: DelayLink,
+    _cgroup: Cgroup,
+}
+
+/// The store test's client (one /24 in ECS) and its site's server, on each delay line.
+const STORE_CLIENT: &str = "203.0.113.10";
+const STORE_CLIENT_NET: &str = "203.0.113.0/24";
+const STORE_SERVER: &str = "198.51.100.1";
+
+impl StoreSite {
+    fn start(f: &Fleet, site: &str, one_way_ms: u64, port: u16) -> StoreSite {
+        let server = SocketAddr::new(STORE_SERVER.parse().unwrap(), 80);
+        let link = DelayLink::new(
+            &[STORE_CLIENT.parse().unwrap()],
+            &[server.ip()],
+            Duration::from_millis(one_way_ms),
+        );
+        let cgroup = Cgroup::new(&format!("flv-{site}"));
+        let sink = start_sink(
+            std::path::Path::new(env!("CARGO_BIN_EXE_accept_sink")),
+            &link.server_ns,
+            &cgroup,
+            &[server],
+        );
+        let log = f.dir.path(&format!("agent-{site}.log"));
+        let child = std::process::Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", f.hub.ns()))
+            .arg(ctl_binary())
+            .args(["agent", "--site", site, "--cgroup"])
+            .arg(&cgroup.0)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--window-s", "1", "--drain-ms", "250"])
+            .args(["--store", &f.etcd.url(), "--fleet", FLEET])
+            .args(["--name", &format!("agent-{site}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the agent's log"))
+            .spawn()
+            .expect("starting director-ctl agent");
+        StoreSite {
+            agent: Process { child, log },
+            _sink: sink,
+            link,
+            _cgroup: cgroup,
+        }
+    }
+
+    fn connect(&self, n: usize) {
+        connect_all(
+            &self.link.client_ns,
+            &[STORE_CLIENT.parse().unwrap()],
+            &[SocketAddr::new(STORE_SERVER.parse().unwrap(), 80)],
+            n,
+        );
+    }
+}
+
+impl Fleet {
+    /// Keeps every store site's client connecting (a few handshakes each per 200 ms) until
+    /// the edge answers `want` for the store test's client; how long it took.
+    fn until_measured(&self, want: &str, within: Duration) -> Duration {
+        let t0 = Instant::now();
+        loop {
+            for s in &self.sites {
+                s.connect(2);
+            }
+            if self.answer(STORE_CLIENT_NET) == want {
+                return t0.elapsed();
+            }
+            assert!(
+                t0.elapsed() < within,
+                "the edge still answers {:?} after {within:?}, want {want}\n{}\n{}",
+                self.answer(STORE_CLIENT_NET),
+                self.logs(),
+                self.sites
+                    .iter()
+                    .map(|s| s.agent.log())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The agents' keys in the store (under `/<fleet>/rtt/`).
+    fn agent_keys(&self) -> Vec<String> {
+        let out = self
+            .etcd
+            .ctl_ok(&["get", "--prefix", &format!("/{FLEET}/rtt/"), "--keys-only"]);
+        out.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Polls the store until the agents' keys are `want`; how long it took.
+    fn until_keys(&self, want: &[&str], within: Duration) -> Duration {
+        let t0 = Instant::now();
+        loop {
+            let keys = self.agent_keys();
+            if keys == want {
+                return t0.elapsed();
+            }
+            assert!(
+                t0.elapsed() < within,
+                "the agents' keys are {keys:?} after {within:?}, want {want:?}"
+            );
+            sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Agents that write into the store, and a publisher that polls none of them: the
+/// publisher reads their reports from etcd (`[rtt] from_store`), and the edge's answer
+/// follows an RTT step measured by the real agents (site a's path from 40 to 80 ms, b's
+/// 60 ms). A killed agent's key goes when its lease runs out; a stopped one revokes it.
+#[test]
+fn agents_write_into_the_store_and_the_edge_follows_their_rtt() {
+    let mut f = Fleet::start("store", |_, _| {
+        let mut c = Doc::two_sites();
+        c.add("[rtt]\nfrom_store = true\npoll = 0.5\nmin_samples = 1\nexpire = 120\n");
+        c.text()
+    });
+    f.publisher()
+        .wait_for("is current", 1, Duration::from_secs(30));
+    assert_eq!(
+        f.answer(STORE_CLIENT_NET),
+        Y_V4,
+        "nothing measured: admin picks y"
+    );
+    f.sites.push(StoreSite::start(&f, "a", 20, AGENT_PORT + 1));
+    f.sites.push(StoreSite::start(&f, "b", 30, AGENT_PORT + 2));
+    let first = f.until_measured(X_V4, Duration::from_secs(30));
+    eprintln!("first measurements through the store answered at the edge after {first:?}");
+    let keys = [
+        format!("/{FLEET}/rtt/a/agent-a"),
+        format!("/{FLEET}/rtt/b/agent-b"),
+    ];
+    assert_eq!(f.agent_keys(), keys);
+
+    let mut steps = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        f.sites[0].link.set_delay(Duration::from_millis(40));
+        f.until_measured(Y_V4, Duration::from_secs(20));
+        steps.push(t.elapsed());
+        let t = Instant::now();
+        f.sites[0].link.set_delay(Duration::from_millis(20));
+        f.until_measured(X_V4, Duration::from_secs(20));
+        steps.push(t.elapsed());
+    }
+    eprintln!(
+        "through the store: the path's RTT step → edge answer max {:?} ({steps:?})",
+        steps.iter().max().unwrap()
+    );
+    let st = f.status();
+    let live = st
+        .live_inputs
+        .as_ref()
+        .expect("the current version names its live inputs");
+    assert_eq!(
+        live.agents,
+        ["store:a/agent-a", "store:b/agent-b"],
+        "{live:?}"
+    );
+    let seen: Vec<(&str, &str)> = st
+        .agents
+        .iter()
+        .map(|a| (a.site.as_str(), a.name.as_str()))
+        .collect();
+    assert_eq!(seen, [("a", "agent-a"), ("b", "agent-b")], "{st:?}");
+    let log = f.publisher().log();
+    assert!(
+        log.contains("live inputs changed") && !log.contains("RTT agent unreachable"),
+        "{log}"
+    );
+
+    // Killed: nothing revokes its lease, which runs out (three 1 s windows).
+    f.sites[0].agent.child.kill().expect("killing agent a");
+    let _ = f.sites[0].agent.child.wait();
+    let t = Instant::now();
+    let gone = f.until_keys(&[keys[1].as_str()], Duration::from_secs(15));
+    assert!(
+        gone >= Duration::from_secs(1),
+        "agent a's key went {gone:?} after SIGKILL: not by its lease"
+    );
+    eprintln!(
+        "a killed agent's key gone {gone:?} after SIGKILL ({:?})",
+        t.elapsed()
+    );
+    // Stopped: it revokes its lease on the way out.
+    let t = Instant::now();
+    assert!(
+        f.sites[1].agent.stop(Duration::from_secs(10)),
+        "agent b did not stop on SIGTERM: {}",
+        f.sites[1].agent.log()
+    );
+    let gone = f.until_keys(&[], Duration::from_secs(5));
+    assert!(f.status().agents.is_empty());
+    eprintln!(
+        "a stopped agent's key gone {gone:?} after it exited ({:?} after SIGTERM)",
+        t.elapsed()
+    );
     f.publisher().assert_alive();
     f.edge.assert_alive();
 }

@@ -17,7 +17,7 @@ use director_ctl::api::{Atlas, FleetStatus};
 use director_tests::browser::{png_size, Browser};
 use director_tests::fleet::{Etcd, Hub};
 use director_tests::metrics;
-use director_tests::netns::{describe, workspace_root, Controller, Lab};
+use director_tests::netns::{ctl_binary, describe, workspace_root, Controller, Lab};
 use director_tests::tempdir::{replace_file, TempDir};
 
 const NAME: &str = "www.fleet.example";
@@ -394,6 +394,160 @@ fn the_publishers_page_shows_each_edge_and_the_version_it_applied() {
     for e in &mut edges {
         e.stop();
     }
+    p2.assert_alive();
+    p1.assert_alive();
+}
+
+/// The live test's policy: www by RTT, then preference (x first); the agents' RTT comes
+/// from the store (`[rtt] from_store`); the page on `port`.
+fn live_policy(clients: &Path, port: u16) -> String {
+    format!(
+        "[geo]\nlocations = {:?}\n\n[ui]\nlisten = \"0.0.0.0:{port}\"\ngrid = 2\nrefresh = 0.5\n\n\
+         [rtt]\nfrom_store = true\npoll = 0.5\nmin_samples = 1\n\n\
+         [[site]]\nname = \"a\"\nlat = 50.03\nlon = 8.54\n\n\
+         [[site]]\nname = \"b\"\nlat = 35.76\nlon = 140.39\n\n\
+         [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = \"{X}\"\npreference = 10\n\n\
+         [[server]]\nname = \"y\"\nsite = \"b\"\nipv4 = \"{Y}\"\npreference = 20\n\n\
+         [[service]]\nname = \"{NAME}\"\nttl = 30\nservers = [\"x\", \"y\"]\n\
+         priority = {{ rtt = 1, admin = 2 }}\n",
+        clients.display().to_string()
+    )
+}
+
+/// `fleet status --json` from the namespace `ns`.
+fn status_in(ns: &str, url: &str) -> FleetStatus {
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .arg(ctl_binary())
+        .args(["fleet", "status", "--store", url, "--json"])
+        .output()
+        .expect("director-ctl fleet status");
+    assert!(out.status.success(), "fleet status: {}", describe(&out));
+    serde_json::from_slice(&out.stdout).expect("fleet status --json")
+}
+
+/// A page's feed, read in `ns`.
+fn feed_at(ns: &str, port: u16) -> Atlas {
+    let (code, body) = get(ns, &format!("http://127.0.0.1:{port}/ui/feed"));
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("the feed is an Atlas")
+}
+
+/// The site the Paris cell (203.0.113.0/24's clients) is drawn for.
+fn paris(a: &Atlas) -> Option<String> {
+    a.cells
+        .iter()
+        .find(|c| c.sample.to_string().starts_with("203.0.113."))
+        .and_then(|c| c.site.clone())
+}
+
+/// A standby's page draws what the fleet answers: the current version's table from the
+/// store, with the leader's live RTT in it, not its own compile of the files (which has no
+/// live input: Paris would stay at a). The agents' reports are written into the store as
+/// `director-ctl agent --store` writes them (here by etcdctl, a stand-in).
+#[test]
+fn a_standbys_page_draws_the_live_version_the_leader_published() {
+    const LEADER_PORT: u16 = 9293;
+    const STANDBY_PORT: u16 = 9294;
+    let dir = TempDir::new("fleetui", "standby");
+    let hub = Hub::new();
+    let etcd = Etcd::start_with(
+        &hub,
+        &["--heartbeat-interval", "50", "--election-timeout", "500"],
+    );
+    let f = Fleet {
+        config: dir.path("p1.toml"),
+        clients: dir.path("clients.csv"),
+        url: etcd.url(),
+        dir,
+    };
+    replace_file(&f.clients, CLIENTS);
+    replace_file(&f.config, &live_policy(&f.clients, LEADER_PORT));
+    let mut p1 = f.publisher(hub.ns(), "p1");
+    p1.wait_for("is current", 1, Duration::from_secs(30));
+    // The standby beside it, its config the same but for its page's port.
+    let standby_config = f.dir.path("p2.toml");
+    replace_file(&standby_config, &live_policy(&f.clients, STANDBY_PORT));
+    let mut p2 = Controller::start_in(
+        hub.ns(),
+        Path::new("/nonexistent"),
+        &[
+            "run",
+            "--store",
+            &f.url,
+            "--role",
+            "publisher",
+            "--config",
+            &standby_config.display().to_string(),
+            "--name",
+            "p2",
+            "--poll-ms",
+            "100",
+            "--lease-seconds",
+            LEASE,
+        ],
+        &f.dir.path("publisher-p2.log"),
+    );
+    p2.wait_for("the map page on", 1, Duration::from_secs(10));
+    let leader = feed_at(hub.ns(), LEADER_PORT);
+    assert_eq!(paris(&leader).as_deref(), Some("a"), "{:?}", leader.cells);
+
+    // RTT from both sites for Paris's clients: b nearer. The leader publishes a version
+    // with it; the standby's page must draw it.
+    let report = |site: &str, ms: f64| {
+        let end = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        format!(
+            "{{\"site\":\"{site}\",\"records\":[{{\"prefix\":\"203.0.113.0/24\",\"min_ms\":{ms},\
+             \"median_ms\":{ms},\"samples\":20,\"window_start_ms\":{},\"window_end_ms\":{end}}}]}}",
+            end - 1000
+        )
+    };
+    let mut took = Vec::new();
+    for (a_ms, b_ms, want) in [(80.0, 10.0, "b"), (10.0, 80.0, "a"), (80.0, 10.0, "b")] {
+        let before = status_in(hub.ns(), &f.url).current;
+        let t = Instant::now();
+        etcd.ctl_ok(&["put", "/director/rtt/a/t1", &report("a", a_ms)]);
+        etcd.ctl_ok(&["put", "/director/rtt/b/t1", &report("b", b_ms)]);
+        let st = loop {
+            let st = status_in(hub.ns(), &f.url);
+            if st.current > before {
+                break st;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "no version after {before:?}: {st:?}\n{}",
+                p1.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let (l, s) = loop {
+            let l = feed_at(hub.ns(), LEADER_PORT);
+            let s = feed_at(hub.ns(), STANDBY_PORT);
+            if paris(&s).as_deref() == Some(want) && s.generation == l.generation {
+                break (l, s);
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "version {:?}: the standby's page draws Paris at {:?} (the leader's at {:?}), \
+                 want {want}; generations {} and {}\n{}",
+                st.current,
+                paris(&s),
+                paris(&l),
+                s.generation,
+                l.generation,
+                p2.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(paris(&l).as_deref(), Some(want));
+        assert_eq!(s.fleet_version, st.current);
+        assert_eq!(s.fleet_error, None);
+        took.push(t.elapsed());
+    }
+    println!("the standby's page drew each live version {took:?} after the agents' write");
     p2.assert_alive();
     p1.assert_alive();
 }

@@ -4,9 +4,11 @@
 //! (`--observe`); this loop drains its
 //! map every `--drain-ms`, adds the samples to per-prefix windows ([`window`]) and
 //! publishes each prefix's last complete window at `GET /rtt` ([`http`]), which the
-//! controller polls. One log line per window. SIGINT/SIGTERM detach and end it.
+//! controller polls, and with `--store` into a fleet's store ([`store`]). One log line per
+//! window. SIGINT/SIGTERM detach and end it.
 
 pub mod http;
+pub mod store;
 pub mod window;
 
 use std::net::SocketAddr;
@@ -39,6 +41,8 @@ pub struct Options {
     pub max_prefixes: u32,
     /// A prefix's record is dropped once its window ended this long ago.
     pub retain_s: u64,
+    /// A fleet's store the report is also written into (`--store`).
+    pub store: Option<store::Target>,
 }
 
 fn check(o: &Options) -> Result<()> {
@@ -90,6 +94,10 @@ pub fn run(o: &Options) -> Result<()> {
     };
     install_signals();
     let mut probe = RttProbe::attach(&watch, o.max_prefixes)?;
+    let writer = match &o.store {
+        Some(t) => Some(store::Writer::start(t.clone(), &o.site, o.window_s)?),
+        None => None,
+    };
     let shared = http::empty(&o.site, o.window_s);
     http::serve(o.listen, shared.clone())?;
     eprintln!(
@@ -146,8 +154,13 @@ pub fn run(o: &Options) -> Result<()> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         doc.records = windows.records();
         doc.counters = counters;
+        if let Some(w) = &writer {
+            w.window(&doc);
+        }
     }
     drop(probe);
+    // Its lease revoked: the store drops its records now rather than a few windows later.
+    drop(writer);
     eprintln!(
         "director-ctl agent: site {}: stopped; detached ({watch})",
         o.site

@@ -269,6 +269,16 @@ enum Cmd {
         /// ago, in seconds.
         #[arg(long, default_value_t = 300)]
         retain_s: u64,
+        /// Also write each window's report into this fleet's store
+        /// (etcd://HOST:PORT[,HOST:PORT...]), under rtt/SITE/NAME on a lease of three
+        /// windows, for publishers with `[rtt] from_store`.
+        #[arg(long)]
+        store: Option<String>,
+        #[command(flatten)]
+        fleet: FleetCommon,
+        /// This agent's name in the store (default: the host's name).
+        #[arg(long, requires = "store")]
+        name: Option<String>,
     },
     /// Print the completion script for a shell to stdout, e.g.
     /// `director-ctl completions bash > /etc/bash_completion.d/director-ctl`.
@@ -655,6 +665,13 @@ fn zone(c: ZoneCmd) -> Result<()> {
     Ok(())
 }
 
+/// A fleet member's default name.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "director".into())
+}
+
 /// `run --store`: a publisher or an edge.
 fn run_fleet(
     store: String,
@@ -664,12 +681,7 @@ fn run_fleet(
     poll_ms: u64,
     log: crate::api::Log,
 ) -> Result<()> {
-    let name = match a.name {
-        Some(n) => n,
-        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "director".into()),
-    };
+    let name = a.name.unwrap_or_else(host_name);
     if name.is_empty() || name.contains('/') {
         anyhow::bail!("--name {name:?}: must be non-empty and without '/'");
     }
@@ -1028,6 +1040,9 @@ fn run(cli: Cli) -> Result<()> {
             min_samples,
             max_prefixes,
             retain_s,
+            store,
+            fleet,
+            name,
         } => crate::agent::run(&crate::agent::Options {
             site,
             cgroup,
@@ -1039,6 +1054,11 @@ fn run(cli: Cli) -> Result<()> {
             min_samples,
             max_prefixes,
             retain_s,
+            store: store.map(|url| crate::agent::store::Target {
+                url,
+                fleet: fleet.fleet,
+                name: name.unwrap_or_else(host_name),
+            }),
         })?,
         Cmd::Completions { shell } => {
             generate::completions(Cli::command(), shell, &mut std::io::stdout())?;

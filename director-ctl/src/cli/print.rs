@@ -612,6 +612,14 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
             l.digest.get(..12).unwrap_or(&l.digest)
         );
     }
+    if !s.agents.is_empty() {
+        let a: Vec<String> = s
+            .agents
+            .iter()
+            .map(|a| format!("{}/{}", a.site, a.name))
+            .collect();
+        let _ = writeln!(o, "RTT agents in the store: {}", a.join(", "));
+    }
     let _ = writeln!(
         o,
         "store: {} bytes ({} in use)",
@@ -1007,8 +1015,10 @@ mod tests {
             store_bytes: 0,
             store_bytes_in_use: 0,
             live_inputs: None,
+            agents: Vec::new(),
         };
         assert!(!fleet_status(&s).contains("live inputs"));
+        assert!(!fleet_status(&s).contains("RTT agents in the store"));
         s.live_inputs = Some(director_plan::fleet::manifest::LiveSources {
             routers: vec!["fra=203.0.113.1".into()],
             agents: vec!["http://198.51.100.5:9470/rtt".into()],
@@ -1023,6 +1033,21 @@ mod tests {
                  [http://198.51.100.5:9470/rtt]: 577703 routes, 12 measurements (digest \
                  0123456789ab)"
             ),
+            "{text}"
+        );
+        s.agents = vec![
+            api::FleetAgent {
+                site: "fra".into(),
+                name: "s1".into(),
+            },
+            api::FleetAgent {
+                site: "fra".into(),
+                name: "s2".into(),
+            },
+        ];
+        let text = fleet_status(&s);
+        assert!(
+            text.contains("RTT agents in the store: fra/s1, fra/s2\n"),
             "{text}"
         );
     }

@@ -3,12 +3,14 @@
 //! fetches, checks and applies them and keeps answering through any store failure
 //! ([`edge`]), and health is decided by a quorum of observers ([`votes`]). [`store`] is the
 //! only code that speaks to etcd; [`version`] and [`cache`] hold a version's content;
-//! [`page`] is the map page a publisher serves with the fleet's edges on it.
+//! [`page`] is the map page a publisher serves with the fleet's edges on it; [`rtt`] reads
+//! the reports RTT agents write into the store.
 
 pub mod cache;
 pub mod edge;
 pub mod page;
 pub mod publisher;
+pub mod rtt;
 pub mod status;
 pub mod store;
 pub mod version;

@@ -1,13 +1,17 @@
 //! The map page of a fleet, served by its publishers when the config has `[ui] listen`: the
-//! cells of the table this publisher last published (or, standing by, compiled), and the
-//! fleet panel: every edge with the version it applied against the current one, its
-//! program, when it last reported, and the publishers, as `fleet status` reads them.
+//! cells of the table the fleet answers from, and the fleet panel: every edge with the
+//! version it applied against the current one, its program, when it last reported, and the
+//! publishers, as `fleet status` reads them.
 //!
-//! A publisher has the config, the inputs and the compiled table, which an edge lacks (it
-//! gets the table, never the GeoIP data that places clients on the map): the page is the
-//! publisher's. The feed is answered on a thread of its own from what the leader handed
-//! over, so a page being looked at never delays a publish; the store is read for the panel
-//! at most once a second however many pages poll.
+//! A publisher has the config and the inputs, which an edge lacks (it gets the table, never
+//! the GeoIP data that places clients on the map): the page is the publisher's. The leader
+//! draws the table it published, handed over with what it was compiled from. A standby
+//! draws the current version's table as an edge takes it from the store (manifest and
+//! chunks, checked; only the chunks it lacks fetched), over the client locations of its own
+//! compile of the files: the leader's live routes and RTT are in that table, which a
+//! standby's own compile would lack. The feed is answered on a thread of its own, so a page
+//! being looked at never delays a publish; the store is read for the panel (and a standby's
+//! table) at most once a second however many pages poll.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -22,9 +26,12 @@ use director_plan::data::Data;
 use director_plan::decide::{Ids, Unavailable};
 use ipnet::IpNet;
 
+use director_plan::fleet::chunks;
+use director_plan::fleet::manifest::Manifest;
+
 use super::status::status_with;
 use super::store::Store;
-use super::version::compile;
+use super::version::{compile, config_of};
 use super::Options;
 use crate::api::{self, Event};
 use crate::controller::atlas::{feed, Cache, Inputs};
@@ -121,6 +128,7 @@ impl Page {
             read: None,
             error: None,
             cache: Cache::default(),
+            current: None,
         };
         std::thread::Builder::new()
             .name("fleet-page".into())
@@ -167,6 +175,22 @@ struct Answers {
     read: Option<Instant>,
     error: Option<String>,
     cache: Cache,
+    /// Standing by: the current version's table as read from the store.
+    current: Option<Current>,
+}
+
+/// Per service id (the config's own: 1, 2, 3...), its entries.
+type Tables = Vec<(u32, Vec<(IpNet, Decision)>)>;
+
+/// The table of a version the fleet answers from, on the config's own ids, and the chunks
+/// it was made of (the next version fetches only the others).
+struct Current {
+    version: u64,
+    tables: Tables,
+    /// The published config's services and servers, in order: its ids are positions in
+    /// them, which must be the page's own config's for the table to be drawn on it.
+    names: (Vec<String>, Vec<String>),
+    chunks: HashMap<String, Vec<u8>>,
 }
 
 impl Answers {
@@ -198,7 +222,8 @@ impl Answers {
     }
 
     /// The fleet as the store says, read again when the last read is older than
-    /// [`FLEET_EVERY`]; a failed read keeps the last status and says why.
+    /// [`FLEET_EVERY`]; a failed read keeps the last status and says why. Standing by, the
+    /// current version's table too, when it moved.
     fn fleet(&mut self) {
         if self.read.is_some_and(|t| t.elapsed() < FLEET_EVERY) {
             return;
@@ -206,13 +231,21 @@ impl Answers {
         self.read = Some(Instant::now());
         let (store, fleet) = (self.store.clone(), self.fleet.clone());
         let mut conn = self.conn.take();
-        let (r, conn) = self.runtime.block_on(async move {
+        let standby = !self.page.leading.load(Ordering::Relaxed);
+        let mut current = self.current.take();
+        let (r, conn, current) = self.runtime.block_on(async move {
             let read = async {
                 if conn.is_none() {
                     conn = Some(Store::connect(&store, &fleet).await?);
                 }
                 let st = conn.as_mut().ok_or_else(|| anyhow!("no store"))?;
-                status_with(st, &fleet).await
+                let s = status_with(st, &fleet).await?;
+                if let (true, Some(v)) = (standby, s.current) {
+                    if current.as_ref().is_none_or(|c| c.version != v) {
+                        current = Some(fetch(st, v, current.take()).await?);
+                    }
+                }
+                Ok(s)
             };
             let r = match tokio::time::timeout(FLEET_WITHIN, read).await {
                 Ok(r) => r,
@@ -221,8 +254,9 @@ impl Answers {
                     FLEET_WITHIN.as_secs()
                 )),
             };
-            (r, conn)
+            (r, conn, current)
         });
+        self.current = current;
         match r {
             Ok(s) => {
                 self.conn = conn;
@@ -274,9 +308,11 @@ impl Answers {
             fleet_version: self.status.as_ref().and_then(|s| s.current),
             grid: d.cfg.ui.as_ref().map_or(2.0, |u| u.grid),
         };
-        let mut a = feed(&inputs, &d.tables, service, &mut self.cache)?;
+        let leading = self.page.leading.load(Ordering::Relaxed);
+        let (tables, note) = drawn_tables(self.current.as_ref(), leading, d);
+        let mut a = feed(&inputs, tables, service, &mut self.cache)?;
         a.fleet = self.status.clone();
-        a.fleet_error = self.error.clone();
+        a.fleet_error = self.error.clone().or(note);
         Ok(a)
     }
 
@@ -289,6 +325,77 @@ impl Answers {
         let e = crate::controller::explain_with(&d.cfg, &d.data, service, client)?;
         Ok(serde_json::to_string_pretty(&e)?)
     }
+}
+
+/// The table to draw: the leader's own; standing by, the current version's when its config
+/// has the page's services and servers in the same order (else the page's own compile, and
+/// why).
+fn drawn_tables<'a>(
+    current: Option<&'a Current>,
+    leading: bool,
+    d: &'a Drawn,
+) -> (&'a Tables, Option<String>) {
+    let Some(c) = current.filter(|_| !leading) else {
+        return (&d.tables, None);
+    };
+    if c.names != names(&d.cfg) {
+        let note = format!(
+            "version {} was published from a config with other services or servers than \
+             this publisher's: its own compile is drawn",
+            c.version
+        );
+        return (&d.tables, Some(note));
+    }
+    (&c.tables, None)
+}
+
+/// A config's services and servers, in order (a version's ids are their positions).
+fn names(cfg: &Config) -> (Vec<String>, Vec<String>) {
+    (
+        cfg.services.iter().map(|s| s.name.clone()).collect(),
+        cfg.servers.iter().map(|s| s.name.clone()).collect(),
+    )
+}
+
+/// Version `v` from the store as an edge takes it: the manifest, the chunks (those of
+/// `before` kept, the others fetched), every digest checked, the table decoded.
+async fn fetch(st: &mut Store, v: u64, before: Option<Current>) -> Result<Current> {
+    let b = st
+        .get(&st.version_key(v), true)
+        .await?
+        .with_context(|| format!("version {v} is current but has no manifest"))?;
+    let m = Manifest::parse(&b).with_context(|| format!("version {v}"))?;
+    let mut have = before.map(|c| c.chunks).unwrap_or_default();
+    let mut chunks = HashMap::new();
+    for r in std::iter::once(&m.sources.config).chain(&m.chunks) {
+        let bytes = match have.remove(&r.digest) {
+            Some(b) => b,
+            None => st
+                .get(&st.chunk_key(&r.digest), true)
+                .await?
+                .with_context(|| {
+                    format!("chunk {} of version {v} is not in the store", r.digest)
+                })?,
+        };
+        chunks.insert(r.digest.clone(), bytes);
+    }
+    let part = |d: &str| chunks.get(d).map_or(&[][..], Vec::as_slice);
+    let parts: Vec<&[u8]> = m.chunks.iter().map(|r| part(&r.digest)).collect();
+    let text = m
+        .check(part(&m.sources.config.digest), &parts)
+        .with_context(|| format!("version {v}"))?;
+    let cfg = config_of(text, Path::new("the current version's config"))?;
+    let tables = chunks::decode(parts.iter().copied())
+        .with_context(|| format!("version {v}"))?
+        .into_iter()
+        .map(|t| (u32::from(t.service) + 1, t.entries))
+        .collect();
+    Ok(Current {
+        version: v,
+        tables,
+        names: names(&cfg),
+        chunks,
+    })
 }
 
 /// The servers' health as the fleet decides it: a checked server is down when a quorum of
@@ -359,6 +466,7 @@ mod tests {
             store_bytes: 0,
             store_bytes_in_use: 0,
             live_inputs: None,
+            agents: Vec::new(),
         }
     }
 

@@ -5,8 +5,9 @@
 //! versions beyond `--keep-versions` are deleted with their chunks and the store compacted.
 //! It also tallies the observers' votes into the health overlay.
 //!
-//! With `[bgp] bmp_listen` or `[rtt] agents` in the config, every publisher (standing by
-//! too) listens for its routers and polls the agents from its start, so that one taking
+//! With `[bgp] bmp_listen` or `[rtt] agents` (or `from_store`) in the config, every
+//! publisher (standing by too) listens for its routers and polls the agents (or reads their
+//! reports from the store) from its start, so that one taking
 //! over has their state already; the leader lays it over the files' data, and each live
 //! change (debounced as `run` does) is decided again under the prefixes it touched and
 //! published as the next version.
@@ -88,7 +89,9 @@ fn start_live(o: &Options, config: &Path, live: &mut Option<Live>) {
     let Ok(cfg) = Config::load(config) else {
         return;
     };
-    match Live::start(&cfg.plan, o.log) {
+    let every = Duration::from_secs_f64(cfg.plan.rtt.poll);
+    let store = super::rtt::feed(o.store.clone(), o.fleet.clone(), every);
+    match Live::start_with(&cfg.plan, o.log, Some(store)) {
         Ok(l) => *live = l,
         Err(e) => o.log.event(
             Event::Refused {

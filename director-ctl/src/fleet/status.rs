@@ -6,9 +6,9 @@ use anyhow::Result;
 use director_plan::fleet::manifest::Manifest;
 
 use super::edge::Report;
-use super::store::{now_ms, Store};
+use super::store::{now_ms, Store, RTT};
 use super::votes::Overlay;
-use crate::api::{FleetEdge, FleetPublisher, FleetStatus};
+use crate::api::{FleetAgent, FleetEdge, FleetPublisher, FleetStatus};
 
 pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
     let mut st = Store::connect(url, fleet).await?;
@@ -89,6 +89,19 @@ pub async fn status_with(st: &mut Store, fleet: &str) -> Result<FleetStatus> {
         .await?
         .and_then(|b| serde_json::from_slice::<Overlay>(&b).ok())
         .unwrap_or_default();
+    // Keys only: a report may be large, and presence is what its lease says.
+    let agents = st
+        .keys(RTT)
+        .await?
+        .into_iter()
+        .filter_map(|k| {
+            let (site, name) = k.split_once('/')?;
+            Some(FleetAgent {
+                site: site.to_string(),
+                name: name.to_string(),
+            })
+        })
+        .collect();
     let (store_bytes, store_bytes_in_use) = st.db_size().await?;
     Ok(FleetStatus {
         version: crate::api::VERSION,
@@ -104,5 +117,6 @@ pub async fn status_with(st: &mut Store, fleet: &str) -> Result<FleetStatus> {
         store_bytes,
         store_bytes_in_use,
         live_inputs: manifest.and_then(|m| m.sources.live),
+        agents,
     })
 }

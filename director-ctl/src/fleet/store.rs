@@ -9,7 +9,8 @@
 //! - `election`: the publishers' election (etcd's election API, under the leader's lease);
 //! - `edges/<name>`, `publishers/<name>`: what each reports, under its lease;
 //! - `votes/<service>/<server>/<edge>`: an observer's verdict, under its lease;
-//! - `overlay`: the servers a quorum of observers found down.
+//! - `overlay`: the servers a quorum of observers found down;
+//! - `rtt/<site>/<agent>`: an RTT agent's report (`agent --store`), under its lease.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,6 +20,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
 };
+
+/// Under the fleet's prefix, where the RTT agents' reports are.
+pub const RTT: &str = "rtt/";
 
 /// Every request gives up after this: a store that does not answer is treated as gone.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -152,6 +156,11 @@ impl Store {
 
     pub fn chunk_key(&self, digest: &str) -> String {
         self.key(&format!("chunks/{digest}"))
+    }
+
+    /// Where the RTT agent `agent` of `site` writes its report (under `rtt/`).
+    pub fn rtt_key(&self, site: &str, agent: &str) -> String {
+        self.key(&format!("{RTT}{site}/{agent}"))
     }
 
     pub fn version_key(&self, v: u64) -> String {

@@ -50,7 +50,8 @@ pub struct LiveSources {
     /// Per site with a `bmp_router`: `site=router` (as the config names the router).
     #[serde(default)]
     pub routers: Vec<String>,
-    /// `[rtt] agents`' URLs.
+    /// `[rtt] agents`' URLs, then the agents read from the store (`[rtt] from_store`) behind
+    /// a value, as `store:<site>/<agent>`.
     #[serde(default)]
     pub agents: Vec<String>,
     /// Routes the routers gave, summed over the sites that have a view.

@@ -48,7 +48,7 @@ pub struct Settings {
 /// Where a published value came from, for `explain`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Source {
-    /// The agent's URL.
+    /// The agent's URL, or `store:<site>/<agent>` for one read from a fleet's store.
     pub agent: String,
     /// The /24s (/48s) it stands for, and their handshakes in the last windows taken.
     pub measured: Vec<IpNet>,

@@ -1,5 +1,6 @@
 //! Polls the sites' RTT agents (`[rtt] agents`) over HTTP on a thread of its own and hands
-//! each report to `run`'s loop, which merges them (director-plan's `live::rtt`).
+//! each report to `run`'s loop, which merges them (director-plan's `live::rtt`). A fleet's
+//! publisher may add a [`Feed`] of its own: the reports the agents wrote into its store.
 //!
 //! A plain HTTP/1.1 GET per poll, connection closed after it: agents are few, polls are
 //! seconds apart, and a client library would bring a second HTTP stack for one request.
@@ -26,6 +27,15 @@ pub struct Polled {
     pub agent: String,
     pub report: Result<Report>,
 }
+
+/// Another source of reports than the URLs, started with the channel the polls go into and
+/// the call that wakes the loop after a round: a fleet's publisher reads them from its store
+/// (`[rtt] from_store`), which the controller knows nothing of.
+pub type Feed = Box<dyn FnOnce(Sender<Polled>, Box<dyn Fn() + Send + Sync>) + Send>;
+
+/// How an agent whose reports come from the store is named (`store:<site>/<agent>`), in
+/// `explain`, the log and a manifest's live sources.
+pub const FROM_STORE: &str = "store:";
 
 /// The largest report taken: 64 MiB is over a million records, far beyond what a site's
 /// agent holds for one window.

@@ -15,7 +15,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use director_plan::compile::{replace_subtree, Diff};
 use director_plan::config::Config;
 use director_plan::data::Data;
@@ -146,19 +146,37 @@ impl Live {
     /// Starts what `cfg` asks for (the BMP listener, the agents' poller); `None` when it
     /// asks for neither.
     pub fn start(cfg: &Config, log: Log) -> Result<Option<Live>> {
+        Live::start_with(cfg, log, None)
+    }
+
+    /// [`Live::start`], with `store` giving the reports agents wrote into a fleet's store
+    /// (`[rtt] from_store`: only a fleet's publisher has one).
+    pub fn start_with(cfg: &Config, log: Log, store: Option<agents::Feed>) -> Result<Option<Live>> {
+        if cfg.rtt.from_store && store.is_none() {
+            bail!(
+                "[rtt] from_store: only a fleet's publishers read the agents' reports from \
+                 its store (run --store ... --role publisher); alone, list them in [rtt] agents"
+            );
+        }
         let wake = Arc::new(Wake::default());
         let bgp = bgp::Bgp::start(cfg, log, Arc::clone(&wake))?;
-        let rtt = if cfg.rtt.agents.is_empty() {
+        let rtt = if cfg.rtt.agents.is_empty() && !cfg.rtt.from_store {
             None
         } else {
             let (tx, rx) = channel();
-            let w = Arc::clone(&wake);
-            agents::start(
-                cfg.rtt.agents.clone(),
-                Duration::from_secs_f64(cfg.rtt.poll),
-                tx,
-                move || w.notify(),
-            );
+            if !cfg.rtt.agents.is_empty() {
+                let w = Arc::clone(&wake);
+                agents::start(
+                    cfg.rtt.agents.clone(),
+                    Duration::from_secs_f64(cfg.rtt.poll),
+                    tx.clone(),
+                    move || w.notify(),
+                );
+            }
+            if let (true, Some(feed)) = (cfg.rtt.from_store, store) {
+                let w = Arc::clone(&wake);
+                feed(tx, Box::new(move || w.notify()));
+            }
             Some(RttLive {
                 merge: Merge::new(
                     cfg.sites.len(),
@@ -216,10 +234,22 @@ impl Live {
             .filter(|(i, _)| view(*i))
             .filter_map(|(_, s)| Some(format!("{}={}", s.name, s.bmp_router.as_deref()?)))
             .collect();
-        let agents = if self.rtt.is_some() {
-            cfg.rtt.agents.clone()
-        } else {
-            Vec::new()
+        // The agents polled, and those from the store that stand behind a value now (the
+        // store's set comes and goes with their leases; the values are the live state).
+        let agents = match &self.rtt {
+            Some(r) => {
+                let stored: std::collections::BTreeSet<&str> = r
+                    .tables
+                    .iter()
+                    .flatten()
+                    .map(|(_, _, src)| src.agent.as_str())
+                    .filter(|a| a.starts_with(agents::FROM_STORE))
+                    .collect();
+                let mut all = cfg.rtt.agents.clone();
+                all.extend(stored.into_iter().map(str::to_string));
+                all
+            }
+            None => Vec::new(),
         };
         let digest = director_plan::live::digest(data.sites.iter().enumerate().map(|(i, s)| {
             let routes: &[(IpNet, Route)] = if view(i) { &s.routes } else { &[] };
@@ -506,4 +536,41 @@ fn site_index(cfg: &Config) -> HashMap<String, usize> {
         .enumerate()
         .map(|(i, s)| (s.name.clone(), i))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn agents_from_the_store_need_a_fleets_publisher() {
+        let cfg = crate::controller::config::Config::parse(
+            "[rtt]\nfrom_store = true\n\n[[site]]\nname = \"a\"\n\n\
+             [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = \"192.0.2.10\"\n\n\
+             [[service]]\nname = \"www.example.com\"\nservers = [\"x\"]\n\
+             priority = { rtt = 1 }\n",
+        )
+        .unwrap();
+        let e = Live::start(&cfg.plan, Log::Text)
+            .err()
+            .expect("refused alone");
+        assert!(format!("{e:#}").contains("from_store"), "{e:#}");
+        // A publisher's feed is started with the channel the merge reads.
+        let fed = Arc::new(AtomicBool::new(false));
+        let f = Arc::clone(&fed);
+        let feed: agents::Feed = Box::new(move |out, wake| {
+            f.store(
+                out.send(agents::Polled {
+                    agent: "store:a/s1".into(),
+                    report: Err(anyhow::anyhow!("no report yet")),
+                })
+                .is_ok(),
+                Ordering::Relaxed,
+            );
+            wake();
+        });
+        let live = Live::start_with(&cfg.plan, Log::Text, Some(feed)).unwrap();
+        assert!(live.is_some() && fed.load(Ordering::Relaxed));
+    }
 }
