@@ -19,6 +19,7 @@
 //! bench` builds: measured in turns with today's in section 1, and on the wire in 2c).
 
 mod baseline;
+mod observer;
 mod testrun;
 mod wire;
 
@@ -118,6 +119,7 @@ fn main() -> Result<()> {
         lab.attach();
         testrun::run(&opts)?.print();
         beside(&opts)?;
+        observer::run(a.packets, a.runs)?.print();
         drop(lab);
         println!("\n(bench took {:.0} s)", start.elapsed().as_secs_f64());
         return Ok(());
@@ -127,6 +129,7 @@ fn main() -> Result<()> {
     if a.only.wants(Section::Testrun) {
         testrun::run(&opts)?.print();
         beside(&opts)?;
+        observer::run(a.packets, a.runs)?.print();
     }
 
     let mut gen = a.generator.unwrap_or(Generator::Kxdpgun);
