@@ -387,6 +387,18 @@ impl DelayLink {
         };
         let (gw, host) = (self.server_ns.as_str(), h.host_ns.as_str());
         ip(&["netns", "add", host]);
+        // No duplicate address detection on the pair's link-local addresses: while they
+        // are tentative, neighbour discovery across the pair fails, and an IPv6 handshake
+        // meanwhile takes a retransmission (a second SYN-ACK).
+        for ns in [gw, host] {
+            sysctl(
+                ns,
+                &[
+                    "net.ipv6.conf.default.accept_dad=0",
+                    "net.ipv6.conf.all.accept_dad=0",
+                ],
+            );
+        }
         ip(&[
             "-n",
             gw,
@@ -433,14 +445,21 @@ impl DelayLink {
             let family = if a.is_ipv6() { "-6" } else { "-4" };
             ip(&["-n", host, family, "route", "add", "default", "via", via]);
         }
-        let out = Command::new("ip")
-            .args(["netns", "exec", gw, "sysctl", "-q", "-w"])
-            .args(["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"])
-            .output()
-            .expect("running sysctl");
-        assert!(out.status.success(), "sysctl: {out:?}");
+        sysctl(
+            gw,
+            &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
+        );
         h
     }
+}
+
+fn sysctl(ns: &str, settings: &[&str]) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "sysctl", "-q", "-w"])
+        .args(settings)
+        .output()
+        .expect("running sysctl");
+    assert!(out.status.success(), "sysctl {settings:?} in {ns}: {out:?}");
 }
 
 impl Drop for HostBehind {

@@ -198,6 +198,8 @@ fn a_gateway_measures_the_handshakes_it_forwards() {
     let cg = Cgroup::new("rtt-gw");
     let dst: Vec<SocketAddr> = servers.iter().map(|a| SocketAddr::new(*a, 8080)).collect();
     let _sink = start_sink(SINK.as_ref(), &host.host_ns, &cg, &dst);
+    // Neighbours resolved on every hop before anything is measured.
+    connect_all(&link.client_ns, &clients, &dst, 1);
     let gw = link.server_ns.clone();
     let (tun, tun_at) = start_observer(&gw, &[&link.server_if], 3, 500);
     let (eth, eth_at) = start_observer(&gw, &[&host.gateway_if], 3, 500);
