@@ -2,9 +2,11 @@
 //! the handshake RTT of every connection the site's servers accept; this loop drains its
 //! map every `--drain-ms`, adds the samples to per-prefix windows ([`window`]) and
 //! publishes each prefix's last complete window at `GET /rtt` ([`http`]), which the
-//! controller polls. One log line per window. SIGINT/SIGTERM detach and end it.
+//! controller polls. One log line per window. SIGINT/SIGTERM detach and end it. The
+//! controller may also ask for active probes of prefixes without handshakes ([`probe`]).
 
 pub mod http;
+pub mod probe;
 pub mod window;
 
 use std::net::SocketAddr;
@@ -33,7 +35,14 @@ pub struct Options {
     pub max_prefixes: u32,
     /// A prefix's record is dropped once its window ended this long ago.
     pub retain_s: u64,
+    /// Active probes: targets per second (0: `POST /probe` is refused) and each try's wait.
+    pub probe_rate: f64,
+    pub probe_timeout_ms: u64,
 }
+
+/// Targets waiting to be probed at most (a minute at a high rate; the controller asks
+/// again for what was refused).
+const PROBE_QUEUE: usize = 4096;
 
 fn check(o: &Options) -> Result<()> {
     if o.site.is_empty() || o.site.contains(char::is_whitespace) {
@@ -64,7 +73,17 @@ pub fn run(o: &Options) -> Result<()> {
     install_signals();
     let mut probe = RttProbe::attach(&cgroup, o.max_prefixes)?;
     let shared = http::empty(&o.site, o.window_s);
-    http::serve(o.listen, shared.clone())?;
+    let prober = if o.probe_rate > 0.0 {
+        let p = probe::Options {
+            rate: o.probe_rate,
+            timeout: Duration::from_millis(o.probe_timeout_ms),
+            queue: PROBE_QUEUE,
+        };
+        Some(probe::Prober::start(&p, stopping).context("starting the prober")?)
+    } else {
+        None
+    };
+    http::serve(o.listen, shared.clone(), prober.clone())?;
     eprintln!(
         "director-ctl agent: site {}: measuring accepted connections in {}; GET http://{}/rtt",
         o.site,
@@ -97,6 +116,12 @@ pub fn run(o: &Options) -> Result<()> {
         counters.no_rtt = d.counted.no_rtt;
         counters.no_entry = d.counted.no_entry;
         counters.lost += d.lost;
+        if let Some(p) = &prober {
+            for r in p.take() {
+                windows.add_probe(r.prefix, r.rtt_us);
+            }
+            p.count(&mut counters);
+        }
         let now = now_ms();
         if now < windows.end_ms() {
             continue;
@@ -105,7 +130,7 @@ pub fn run(o: &Options) -> Result<()> {
         counters.windows += 1;
         eprintln!(
             "director-ctl agent: site {}: window {}..{}: {} samples, {} prefixes ({} reported), \
-             {} lost, {} without rtt",
+             {} lost, {} without rtt, {} probed",
             o.site,
             c.start_ms,
             c.end_ms,
@@ -113,7 +138,8 @@ pub fn run(o: &Options) -> Result<()> {
             c.prefixes,
             c.reported,
             counters.lost,
-            counters.no_rtt
+            counters.no_rtt,
+            c.probed
         );
         let mut doc = shared
             .lock()

@@ -228,7 +228,9 @@ enum Cmd {
     },
     /// On a site's servers: measure the handshake RTT of every accepted TCP connection (a
     /// cgroup sock_ops program), per client /24 and /48, and serve each prefix's last
-    /// complete window as JSON at `GET /rtt` for the controller. Stops on SIGINT/SIGTERM.
+    /// complete window as JSON at `GET /rtt` for the controller; probe the prefixes the
+    /// controller asks about (`POST /probe`: TCP SYN, else ICMP echo, paced by
+    /// `--probe-rate`) when they have no handshakes. Stops on SIGINT/SIGTERM.
     Agent {
         /// This site's name, as the controller knows it.
         #[arg(long)]
@@ -258,6 +260,15 @@ enum Cmd {
         /// ago, in seconds.
         #[arg(long, default_value_t = 300)]
         retain_s: u64,
+        /// Active probes of the prefixes the controller asks about (`POST /probe`, for
+        /// prefixes with demand but no handshakes here): targets per second, each a TCP SYN
+        /// to port 443, then 80, else an ICMP echo. 0: refuse probe requests.
+        #[arg(long, default_value_t = 10.0)]
+        probe_rate: f64,
+        /// How long each of a probe's tries waits for its answer, in milliseconds (below
+        /// the 1 s after which the kernel sends a SYN again).
+        #[arg(long, default_value_t = 900)]
+        probe_timeout_ms: u64,
     },
     /// Print the completion script for a shell to stdout, e.g.
     /// `director-ctl completions bash > /etc/bash_completion.d/director-ctl`.
@@ -1015,6 +1026,8 @@ fn run(cli: Cli) -> Result<()> {
             min_samples,
             max_prefixes,
             retain_s,
+            probe_rate,
+            probe_timeout_ms,
         } => crate::agent::run(&crate::agent::Options {
             site,
             cgroup,
@@ -1024,6 +1037,8 @@ fn run(cli: Cli) -> Result<()> {
             min_samples,
             max_prefixes,
             retain_s,
+            probe_rate,
+            probe_timeout_ms,
         })?,
         Cmd::Completions { shell } => {
             generate::completions(Cli::command(), shell, &mut std::io::stdout())?;
