@@ -152,13 +152,7 @@ impl Site {
             .map(|(p, a)| format!(r#"{{"prefix":"{p}","address":"{a}"}}"#))
             .collect();
         let body = format!(r#"{{"targets":[{}]}}"#, t.join(","));
-        let got = http(
-            &self.link.server_ns,
-            self.listen,
-            "POST",
-            "/probe",
-            &body,
-        );
+        let got = http(&self.link.server_ns, self.listen, "POST", "/probe", &body);
         serde_json::from_str(&got).unwrap_or_else(|e| panic!("{got}: {e}"))
     }
 
@@ -218,13 +212,24 @@ impl Site {
             .write_all(rules.as_bytes())
             .unwrap();
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "nft: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// A named counter's packets (`nft list counter`).
     fn counter(&self, name: &str) -> u64 {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.link.client_ns, "nft", "list", "counter"])
+            .args([
+                "netns",
+                "exec",
+                &self.link.client_ns,
+                "nft",
+                "list",
+                "counter",
+            ])
             .args(["inet", "rp", name])
             .output()
             .expect("nft list counter");
@@ -256,7 +261,11 @@ fn a_probe_times_the_path_by_syn_ack_reset_and_echo() {
     let (syn_ack, n) = s.probed_since(from);
     assert_eq!(n, 3);
     let c = s.report().counters;
-    assert_eq!((c.probe_syn_ack, c.probe_reset, c.probe_echo), (3, 0, 0), "{c:?}");
+    assert_eq!(
+        (c.probe_syn_ack, c.probe_reset, c.probe_echo),
+        (3, 0, 0),
+        "{c:?}"
+    );
     drop(listener);
 
     // Nothing listens: the RST times it.
@@ -265,7 +274,11 @@ fn a_probe_times_the_path_by_syn_ack_reset_and_echo() {
     let (reset, n) = s.probed_since(from);
     assert_eq!(n, 3);
     let c = s.report().counters;
-    assert_eq!((c.probe_syn_ack, c.probe_reset, c.probe_echo), (3, 3, 0), "{c:?}");
+    assert_eq!(
+        (c.probe_syn_ack, c.probe_reset, c.probe_echo),
+        (3, 3, 0),
+        "{c:?}"
+    );
 
     // TCP dropped at the client: the echo reply times it (after two tries' timeouts).
     s.nft(
@@ -277,7 +290,11 @@ fn a_probe_times_the_path_by_syn_ack_reset_and_echo() {
     let (echo, n) = s.probed_since(from);
     assert_eq!(n, 2);
     let c = s.report().counters;
-    assert_eq!((c.probe_syn_ack, c.probe_reset, c.probe_echo), (3, 3, 2), "{c:?}");
+    assert_eq!(
+        (c.probe_syn_ack, c.probe_reset, c.probe_echo),
+        (3, 3, 2),
+        "{c:?}"
+    );
     assert_eq!((c.probed, c.probe_failed), (8, 0), "{c:?}");
 
     eprintln!("40 ms round trip: SYN-ACK {syn_ack} ms, RST {reset} ms, echo {echo} ms");
@@ -352,7 +369,9 @@ struct Forward {
 
 impl Forward {
     fn new(from: &str, listen: SocketAddr, into: &str, to: SocketAddr) -> Forward {
-        let l = in_ns(from, move || TcpListener::bind(listen).expect("binding the forwarder"));
+        let l = in_ns(from, move || {
+            TcpListener::bind(listen).expect("binding the forwarder")
+        });
         l.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (st, into) = (stop.clone(), into.to_string());
@@ -425,7 +444,12 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
     for s in [&a, &b] {
         let port = free_port();
         let listen: SocketAddr = ([127, 0, 0, 1], port).into();
-        forwards.push(Forward::new(&lab.edge_ns, listen, &s.link.server_ns, s.listen));
+        forwards.push(Forward::new(
+            &lab.edge_ns,
+            listen,
+            &s.link.server_ns,
+            s.listen,
+        ));
         urls.push(format!("http://{listen}/rtt"));
     }
     let metrics = "127.0.0.1:19190";
@@ -456,7 +480,10 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
         );
         sleep(Duration::from_millis(200));
     }
-    eprintln!("the first query to the answer from probes: {:?}", t0.elapsed());
+    eprintln!(
+        "the first query to the answer from probes: {:?}",
+        t0.elapsed()
+    );
     for s in [&a, &b] {
         let c = s.report().counters;
         assert!(c.probed >= 1 && c.probe_reset >= 1, "{c:?}");
@@ -465,7 +492,14 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
     let e = lab.ctl_in(
         &lab.edge_ns,
         &[
-            "explain", "--run", metrics, "--service", WWW, "--client", CLIENT, "--json",
+            "explain",
+            "--run",
+            metrics,
+            "--service",
+            WWW,
+            "--client",
+            CLIENT,
+            "--json",
         ],
     );
     assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
@@ -481,13 +515,24 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
     }
     let text = lab.ctl_in(
         &lab.edge_ns,
-        &["explain", "--run", metrics, "--service", WWW, "--client", CLIENT],
+        &[
+            "explain",
+            "--run",
+            metrics,
+            "--service",
+            WWW,
+            "--client",
+            CLIENT,
+        ],
     );
     let text = String::from_utf8_lossy(&text.stdout).to_string();
     assert!(text.contains("probed: "), "{text}");
 
     // Demand for a prefix nobody asked about reaches no agent: the bound is the demand's.
     let c = a.report().counters;
-    assert!(c.probed <= 4, "only the client /24, re-asked at most every 15 s: {c:?}");
+    assert!(
+        c.probed <= 4,
+        "only the client /24, re-asked at most every 15 s: {c:?}"
+    );
     run.assert_alive();
 }

@@ -18,6 +18,8 @@ use crate::api::{ProbeRequest, RttReport, VERSION};
 /// tens of kB.
 const MAX_PROBE_BODY: usize = 256 << 10;
 
+const NOT_A_REQUEST: &str = r#"not a probe request ({"targets": [{"prefix", "address"}]})"#;
+
 /// What the drain loop publishes at each window's end; `now_ms` is set per request.
 pub type Shared = Arc<Mutex<RttReport>>;
 
@@ -77,18 +79,16 @@ async fn probe(req: Request<Incoming>, prober: Option<&Prober>) -> Response<Full
             "probes are off (--probe-rate 0)\n".into(),
         );
     };
-    let body = match Limited::new(req.into_body(), MAX_PROBE_BODY).collect().await {
+    let body = match Limited::new(req.into_body(), MAX_PROBE_BODY)
+        .collect()
+        .await
+    {
         Ok(b) => b.to_bytes(),
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("the body: {e}\n")),
     };
     let asked: ProbeRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("not a probe request ({{\"targets\": [{{\"prefix\", \"address\"}}]}}): {e}\n"),
-            )
-        }
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("{NOT_A_REQUEST}: {e}\n")),
     };
     match serde_json::to_string(&p.offer(&asked.targets)) {
         Ok(t) => json(t),

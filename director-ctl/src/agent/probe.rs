@@ -187,7 +187,10 @@ impl Prober {
             bail!("--probe-rate {}: above 0, at most 10000", o.rate);
         }
         if o.timeout < Duration::from_millis(10) || o.timeout > Duration::from_secs(10) {
-            bail!("--probe-timeout-ms {}: from 10 to 10000", o.timeout.as_millis());
+            bail!(
+                "--probe-timeout-ms {}: from 10 to 10000",
+                o.timeout.as_millis()
+            );
         }
         let p = Arc::new(Prober {
             queue: Mutex::new(Queue::new(o.queue.max(1))),
@@ -290,7 +293,10 @@ pub fn probe(a: IpAddr, timeout: Duration) -> Option<(Duration, Method)> {
             return Some(got);
         }
     }
-    echo(a, timeout).ok().flatten().map(|rtt| (rtt, Method::Echo))
+    echo(a, timeout)
+        .ok()
+        .flatten()
+        .map(|rtt| (rtt, Method::Echo))
 }
 
 /// A connect's handshake: the time to the SYN-ACK (connected) or the RST (refused). An ICMP
@@ -407,8 +413,7 @@ fn source(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
         }
         libc::AF_INET6 => {
             // SAFETY: as above, a sockaddr_in6.
-            let sin6: libc::sockaddr_in6 =
-                unsafe { std::ptr::read(std::ptr::from_ref(ss).cast()) };
+            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read(std::ptr::from_ref(ss).cast()) };
             Some(IpAddr::from(sin6.sin6_addr.s6_addr))
         }
         _ => None,

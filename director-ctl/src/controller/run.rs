@@ -942,7 +942,13 @@ impl State {
         let out = self.demand.cycle(m, &ctx)?;
         if let Some(l) = &mut self.live {
             let r = self.demand.report();
-            l.probe_demand(r.prefixes.iter().filter(|p| p.samples > 0).map(|p| p.prefix).collect());
+            l.probe_demand(
+                r.prefixes
+                    .iter()
+                    .filter(|p| p.samples > 0)
+                    .map(|p| p.prefix)
+                    .collect(),
+            );
         }
         self.table
             .lock()

@@ -125,10 +125,7 @@ impl Merge {
         for r in records {
             let probed = r.samples == 0 && r.probes > 0;
             let enough = probed || r.samples >= self.settings.min_samples;
-            let usable = enough
-                && r.min_ms.is_finite()
-                && r.min_ms > 0.0
-                && r.min_ms < 100_000.0;
+            let usable = enough && r.min_ms.is_finite() && r.min_ms > 0.0 && r.min_ms < 100_000.0;
             if !usable {
                 continue;
             }

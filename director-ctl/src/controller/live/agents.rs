@@ -76,7 +76,10 @@ pub fn fetch(url: &str) -> Result<Report> {
 }
 
 /// `POST /probe` to the agent whose report is at `url` (the same host and port).
-pub fn ask_probes(url: &str, targets: &[crate::api::ProbeTarget]) -> Result<crate::api::ProbeAccepted> {
+pub fn ask_probes(
+    url: &str,
+    targets: &[crate::api::ProbeTarget],
+) -> Result<crate::api::ProbeAccepted> {
     let (addr, _) = director_plan::config::agent_url(url)?;
     let body = serde_json::to_vec(&crate::api::ProbeRequest {
         targets: targets.to_vec(),
@@ -136,7 +139,10 @@ fn request(
     let length = if method == "GET" {
         String::new()
     } else {
-        format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len())
+        format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        )
     };
     write!(
         s,

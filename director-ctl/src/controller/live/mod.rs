@@ -140,9 +140,9 @@ impl Probing {
         sites.sort_unstable();
         sites.dedup();
         let state = |site: usize, p: &IpNet| merge.state(site, p);
-        let chosen = self
-            .asked
-            .choose(&self.demand, &sites, &state, &self.hitlist, now, self.limit);
+        let chosen =
+            self.asked
+                .choose(&self.demand, &sites, &state, &self.hitlist, now, self.limit);
         if chosen.is_empty() {
             return;
         }
