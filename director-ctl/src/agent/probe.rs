@@ -3,8 +3,9 @@
 //! bounded queue, a token bucket (`--probe-rate` targets per second) and at most
 //! [`IN_FLIGHT`] probes at once, each on a short thread of its own: a TCP SYN to port 443,
 //! then 80 (the SYN-ACK or the RST is the RTT; the connection is reset at once, so the
-//! host keeps no state), else an ICMP echo on a raw socket (the agent runs as root). The
-//! RTTs go to the same per-prefix windows as the handshakes, marked as probed.
+//! host keeps no state), else an ICMP echo on a raw socket (the agent runs as root); the
+//! way that answered twice, the smaller RTT kept. The RTTs go to the same per-prefix
+//! windows as the handshakes, marked as probed.
 
 use std::collections::{HashSet, VecDeque};
 use std::io;
@@ -286,17 +287,20 @@ impl Prober {
     }
 }
 
-/// One target: TCP to each of [`PORTS`], else an ICMP echo; the first answer's RTT.
+/// One target: TCP to each of [`PORTS`], else an ICMP echo; the way that answers is tried
+/// once more and the smaller RTT kept: the first packet on a path (or of a process that
+/// just woke a core) is often late by milliseconds, and one probe is all a window may hold.
 pub fn probe(a: IpAddr, timeout: Duration) -> Option<(Duration, Method)> {
     for port in PORTS {
-        if let Some(got) = syn(SocketAddr::new(a, port), timeout) {
-            return Some(got);
+        let to = SocketAddr::new(a, port);
+        if let Some((rtt, how)) = syn(to, timeout) {
+            let again = syn(to, timeout).filter(|g| g.1 == how).map(|g| g.0);
+            return Some((again.map_or(rtt, |r| r.min(rtt)), how));
         }
     }
-    echo(a, timeout)
-        .ok()
-        .flatten()
-        .map(|rtt| (rtt, Method::Echo))
+    let rtt = echo(a, timeout).ok().flatten()?;
+    let again = echo(a, timeout).ok().flatten();
+    Some((again.map_or(rtt, |r| r.min(rtt)), Method::Echo))
 }
 
 /// A connect's handshake: the time to the SYN-ACK (connected) or the RST (refused). An ICMP
