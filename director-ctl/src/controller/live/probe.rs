@@ -70,17 +70,25 @@ impl Hitlist {
     }
 
     /// The host to probe for `prefix`: the most specific listed prefix holding it, else a
-    /// listed host inside it, else its first host.
+    /// listed host inside it, else its first host. Lookups by key, not a walk: a hitlist
+    /// may have millions of lines.
     pub fn target(&self, prefix: &IpNet) -> IpAddr {
-        let holding = self
-            .0
-            .values()
-            .filter(|(p, _)| p.contains(prefix))
-            .max_by_key(|(p, _)| p.prefix_len());
-        let inside = || self.0.values().find(|(p, _)| prefix.contains(p));
+        let p = prefix.trunc();
+        let holding = (0..=p.prefix_len()).rev().find_map(|len| {
+            let up = IpNet::new(p.addr(), len).ok()?.trunc();
+            self.0.get(&sort_key(&up))
+        });
+        let inside = || {
+            let (fam, lo, _) = sort_key(&p);
+            let (_, hi, _) = sort_key(&IpNet::new(p.broadcast(), p.max_prefix_len()).ok()?);
+            self.0
+                .range((fam, lo, p.prefix_len())..=(fam, hi, u8::MAX))
+                .next()
+                .map(|e| e.1)
+        };
         holding
             .or_else(inside)
-            .map_or_else(|| first_host(prefix), |e| e.1)
+            .map_or_else(|| first_host(&p), |e| e.1)
     }
 }
 
@@ -151,6 +159,9 @@ impl Asked {
             }
             let address = hitlist.target(p);
             let measured = measured_prefix(address);
+            // A listed host of a shorter prefix may lie outside `p`: it then stands for
+            // its own /24 (/48), which the agent checks it against.
+            let prefix = if p.contains(&address) { *p } else { measured };
             let mut any = false;
             for &site in sites {
                 let fresh = match state(site, &measured) {
@@ -167,13 +178,7 @@ impl Asked {
                     continue;
                 }
                 self.at.insert((site, measured), now_ms);
-                out.push((
-                    site,
-                    ProbeTarget {
-                        prefix: *p,
-                        address,
-                    },
-                ));
+                out.push((site, ProbeTarget { prefix, address }));
                 any = true;
             }
             chosen += usize::from(any);
@@ -250,6 +255,12 @@ mod tests {
             .map(|(s, t)| (*s, t.address.to_string()))
             .collect();
         assert_eq!(names, [(0, "192.0.2.1".into())]);
+        // A listed host outside the prefix asked about stands for its own /24.
+        let h = Hitlist::parse("198.51.0.0/16,198.51.100.9\n").unwrap();
+        let mut fresh = Asked::new(30_000);
+        let got = fresh.choose(&[net("198.51.7.0/24")], &[0], &|_, _| None, &h, 0, 1);
+        assert_eq!(got[0].1.prefix, net("198.51.100.0/24"));
+        assert!(got[0].1.prefix.contains(&got[0].1.address));
         // Past the re-ask time, unanswered prefixes are asked again, and a probed value
         // before it expires.
         let got = asked.choose(&demand, &[0, 1], &state, &h, 131_000, 10);
