@@ -317,6 +317,11 @@ impl Live {
         }
         if let Some(r) = &mut self.rtt {
             r.site_index = site_index(cfg);
+            // The bound follows a reload (0 stops asking); probing that was off at the start
+            // needs a restart, as the agents' list does.
+            if let Some(p) = &mut r.probing {
+                p.limit = cfg.rtt.probe;
+            }
             if r.tables.len() != cfg.sites.len() {
                 // Sites were added or removed: measurements are per site index.
                 r.merge = Merge::new(
