@@ -659,6 +659,49 @@ pub struct RttCounters {
     /// came give the samples).
     #[serde(default)]
     pub syn_acks: u64,
+    /// Active probes (`POST /probe`): targets probed; those whose RTT came from a SYN-ACK,
+    /// a RST or an ICMP echo reply, and those that gave none; targets refused (past a
+    /// request's or the queue's bound, or not a host of their prefix).
+    #[serde(default)]
+    pub probed: u64,
+    #[serde(default)]
+    pub probe_syn_ack: u64,
+    #[serde(default)]
+    pub probe_reset: u64,
+    #[serde(default)]
+    pub probe_echo: u64,
+    #[serde(default)]
+    pub probe_failed: u64,
+    #[serde(default)]
+    pub probe_refused: u64,
+}
+
+/// `POST /probe` to `director-ctl agent`: hosts to probe for their prefixes, from the
+/// controller (prefixes with demand but without a live RTT at this site).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProbeRequest {
+    pub targets: Vec<ProbeTarget>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProbeTarget {
+    /// The client prefix the probe stands for; the RTT is reported for the /24 (/48)
+    /// holding `address`, which must lie in it.
+    pub prefix: IpNet,
+    pub address: IpAddr,
+}
+
+/// The agent's answer to `POST /probe`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProbeAccepted {
+    /// Targets queued.
+    pub accepted: usize,
+    /// Already queued (or being probed).
+    pub duplicate: usize,
+    /// Refused: past the per-request bound or the queue's.
+    pub refused: usize,
+    /// Targets waiting after this request.
+    pub queued: usize,
 }
 
 /// One group of client prefixes moved by capacity spill (or back).

@@ -119,7 +119,18 @@ pub struct Rtt {
     /// file's, or the next metric, applies).
     #[serde(default = "Rtt::default_expire")]
     pub expire: u64,
+    /// At most this many client prefixes with demand but without a live measurement at
+    /// every site are asked of the agents per poll, to probe actively; 0: none.
+    #[serde(default)]
+    pub probe: usize,
+    /// `prefix,address` lines: the host to probe for a prefix (else its first host).
+    #[serde(default)]
+    pub probe_targets: Option<PathBuf>,
 }
+
+/// The most prefixes `[rtt] probe` may ask of the agents per poll (an agent takes at most
+/// this many per request).
+pub const MAX_PROBE: usize = 256;
 
 impl Rtt {
     fn default_poll() -> f64 {
@@ -142,6 +153,8 @@ impl Default for Rtt {
             poll: Rtt::default_poll(),
             min_samples: Rtt::default_min_samples(),
             expire: Rtt::default_expire(),
+            probe: 0,
+            probe_targets: None,
         }
     }
 }
@@ -296,6 +309,7 @@ impl Config {
             s.bgp.iter_mut().for_each(fix);
         }
         self.rtt.files.iter_mut().for_each(fix);
+        self.rtt.probe_targets.iter_mut().for_each(fix);
     }
 
     /// What the planner relies on: unique site and server names, servers at known sites,
@@ -353,6 +367,12 @@ impl Config {
             bail!(
                 "[rtt]: poll {} is not from 0.1 to 3600 seconds",
                 self.rtt.poll
+            );
+        }
+        if self.rtt.probe > MAX_PROBE {
+            bail!(
+                "[rtt]: probe {} is more than {MAX_PROBE} prefixes per poll",
+                self.rtt.probe
             );
         }
         if self.rtt.expire == 0 {

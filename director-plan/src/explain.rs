@@ -175,6 +175,7 @@ fn rtt_agent(
         url: src.agent.clone(),
         measured: src.measured.clone(),
         samples: src.samples,
+        probes: src.probes,
         window_end_ms: src.window_end_ms,
         age_s: now.saturating_sub(src.taken_ms) as f64 / 1e3,
     })

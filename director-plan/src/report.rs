@@ -160,6 +160,9 @@ pub struct RttAgent {
     pub measured: Vec<IpNet>,
     /// Handshakes in the windows taken.
     pub samples: u64,
+    /// Active probes' RTTs in them (prefixes the agent probed, having no handshakes).
+    #[serde(default)]
+    pub probes: u64,
     /// When the newest window ended (the agent's clock, ms since the Unix epoch).
     pub window_end_ms: u64,
     /// Seconds since the controller took that window.

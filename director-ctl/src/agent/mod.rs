@@ -5,9 +5,11 @@
 //! map every `--drain-ms`, adds the samples to per-prefix windows ([`window`]) and
 //! publishes each prefix's last complete window at `GET /rtt` ([`http`]), which the
 //! controller polls, and with `--store` into a fleet's store ([`store`]). One log line per
-//! window. SIGINT/SIGTERM detach and end it.
+//! window. SIGINT/SIGTERM detach and end it. The controller may also ask for active
+//! probes of prefixes without handshakes ([`probe`]).
 
 pub mod http;
+pub mod probe;
 pub mod store;
 pub mod window;
 
@@ -43,7 +45,14 @@ pub struct Options {
     pub retain_s: u64,
     /// A fleet's store the report is also written into (`--store`).
     pub store: Option<store::Target>,
+    /// Active probes: targets per second (0: `POST /probe` is refused) and each try's wait.
+    pub probe_rate: f64,
+    pub probe_timeout_ms: u64,
 }
+
+/// Targets waiting to be probed at most (a minute at a high rate; the controller asks
+/// again for what was refused).
+const PROBE_QUEUE: usize = 4096;
 
 fn check(o: &Options) -> Result<()> {
     if o.site.is_empty() || o.site.contains(char::is_whitespace) {
@@ -93,13 +102,23 @@ pub fn run(o: &Options) -> Result<()> {
         })
     };
     install_signals();
-    let mut probe = RttProbe::attach(&watch, o.max_prefixes)?;
+    let mut handshakes = RttProbe::attach(&watch, o.max_prefixes)?;
     let writer = match &o.store {
         Some(t) => Some(store::Writer::start(t.clone(), &o.site, o.window_s)?),
         None => None,
     };
     let shared = http::empty(&o.site, o.window_s);
-    http::serve(o.listen, shared.clone())?;
+    let prober = if o.probe_rate > 0.0 {
+        let p = probe::Options {
+            rate: o.probe_rate,
+            timeout: Duration::from_millis(o.probe_timeout_ms),
+            queue: PROBE_QUEUE,
+        };
+        Some(probe::Prober::start(&p, stopping).context("starting the prober")?)
+    } else {
+        None
+    };
+    http::serve(o.listen, shared.clone(), prober.clone())?;
     eprintln!(
         "director-ctl agent: site {}: measuring {watch}; GET http://{}/rtt",
         o.site, o.listen
@@ -122,7 +141,7 @@ pub fn run(o: &Options) -> Result<()> {
             break;
         }
         next_drain = Instant::now() + drain;
-        let d = probe.drain(GRACE).context("draining DIR_RTT")?;
+        let d = handshakes.drain(GRACE).context("draining DIR_RTT")?;
         for (prefix, h) in &d.prefixes {
             windows.add(*prefix, h);
         }
@@ -131,6 +150,12 @@ pub fn run(o: &Options) -> Result<()> {
         counters.no_entry = d.counted.no_entry;
         counters.syn_acks = d.counted.syn_acks;
         counters.lost += d.lost;
+        if let Some(p) = &prober {
+            for r in p.take() {
+                windows.add_probe(r.prefix, r.rtt_us);
+            }
+            p.count(&mut counters);
+        }
         let now = now_ms();
         if now < windows.end_ms() {
             continue;
@@ -139,7 +164,7 @@ pub fn run(o: &Options) -> Result<()> {
         counters.windows += 1;
         eprintln!(
             "director-ctl agent: site {}: window {}..{}: {} samples, {} prefixes ({} reported), \
-             {} lost, {} without rtt",
+             {} lost, {} without rtt, {} probed",
             o.site,
             c.start_ms,
             c.end_ms,
@@ -147,7 +172,8 @@ pub fn run(o: &Options) -> Result<()> {
             c.prefixes,
             c.reported,
             counters.lost,
-            counters.no_rtt
+            counters.no_rtt,
+            c.probed
         );
         let mut doc = shared
             .lock()
@@ -158,7 +184,7 @@ pub fn run(o: &Options) -> Result<()> {
             w.window(&doc);
         }
     }
-    drop(probe);
+    drop(handshakes);
     // Its lease revoked: the store drops its records now rather than a few windows later.
     drop(writer);
     eprintln!(

@@ -19,6 +19,8 @@ pub struct Closed {
     pub prefixes: usize,
     /// Prefixes with at least the minimum of samples (their records were replaced).
     pub reported: usize,
+    /// Prefixes reported from active probes (without handshakes enough).
+    pub probed: usize,
 }
 
 pub struct Windows {
@@ -29,6 +31,8 @@ pub struct Windows {
     /// A prefix's record is dropped once its window ended this long ago.
     retain_ms: u64,
     current: HashMap<IpNet, Hist>,
+    /// Active probes' RTTs in the window being filled (`probe`).
+    probed: HashMap<IpNet, Hist>,
     last: BTreeMap<IpNet, RttRecord>,
 }
 
@@ -59,6 +63,7 @@ impl Windows {
             min_samples: min_samples.max(1),
             retain_ms,
             current: HashMap::new(),
+            probed: HashMap::new(),
             last: BTreeMap::new(),
         }
     }
@@ -72,6 +77,14 @@ impl Windows {
         self.current.entry(prefix).or_default().merge(h);
     }
 
+    /// An active probe's RTT: reported for its prefix only when the window has not enough
+    /// handshakes for it (`close`).
+    pub fn add_probe(&mut self, prefix: IpNet, rtt_us: u32) {
+        let mut s = director_common::rtt::RttStats::default();
+        director_common::rtt::record(&mut s, rtt_us);
+        self.probed.entry(prefix).or_default().add_stats(&s);
+    }
+
     /// Ends the window being filled and starts the next: the one after it, or, when the
     /// agent was held up past that one too, the one `now_ms` is in (the gap had no
     /// drain, so its samples are in the window that just ended).
@@ -82,6 +95,7 @@ impl Windows {
             samples: 0,
             prefixes: self.current.len(),
             reported: 0,
+            probed: 0,
         };
         for (prefix, h) in self.current.drain() {
             c.samples += h.samples;
@@ -99,8 +113,32 @@ impl Windows {
                 samples: h.samples,
                 window_start_ms: c.start_ms,
                 window_end_ms: c.end_ms,
+                probes: 0,
             };
+            self.probed.remove(&prefix);
             self.last.insert(prefix, r);
+        }
+        for (prefix, h) in self.probed.drain() {
+            // Handshakes win: a probe does not replace the last window's (or this one's).
+            let passive = self.last.get(&prefix).is_some_and(|r| {
+                r.probes == 0 && r.window_end_ms.saturating_add(self.len_ms) >= c.start_ms
+            });
+            let Some(median) = h.median_us().filter(|_| !passive) else {
+                continue;
+            };
+            c.probed += 1;
+            self.last.insert(
+                prefix,
+                RttRecord {
+                    prefix,
+                    min_ms: ms(f64::from(h.min_us)),
+                    median_ms: ms(median),
+                    samples: 0,
+                    window_start_ms: c.start_ms,
+                    window_end_ms: c.end_ms,
+                    probes: h.samples,
+                },
+            );
         }
         let retain = self.retain_ms;
         self.last
@@ -214,5 +252,36 @@ mod tests {
                 "2001:db8:1::/48"
             ]
         );
+    }
+
+    #[test]
+    fn probes_report_a_prefix_without_handshakes_and_handshakes_win() {
+        let mut w = Windows::new(10_000, 0, 2, 60_000);
+        let quiet = net("203.0.113.0/24");
+        let busy = net("192.0.2.0/24");
+        w.add_probe(quiet, 41_000);
+        w.add_probe(quiet, 40_000);
+        w.add_probe(busy, 5_000);
+        w.add(busy, &hist(&[30_000, 31_000]));
+        let c = w.close(10_000);
+        assert_eq!((c.reported, c.probed), (1, 1));
+        let r = w.records();
+        let b = r.iter().find(|r| r.prefix == busy).unwrap();
+        assert_eq!((b.samples, b.probes, b.min_ms), (2, 0, 30.0));
+        let q = r.iter().find(|r| r.prefix == quiet).unwrap();
+        assert_eq!((q.samples, q.probes, q.min_ms), (0, 2, 40.0));
+        // The next window: only a probe for the busy prefix, whose handshakes are one
+        // window old: they stand.
+        w.add_probe(busy, 5_000);
+        let c = w.close(20_000);
+        assert_eq!(c.probed, 0);
+        let b = w.records().into_iter().find(|r| r.prefix == busy).unwrap();
+        assert_eq!((b.samples, b.min_ms), (2, 30.0));
+        // Two windows on, a probe replaces them.
+        w.close(30_000);
+        w.add_probe(busy, 5_000);
+        assert_eq!(w.close(40_000).probed, 1);
+        let b = w.records().into_iter().find(|r| r.prefix == busy).unwrap();
+        assert_eq!((b.samples, b.probes, b.min_ms), (0, 1, 5.0));
     }
 }

@@ -229,8 +229,9 @@ enum Cmd {
     /// On a site's servers: measure the handshake RTT of every accepted TCP connection (a
     /// cgroup sock_ops program), or on a host the connections pass, of every handshake
     /// passing an interface (`--observe`, tc), per client /24 and /48, and serve each
-    /// prefix's last complete window as JSON at `GET /rtt` for the controller. Stops on
-    /// SIGINT/SIGTERM.
+    /// prefix's last complete window as JSON at `GET /rtt` for the controller; probe the
+    /// prefixes the controller asks about (`POST /probe`: TCP SYN, else ICMP echo, paced by
+    /// `--probe-rate`) when they have no handshakes. Stops on SIGINT/SIGTERM.
     Agent {
         /// This site's name, as the controller knows it.
         #[arg(long)]
@@ -279,6 +280,16 @@ enum Cmd {
         /// This agent's name in the store (default: the host's name).
         #[arg(long, requires = "store")]
         name: Option<String>,
+        /// Active probes of the prefixes the controller asks about (`POST /probe`, for
+        /// prefixes with demand but no handshakes here): targets per second, each a TCP SYN
+        /// to port 443, then 80, else an ICMP echo. 0 (the default): refuse probe
+        /// requests; give a rate where the controller has `[rtt] probe`.
+        #[arg(long, default_value_t = 0.0)]
+        probe_rate: f64,
+        /// How long each of a probe's tries waits for its answer, in milliseconds (below
+        /// the 1 s after which the kernel sends a SYN again).
+        #[arg(long, default_value_t = 900)]
+        probe_timeout_ms: u64,
     },
     /// Print the completion script for a shell to stdout, e.g.
     /// `director-ctl completions bash > /etc/bash_completion.d/director-ctl`.
@@ -1043,6 +1054,8 @@ fn run(cli: Cli) -> Result<()> {
             store,
             fleet,
             name,
+            probe_rate,
+            probe_timeout_ms,
         } => crate::agent::run(&crate::agent::Options {
             site,
             cgroup,
@@ -1059,6 +1072,8 @@ fn run(cli: Cli) -> Result<()> {
                 fleet: fleet.fleet,
                 name: name.unwrap_or_else(host_name),
             }),
+            probe_rate,
+            probe_timeout_ms,
         })?,
         Cmd::Completions { shell } => {
             generate::completions(Cli::command(), shell, &mut std::io::stdout())?;

@@ -342,12 +342,12 @@ pub fn explain(e: &api::Explain) -> String {
                         Some(a) => {
                             let _ = writeln!(
                                 o,
-                                "    rtt {} ms for {} (agent {}, {} handshakes from {} \
-                                 measured prefixes, taken {:.0} s ago)",
+                                "    rtt {} ms for {} (agent {}, {} from {} measured \
+                                 prefixes, taken {:.0} s ago)",
                                 r.ms,
                                 r.prefix,
                                 a.url,
-                                a.samples,
+                                rtt_counts(a.samples, a.probes),
                                 a.measured.len(),
                                 a.age_s
                             );
@@ -792,6 +792,15 @@ pub fn upgraded(u: &crate::kernel::upgrade::Upgraded) -> String {
         u.swap_us / 1e3
     );
     o
+}
+
+/// What a live RTT stands for: handshakes, probes (`probed`), or both.
+fn rtt_counts(handshakes: u64, probes: u64) -> String {
+    match (handshakes, probes) {
+        (h, 0) => format!("{h} handshakes"),
+        (0, p) => format!("probed: {p} probes"),
+        (h, p) => format!("{h} handshakes and {p} probes"),
+    }
 }
 
 #[cfg(test)]

@@ -940,6 +940,16 @@ impl State {
             log: self.log,
         };
         let out = self.demand.cycle(m, &ctx)?;
+        if let Some(l) = &mut self.live {
+            let r = self.demand.report();
+            l.probe_demand(
+                r.prefixes
+                    .iter()
+                    .filter(|p| p.samples > 0)
+                    .map(|p| p.prefix)
+                    .collect(),
+            );
+        }
         self.table
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

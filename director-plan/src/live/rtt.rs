@@ -32,10 +32,21 @@ pub struct Record {
     pub min_ms: f64,
     /// From a log histogram: within 4.5 % of the true median (exact when min = max).
     pub median_ms: f64,
+    /// Handshakes in the window (0 in a probed record).
     pub samples: u64,
     /// [start, end) in Unix ms. The first window after the agent starts begins when it did.
     pub window_start_ms: u64,
     pub window_end_ms: u64,
+    /// Active probes' RTTs the window holds instead of handshakes (the agent probes only
+    /// prefixes the controller asked about, and reports a probed window only for a prefix
+    /// without enough handshakes). Absent in older agents' reports: 0, handshakes; and an
+    /// older controller, reading `samples` 0, ignores probed records.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub probes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What an operator set in `[rtt]`.
@@ -53,6 +64,9 @@ pub struct Source {
     /// The /24s (/48s) it stands for, and their handshakes in the last windows taken.
     pub measured: Vec<IpNet>,
     pub samples: u64,
+    /// Active probes' RTTs among them (prefixes without handshakes that were probed).
+    #[serde(default)]
+    pub probes: u64,
     /// When the newest window it took ended (the agent's clock, ms since the epoch).
     pub window_end_ms: u64,
     /// When the merge last took a window for it (this host's clock).
@@ -64,6 +78,8 @@ struct Track {
     smoothed_ns: f64,
     published: Option<Rtt>,
     samples: u64,
+    /// The last window taken was a probed one (`samples` then counts probes).
+    probed: bool,
     window_end_ms: u64,
     taken_ms: u64,
     agent: String,
@@ -107,10 +123,9 @@ impl Merge {
         };
         let mut changed = false;
         for r in records {
-            let usable = r.samples >= self.settings.min_samples
-                && r.min_ms.is_finite()
-                && r.min_ms > 0.0
-                && r.min_ms < 100_000.0;
+            let probed = r.samples == 0 && r.probes > 0;
+            let enough = probed || r.samples >= self.settings.min_samples;
+            let usable = enough && r.min_ms.is_finite() && r.min_ms > 0.0 && r.min_ms < 100_000.0;
             if !usable {
                 continue;
             }
@@ -125,6 +140,7 @@ impl Merge {
                             smoothed_ns: ns,
                             published: None,
                             samples: 0,
+                            probed,
                             window_end_ms: 0,
                             taken_ms: now_ms,
                             agent: agent.to_string(),
@@ -137,13 +153,19 @@ impl Merge {
             if t.window_end_ms == r.window_end_ms && t.agent == agent {
                 continue;
             }
+            // A handshake measurement wins over a probe's while it lasts (until `expire`):
+            // it is the clients' own traffic, the probe a stand-in host of their network.
+            if probed && !t.probed && t.published.is_some() {
+                continue;
+            }
             let mut t = t;
             if (ns - t.smoothed_ns).abs() > step(t.smoothed_ns) {
                 t.smoothed_ns = ns;
             } else {
                 t.smoothed_ns += (ns - t.smoothed_ns) / 4.0;
             }
-            t.samples = r.samples;
+            t.samples = if probed { r.probes } else { r.samples };
+            t.probed = probed;
             t.window_end_ms = r.window_end_ms;
             t.taken_ms = now_ms;
             t.agent = agent.to_string();
@@ -168,6 +190,14 @@ impl Merge {
             gone |= tracks.len() != before;
         }
         gone
+    }
+
+    /// Whether `site` has a measurement of `prefix` (a /24 or /48 as agents report them)
+    /// and, if so, whether it is a probe's and when it was taken (this host's ms): what
+    /// the controller's choice of prefixes to probe goes by.
+    pub fn state(&self, site: usize, prefix: &IpNet) -> Option<(bool, u64)> {
+        let (_, t) = self.tracks.get(site)?.get(&sort_key(&prefix.trunc()))?;
+        Some((t.probed, t.taken_ms))
     }
 
     /// Every measured prefix (any site), for callers that watch what changed.
@@ -210,7 +240,16 @@ impl Merge {
                         Source {
                             agent: newest.agent.clone(),
                             measured: members.iter().map(|m| *m.0).collect(),
-                            samples: members.iter().map(|m| m.1.samples).sum(),
+                            samples: members
+                                .iter()
+                                .filter(|m| !m.1.probed)
+                                .map(|m| m.1.samples)
+                                .sum(),
+                            probes: members
+                                .iter()
+                                .filter(|m| m.1.probed)
+                                .map(|m| m.1.samples)
+                                .sum(),
                             window_end_ms: newest.window_end_ms,
                             taken_ms: members.iter().map(|m| m.1.taken_ms).max().unwrap_or(0),
                         },
@@ -259,6 +298,15 @@ mod tests {
             samples,
             window_start_ms: end - 10_000,
             window_end_ms: end,
+            probes: 0,
+        }
+    }
+
+    fn probed(prefix: &str, ms: f64, probes: u64, end: u64) -> Record {
+        Record {
+            samples: 0,
+            probes,
+            ..rec(prefix, ms, 0, end)
         }
     }
 
@@ -342,5 +390,42 @@ mod tests {
         assert_eq!(src.agent, "a");
         // Sorted for the sweep.
         assert!(t.windows(2).all(|w| sort_key(&w[0].0) < sort_key(&w[1].0)));
+    }
+
+    #[test]
+    fn a_probe_counts_alone_but_handshakes_win_over_it() {
+        let mut m = merge();
+        let p = "198.51.100.0/24";
+        // One probe is enough (min_samples is for handshakes).
+        assert!(m.take(0, "a", &[probed(p, 40.0, 1, 10_000)], 1));
+        let t = m.table(0, |_| None);
+        assert_eq!(ms(&t, p), Some(40.0));
+        assert_eq!((t[0].2.samples, t[0].2.probes), (0, 1));
+        assert_eq!(m.state(0, &p.parse().unwrap()), Some((true, 1)));
+        // Handshakes replace it (a path change beyond the step is taken at once) ...
+        assert!(m.take(0, "a", &[rec(p, 60.0, 5, 20_000)], 2));
+        let t = m.table(0, |_| None);
+        assert_eq!(ms(&t, p), Some(60.0));
+        assert_eq!((t[0].2.samples, t[0].2.probes), (5, 0));
+        // ... and a probe after them changes nothing while they last.
+        assert!(!m.take(0, "a", &[probed(p, 20.0, 3, 30_000)], 3));
+        assert_eq!(ms(&m.table(0, |_| None), p), Some(60.0));
+        assert_eq!(m.state(0, &p.parse().unwrap()), Some((false, 2)));
+        // Once they expired, a probe counts again.
+        assert!(m.expire(70_000));
+        assert!(m.take(0, "a", &[probed(p, 20.0, 3, 80_000)], 70_001));
+        assert_eq!(ms(&m.table(0, |_| None), p), Some(20.0));
+    }
+
+    #[test]
+    fn older_reports_without_probes_parse_as_handshakes() {
+        let r: Record = serde_json::from_str(
+            r#"{"prefix":"192.0.2.0/24","min_ms":40.0,"median_ms":41.0,"samples":7,
+                "window_start_ms":1,"window_end_ms":2}"#,
+        )
+        .unwrap();
+        assert_eq!((r.samples, r.probes), (7, 0));
+        // A handshake record is written as before (no `probes` key).
+        assert!(!serde_json::to_string(&r).unwrap().contains("probes"));
     }
 }

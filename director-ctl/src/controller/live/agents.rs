@@ -42,17 +42,24 @@ pub const FROM_STORE: &str = "store:";
 const MAX_BODY: u64 = 64 << 20;
 
 /// Polls every agent each `every`, sending each outcome on `out` and calling `wake` after
-/// a round; ends when `out`'s receiver is gone.
+/// a round; ends when `out`'s receiver is gone. Before an agent's poll, what `probes` holds
+/// for it is posted to it (`POST /probe`).
 pub fn start(
     agents: Vec<String>,
     every: Duration,
     out: Sender<Polled>,
     wake: impl Fn() + Send + 'static,
+    probes: Option<super::probe::Pending>,
 ) {
     std::thread::Builder::new()
         .name("rtt-agents".into())
         .spawn(move || loop {
             for agent in &agents {
+                if let Some(t) = probes.as_ref().and_then(|p| super::probe::take(p, agent)) {
+                    if let Err(e) = ask_probes(agent, &t) {
+                        log::warn!("{e:#}");
+                    }
+                }
                 let report = fetch(agent);
                 if out
                     .send(Polled {
@@ -76,6 +83,20 @@ pub fn fetch(url: &str) -> Result<Report> {
     let (addr, path) = director_plan::config::agent_url(url)?;
     let body = get(addr, &path).with_context(|| format!("agent {url}"))?;
     serde_json::from_slice(&body).with_context(|| format!("agent {url}: not an RTT report"))
+}
+
+/// `POST /probe` to the agent whose report is at `url` (the same host and port).
+pub fn ask_probes(
+    url: &str,
+    targets: &[crate::api::ProbeTarget],
+) -> Result<crate::api::ProbeAccepted> {
+    let (addr, _) = director_plan::config::agent_url(url)?;
+    let body = serde_json::to_vec(&crate::api::ProbeRequest {
+        targets: targets.to_vec(),
+    })?;
+    let got = request(addr, "POST", "/probe", &body, Duration::from_secs(3))
+        .with_context(|| format!("agent {url}: asking for {} probes", targets.len()))?;
+    serde_json::from_slice(&got).with_context(|| format!("agent {url}: not a probe answer"))
 }
 
 /// `explain` as a running `run` decides it (its `/explain` on the metrics listener).
@@ -112,13 +133,32 @@ fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>> {
 }
 
 fn get_within(addr: SocketAddr, path: &str, wait: Duration) -> Result<Vec<u8>> {
+    request(addr, "GET", path, &[], wait)
+}
+
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    wait: Duration,
+) -> Result<Vec<u8>> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
     s.set_read_timeout(Some(wait))?;
     s.set_write_timeout(Some(Duration::from_secs(1)))?;
+    let length = if method == "GET" {
+        String::new()
+    } else {
+        format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        )
+    };
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n{length}Connection: close\r\n\r\n"
     )?;
+    s.write_all(body)?;
     let mut raw = Vec::new();
     s.take(MAX_BODY + 65_536).read_to_end(&mut raw)?;
     let mut headers = [httparse::EMPTY_HEADER; 32];

@@ -6,6 +6,7 @@
 
 pub mod agents;
 pub mod bgp;
+pub mod probe;
 pub mod wake;
 
 pub use wake::Wake;
@@ -117,6 +118,45 @@ struct RttLive {
     /// Agents whose last poll failed (logged once until they answer again).
     failing: HashSet<String>,
     changed: bool,
+    /// `[rtt] probe`: active probes asked of the agents.
+    probing: Option<Probing>,
+}
+
+struct Probing {
+    limit: usize,
+    hitlist: probe::Hitlist,
+    asked: probe::Asked,
+    pending: probe::Pending,
+    /// Each agent's site, from its last report.
+    agent_site: HashMap<String, usize>,
+    /// The last demand cycle's client prefixes, busiest first.
+    demand: Vec<IpNet>,
+}
+
+impl Probing {
+    /// Chooses this poll's prefixes and leaves them for the poller to send.
+    fn ask(&mut self, merge: &Merge, now: u64) {
+        let mut sites: Vec<usize> = self.agent_site.values().copied().collect();
+        sites.sort_unstable();
+        sites.dedup();
+        let state = |site: usize, p: &IpNet| merge.state(site, p);
+        let chosen =
+            self.asked
+                .choose(&self.demand, &sites, &state, &self.hitlist, now, self.limit);
+        if chosen.is_empty() {
+            return;
+        }
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending.clear();
+        for (site, t) in chosen {
+            for (agent, _) in self.agent_site.iter().filter(|(_, s)| **s == site) {
+                pending.entry(agent.clone()).or_default().push(t.clone());
+            }
+        }
+    }
 }
 
 pub struct Live {
@@ -164,6 +204,22 @@ impl Live {
             None
         } else {
             let (tx, rx) = channel();
+            let probing = if cfg.rtt.probe > 0 {
+                let hitlist = match &cfg.rtt.probe_targets {
+                    Some(path) => probe::Hitlist::read(path)?,
+                    None => probe::Hitlist::default(),
+                };
+                Some(Probing {
+                    limit: cfg.rtt.probe,
+                    hitlist,
+                    asked: probe::Asked::new(probe::reask_ms(cfg.rtt.poll, cfg.rtt.expire)),
+                    pending: probe::Pending::default(),
+                    agent_site: HashMap::new(),
+                    demand: Vec::new(),
+                })
+            } else {
+                None
+            };
             if !cfg.rtt.agents.is_empty() {
                 let w = Arc::clone(&wake);
                 agents::start(
@@ -171,6 +227,7 @@ impl Live {
                     Duration::from_secs_f64(cfg.rtt.poll),
                     tx.clone(),
                     move || w.notify(),
+                    probing.as_ref().map(|p| Arc::clone(&p.pending)),
                 );
             }
             if let (true, Some(feed)) = (cfg.rtt.from_store, store) {
@@ -190,6 +247,7 @@ impl Live {
                 tables: vec![Vec::new(); cfg.sites.len()],
                 failing: HashSet::new(),
                 changed: false,
+                probing,
             })
         };
         if bgp.is_none() && rtt.is_none() {
@@ -289,6 +347,11 @@ impl Live {
         }
         if let Some(r) = &mut self.rtt {
             r.site_index = site_index(cfg);
+            // The bound follows a reload (0 stops asking); probing that was off at the start
+            // needs a restart, as the agents' list does.
+            if let Some(p) = &mut r.probing {
+                p.limit = cfg.rtt.probe;
+            }
             if r.tables.len() != cfg.sites.len() {
                 // Sites were added or removed: measurements are per site index.
                 r.merge = Merge::new(
@@ -448,6 +511,7 @@ impl Live {
             return false;
         };
         let now = now_ms();
+        let mut reported = false;
         while let Ok(p) = r.polled.try_recv() {
             match p.report {
                 Ok(report) => {
@@ -476,6 +540,10 @@ impl Live {
                         continue;
                     };
                     r.changed |= r.merge.take(site, &p.agent, &report.records, now);
+                    if let Some(pr) = &mut r.probing {
+                        pr.agent_site.insert(p.agent.clone(), site);
+                    }
+                    reported = true;
                 }
                 Err(e) => {
                     if r.failing.insert(p.agent.clone()) {
@@ -491,7 +559,18 @@ impl Live {
             }
         }
         r.changed |= r.merge.expire(now);
+        if let Some(pr) = r.probing.as_mut().filter(|_| reported) {
+            pr.ask(&r.merge, now);
+        }
         r.changed
+    }
+
+    /// The last demand cycle's client prefixes (busiest first), for `[rtt] probe` to
+    /// choose from.
+    pub fn probe_demand(&mut self, prefixes: Vec<IpNet>) {
+        if let Some(p) = self.rtt.as_mut().and_then(|r| r.probing.as_mut()) {
+            p.demand = prefixes;
+        }
     }
 
     /// Where a site's live measurement of a prefix came from, for `explain`.
