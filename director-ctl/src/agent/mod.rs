@@ -1,12 +1,11 @@
-//! `director-ctl agent`: passive RTT at a site. The sock_ops program (`kernel::rtt`) takes
-//! the handshake RTT of every connection the site's servers accept, or the tc program that
-//! of every handshake passing the interfaces of a host between them and the clients
-//! (`--observe`); this loop drains its
-//! map every `--drain-ms`, adds the samples to per-prefix windows ([`window`]) and
-//! publishes each prefix's last complete window at `GET /rtt` ([`http`]), which the
-//! controller polls, and with `--store` into a fleet's store ([`store`]). One log line per
-//! window. SIGINT/SIGTERM detach and end it. The controller may also ask for active
-//! probes of prefixes without handshakes ([`probe`]).
+//! `director-ctl agent`: RTT at a site. The sock_ops program (`kernel::rtt`) takes the
+//! handshake RTT of every connection the site's servers accept, or the tc program that of
+//! every handshake passing the interfaces of a host between them and the clients
+//! (`--observe`); this loop drains its map every `--drain-ms`, adds the samples to
+//! per-prefix windows ([`window`]) and publishes each prefix's last complete window at
+//! `GET /rtt` ([`http`]), which the controller polls, and with `--store` into a fleet's
+//! store ([`store`]). The controller may also ask for active probes of prefixes without
+//! handshakes ([`probe`]). One log line per window. SIGINT/SIGTERM detach and end it.
 
 pub mod http;
 pub mod probe;
@@ -20,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::controller::run::{install_signals, stopping};
-use crate::kernel::rtt::{cgroup2_root, RttProbe, Watch};
+use crate::kernel::rtt::{cgroup2_root, HandshakeRtt, Watch};
 use window::{now_ms, Windows};
 
 /// How long a drain waits after flipping the generation before it reads the old one: a
@@ -102,7 +101,7 @@ pub fn run(o: &Options) -> Result<()> {
         })
     };
     install_signals();
-    let mut handshakes = RttProbe::attach(&watch, o.max_prefixes)?;
+    let mut handshakes = HandshakeRtt::attach(&watch, o.max_prefixes)?;
     let writer = match &o.store {
         Some(t) => Some(store::Writer::start(t.clone(), &o.site, o.window_s)?),
         None => None,

@@ -104,7 +104,7 @@ pub struct Drained {
 }
 
 /// The attached program and its maps; dropping it detaches the program.
-pub struct RttProbe {
+pub struct HandshakeRtt {
     stats: PerCpuHashMap<MapData, RttKey, RttStats>,
     gen: Array<MapData, u32>,
     counters: PerCpuArray<MapData, u64>,
@@ -117,10 +117,10 @@ pub struct RttProbe {
     _ebpf: Ebpf,
 }
 
-impl RttProbe {
+impl HandshakeRtt {
     /// Loads the program `watch` needs with a `DIR_RTT` of `max_prefixes` entries and
     /// attaches it there.
-    pub fn attach(watch: &Watch, max_prefixes: u32) -> Result<RttProbe> {
+    pub fn attach(watch: &Watch, max_prefixes: u32) -> Result<HandshakeRtt> {
         require_privileges("agent")?;
         let pending = match watch {
             Watch::Cgroup(_) => 1,
@@ -138,7 +138,7 @@ impl RttProbe {
         let stats = PerCpuHashMap::try_from(take(MAP_RTT)?)?;
         let gen = Array::try_from(take(MAP_RTT_GEN)?)?;
         let counters = PerCpuArray::try_from(take(MAP_RTT_COUNTERS)?)?;
-        Ok(RttProbe {
+        Ok(HandshakeRtt {
             stats,
             gen,
             counters,
