@@ -151,21 +151,37 @@ fn answers_follow_the_rtt_agents_measure() {
     let first = until(&lab, &[&a, &b], X_V4, Duration::from_secs(15));
     eprintln!("first measurements answered after {first:?}");
 
-    let e = lab.ctl_in(
-        &lab.edge_ns,
-        &[
-            "explain",
-            "--run",
-            &format!("127.0.0.1:{metrics_port}"),
-            "--service",
-            WWW,
-            "--client",
-            CLIENT,
-            "--json",
-        ],
-    );
-    assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
-    let e: director_ctl::api::Explain = serde_json::from_slice(&e.stdout).unwrap();
+    // A measured server ranks before an unmeasured one, so x can answer as soon as a's
+    // agent is polled with its window and b's not yet (each agent closes its own): explain
+    // is read once both are.
+    let explain = || -> director_ctl::api::Explain {
+        let e = lab.ctl_in(
+            &lab.edge_ns,
+            &[
+                "explain",
+                "--run",
+                &format!("127.0.0.1:{metrics_port}"),
+                "--service",
+                WWW,
+                "--client",
+                CLIENT,
+                "--json",
+            ],
+        );
+        assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
+        serde_json::from_slice(&e.stdout).unwrap()
+    };
+    let t0 = Instant::now();
+    let e = loop {
+        let e = explain();
+        if e.servers.iter().all(|s| s.rtt.is_some()) || t0.elapsed() > Duration::from_secs(10) {
+            break e;
+        }
+        for s in [&a, &b] {
+            s.connect(2);
+        }
+        sleep(Duration::from_millis(200));
+    };
     for (server, url, ms) in [("x", &a.url, 40.0), ("y", &b.url, 60.0)] {
         let s = e.servers.iter().find(|v| v.server == server).unwrap();
         let rtt = s.rtt.as_ref().unwrap_or_else(|| panic!("{server}: no rtt"));
