@@ -35,6 +35,32 @@ struct Segment {
     ack: u32,
 }
 
+/// Which end of a [`Segment`] is the client's.
+#[derive(Clone, Copy)]
+enum Client {
+    Source,
+    Destination,
+}
+
+impl Segment {
+    /// The handshake this segment belongs to, named from the client's side.
+    #[inline(always)]
+    fn key(&self, client: Client) -> HandshakeKey {
+        let (client_port, server_port, client, server) = match client {
+            Client::Source => (self.src_port, self.dst_port, self.src, self.dst),
+            Client::Destination => (self.dst_port, self.src_port, self.dst, self.src),
+        };
+        HandshakeKey {
+            family: self.family,
+            _pad: [0; 3],
+            client_port,
+            server_port,
+            client,
+            server,
+        }
+    }
+}
+
 /// Looks at one packet in either direction.
 #[inline(always)]
 pub fn observe(ctx: &TcContext) {
@@ -53,15 +79,8 @@ pub fn observe(ctx: &TcContext) {
 /// handshake is marked as resent (its ACK will give no sample).
 #[inline(always)]
 fn syn_ack_passed(s: &Segment) {
-    // Named from the client's side: the SYN-ACK goes to it.
-    let key = HandshakeKey {
-        family: s.family,
-        _pad: [0; 3],
-        client_port: s.dst_port,
-        server_port: s.src_port,
-        client: s.dst,
-        server: s.src,
-    };
+    // The SYN-ACK goes to the client.
+    let key = s.key(Client::Destination);
     let ack = s.seq.wrapping_add(1);
     if let Some(seen) = DIR_RTT_SYNACK.get_ptr_mut(key) {
         // SAFETY: the map's value for this program run; two CPUs racing on one handshake's
@@ -86,14 +105,7 @@ fn syn_ack_passed(s: &Segment) {
 /// A client's ACK: if it ends a handshake whose SYN-ACK passed here, that is a sample.
 #[inline(always)]
 fn ack_passed(s: &Segment) {
-    let key = HandshakeKey {
-        family: s.family,
-        _pad: [0; 3],
-        client_port: s.src_port,
-        server_port: s.dst_port,
-        client: s.src,
-        server: s.dst,
-    };
+    let key = s.key(Client::Source);
     // Most ACKs are of established connections: one lookup that misses.
     let Some(seen) = DIR_RTT_SYNACK.get_ptr(key) else {
         return;

@@ -365,6 +365,20 @@ impl Lab {
         String::from_utf8_lossy(&self.client(&cmd).stdout).into_owned()
     }
 
+    /// director's A answer for `name` to a client in `subnet` (EDNS Client Subnet; one try
+    /// of 1 s, from the client to the edge): the addresses joined by commas, "" for none.
+    pub fn answer_a(&self, name: &str, subnet: &str) -> String {
+        let r = Reply::parse(&self.dig(&[
+            &format!("@{EDGE_V4}"),
+            name,
+            "A",
+            &format!("+subnet={subnet}"),
+            "+tries=1",
+            "+time=1",
+        ]));
+        r.data("A").join(",")
+    }
+
     /// dig inside the edge namespace: the query goes over loopback, where director is not
     /// attached, so this is what the servers behind director say.
     pub fn dig_in_edge(&self, args: &[&str]) -> String {

@@ -1,6 +1,7 @@
 //! The RTT agent's test fixture: a cgroup v2 child of this test's own (so parallel tests do
 //! not see each other's connections), a server process in it, `director-ctl agent`
-//! attached to it, and the agent's `GET /rtt` read back as the API type.
+//! attached to it, and the agent's `GET /rtt` read back as the API type; a site measured
+//! over a delay line ([`MeasuredSite`]), and `run`'s `explain` of what the agents measured.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -8,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use director_ctl::api::RttReport;
+use director_ctl::api::{Explain, RttAgent, RttMeasurement, RttReport};
 
-use crate::delay::enter;
-use crate::netns::ctl_binary;
+use crate::delay::{enter, DelayLink};
+use crate::netns::{ctl_binary, Lab};
 
 /// The cgroup2 mount (`/sys/fs/cgroup/unified` on hybrid hosts like these).
 pub fn cgroup2_root() -> PathBuf {
@@ -134,7 +135,9 @@ pub fn start_agent(cgroup: &Cgroup, window_s: u64, drain_ms: u64) -> (Process, S
     let mut cmd = Command::new(ctl_binary());
     cmd.args(["agent", "--site", "test-site", "--cgroup"])
         .arg(&cgroup.0);
-    spawn_agent(cmd, listen, window_s, drain_ms, || report(listen))
+    let mut p = spawn_agent(cmd, listen, window_s, drain_ms, log_path("rtt-agent"));
+    wait_served(&mut p, || report(listen));
+    (p, listen)
 }
 
 /// `director-ctl agent --observe` on `ifaces` of the namespace `ns`, serving on that
@@ -153,17 +156,31 @@ pub fn start_observer(
     for i in ifaces {
         cmd.args(["--observe", i]);
     }
-    spawn_agent(cmd, listen, window_s, drain_ms, || report_in(ns, listen))
+    let mut p = spawn_agent(cmd, listen, window_s, drain_ms, log_path("rtt-agent"));
+    wait_served(&mut p, || report_in(ns, listen));
+    (p, listen)
 }
 
-fn spawn_agent(
+/// `director-ctl agent --site <site> --cgroup <cgroup>` run in the namespace `ns`: add
+/// what else it takes (probing, a store), then [`spawn_agent`].
+pub fn agent_in(ns: &str, site: &str, cgroup: &Cgroup) -> Command {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net=/run/netns/{ns}"))
+        .arg(ctl_binary())
+        .args(["agent", "--site", site, "--cgroup"])
+        .arg(&cgroup.0);
+    cmd
+}
+
+/// Starts the agent `cmd` serving on `listen`, with windows of `window_s` drained every
+/// `drain_ms`, its stderr into `log`; returns at once ([`wait_served`] waits for `/rtt`).
+pub fn spawn_agent(
     mut cmd: Command,
     listen: SocketAddr,
     window_s: u64,
     drain_ms: u64,
-    reach: impl Fn() -> std::io::Result<RttReport>,
-) -> (Process, SocketAddr) {
-    let log = log_path("rtt-agent");
+    log: PathBuf,
+) -> Process {
     let child = cmd
         .args(["--listen", &listen.to_string()])
         .args(["--window-s", &window_s.to_string()])
@@ -173,11 +190,16 @@ fn spawn_agent(
         .stderr(std::fs::File::create(&log).expect("a log file"))
         .spawn()
         .expect("starting director-ctl agent");
-    let mut p = Process { child, log };
+    Process { child, log }
+}
+
+/// Waits until `reach` reads the agent's `/rtt`; panics if the agent exits first or 15 s
+/// pass.
+pub fn wait_served(p: &mut Process, reach: impl Fn() -> std::io::Result<RttReport>) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if reach().is_ok() {
-            return (p, listen);
+            return;
         }
         if let Ok(Some(st)) = p.child.try_wait() {
             panic!("the agent exited ({st}): {}", p.log());
@@ -193,29 +215,60 @@ fn spawn_agent(
 
 /// [`report`] from inside the namespace `ns` (an agent listening on its loopback).
 pub fn report_in(ns: &str, agent: SocketAddr) -> std::io::Result<RttReport> {
-    let ns = ns.to_string();
-    std::thread::spawn(move || {
-        enter(&ns)?;
-        report(agent)
-    })
-    .join()
-    .map_err(|_| std::io::Error::other("the reading thread panicked"))?
+    parsed(&request_in(ns, agent, "GET", "/rtt", "")?)
 }
 
 /// `GET /rtt`, parsed as the controller parses it.
 pub fn report(agent: SocketAddr) -> std::io::Result<RttReport> {
+    parsed(&request(agent, "GET", "/rtt", "")?)
+}
+
+fn parsed(body: &str) -> std::io::Result<RttReport> {
+    serde_json::from_str(body).map_err(std::io::Error::other)
+}
+
+/// [`request`] from inside the namespace `ns`.
+pub fn request_in(
+    ns: &str,
+    agent: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<String> {
+    let (ns, method, path, body) = (
+        ns.to_string(),
+        method.to_string(),
+        path.to_string(),
+        body.to_string(),
+    );
+    std::thread::spawn(move || {
+        enter(&ns)?;
+        request(agent, &method, &path, &body)
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the requesting thread panicked"))?
+}
+
+/// One HTTP/1.1 request to the agent (a JSON `body`, empty for none): the body of its 200
+/// answer, else an error with the answer's head and body.
+pub fn request(agent: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<String> {
     let mut s = TcpStream::connect_timeout(&agent, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"GET /rtt HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     let (head, body) = text
         .split_once("\r\n\r\n")
         .ok_or_else(|| std::io::Error::other("no end of head"))?;
     if !head.starts_with("HTTP/1.1 200") {
-        return Err(std::io::Error::other(head.to_string()));
+        return Err(std::io::Error::other(format!("{head}\n{body}")));
     }
-    serde_json::from_str(body).map_err(std::io::Error::other)
+    Ok(body.to_string())
 }
 
 /// Unix time in ms (the agent's windows are on this clock).
@@ -276,4 +329,139 @@ pub fn cpu_ns(pid: u32) -> u64 {
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
+}
+
+/// A site measured over a delay line: one client and one server (port 80) at its two
+/// ends, the accept sink as the server, in a cgroup of its own, and an agent measuring
+/// that cgroup. Dropped in field order: the agent first (an agent writing into a store
+/// revokes its lease on SIGTERM), the cgroup last.
+pub struct MeasuredSite {
+    pub agent: Process,
+    pub sink: Process,
+    pub link: DelayLink,
+    pub cgroup: Cgroup,
+    client: IpAddr,
+    server: SocketAddr,
+}
+
+impl MeasuredSite {
+    /// The delay line (`one_way` each way), the cgroup `tag`, the sink (`sink_bin`) in the
+    /// server's namespace, and then `agent`, given the cgroup, starts the agent.
+    pub fn start(
+        sink_bin: &Path,
+        tag: &str,
+        (client, server): (IpAddr, IpAddr),
+        one_way: Duration,
+        agent: impl FnOnce(&Cgroup) -> Process,
+    ) -> MeasuredSite {
+        let server = SocketAddr::new(server, 80);
+        let link = DelayLink::new(&[client], &[server.ip()], one_way);
+        let cgroup = Cgroup::new(tag);
+        let sink = start_sink(sink_bin, &link.server_ns, &cgroup, &[server]);
+        let agent = agent(&cgroup);
+        MeasuredSite {
+            agent,
+            sink,
+            link,
+            cgroup,
+            client,
+            server,
+        }
+    }
+
+    /// `n` connections from the client to the server at once (see [`connect_all`]).
+    pub fn connect(&self, n: usize) {
+        connect_all(&self.link.client_ns, &[self.client], &[self.server], n);
+    }
+}
+
+/// Keeps every site's client connecting (two handshakes each per 200 ms) until `answer`
+/// says `want`; how long it took. Past `within` it panics, with `logs` and the agents'.
+pub fn connect_until(
+    sites: &[&MeasuredSite],
+    answer: impl Fn() -> String,
+    want: &str,
+    within: Duration,
+    logs: impl Fn() -> String,
+) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        for s in sites {
+            s.connect(2);
+        }
+        if answer() == want {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < within,
+            "still {:?} after {within:?}, want {want}\n{}\n{}",
+            answer(),
+            logs(),
+            sites
+                .iter()
+                .map(|s| s.agent.log())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn explain_out(lab: &Lab, metrics: &str, service: &str, client: &str, json: bool) -> String {
+    let mut args = vec![
+        "explain",
+        "--run",
+        metrics,
+        "--service",
+        service,
+        "--client",
+        client,
+    ];
+    if json {
+        args.push("--json");
+    }
+    let out = lab.ctl_in(&lab.edge_ns, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `director-ctl explain --run <metrics> --json` in the lab's edge namespace: why a
+/// `client` gets `service`'s servers, from the running controller.
+pub fn explain(lab: &Lab, metrics: &str, service: &str, client: &str) -> Explain {
+    let text = explain_out(lab, metrics, service, client, true);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// The same as text, as an operator reads it.
+pub fn explain_text(lab: &Lab, metrics: &str, service: &str, client: &str) -> String {
+    explain_out(lab, metrics, service, client, false)
+}
+
+/// `server`'s RTT in `e`, measured live by the agent at `url` (asserted): the value and
+/// its agent.
+pub fn live_rtt<'a>(e: &'a Explain, server: &str, url: &str) -> (&'a RttMeasurement, &'a RttAgent) {
+    let s = e
+        .servers
+        .iter()
+        .find(|v| v.server == server)
+        .unwrap_or_else(|| panic!("{server}: not in {e:?}"));
+    let rtt = s.rtt.as_ref().unwrap_or_else(|| panic!("{server}: no rtt"));
+    let agent = rtt.agent.as_ref().expect("a live measurement");
+    assert_eq!(agent.url, url);
+    (rtt, agent)
+}
+
+/// Asserts `server`'s published RTT is within max(4 ms, 10 %) of its path's `path_ms`.
+/// The published value is smoothed and moves only beyond max(1 ms, 5 %): it may lag the
+/// path by that much more than the agent's own ±5 % (rtt_agent.rs checks the agent's
+/// accuracy).
+pub fn assert_published_near(server: &str, published_ms: f64, path_ms: f64) {
+    assert!(
+        (published_ms - path_ms).abs() <= (path_ms * 0.10).max(4.0),
+        "{server}: {published_ms} ms published over a {path_ms} ms path"
+    );
 }

@@ -35,11 +35,10 @@ use std::{
 
 use director_ctl::api::FleetStatus;
 use director_tests::config::Doc;
-use director_tests::delay::DelayLink;
 use director_tests::fleet::{Etcd, Hub, PUBLISHER_V4};
-use director_tests::netns::{ctl_binary, describe, Controller, Lab, Reply, EDGE_V4};
+use director_tests::netns::{describe, Controller, Lab};
 use director_tests::routers::{listen_in, Options, RouterKind, RouterLab};
-use director_tests::rtt::{connect_all, start_sink, Cgroup, Process};
+use director_tests::rtt::{agent_in, connect_until, spawn_agent, MeasuredSite};
 use director_tests::tempdir::{replace_file, TempDir};
 
 const WWW: &str = "www.example.com";
@@ -71,7 +70,7 @@ struct Fleet {
     routers: Option<RouterLab>,
     agents: Option<Agents>,
     /// Real agents writing into the store (the store test's).
-    sites: Vec<StoreSite>,
+    sites: Vec<MeasuredSite>,
     lab: Lab,
     etcd: Etcd,
     hub: Hub,
@@ -177,15 +176,7 @@ impl Fleet {
 
     /// The edge's A answer for a client in `subnet` (ECS), or "" when it did not answer.
     fn answer(&self, subnet: &str) -> String {
-        let r = Reply::parse(&self.lab.dig(&[
-            &format!("@{EDGE_V4}"),
-            WWW,
-            "A",
-            &format!("+subnet={subnet}"),
-            "+tries=1",
-            "+time=1",
-        ]));
-        r.data("A").join(",")
+        self.lab.answer_a(WWW, subnet)
     }
 
     /// Polls the edge until the answer for `subnet` is `want`; how long it took.
@@ -607,6 +598,25 @@ fn serve(l: &TcpListener, rtt: &Mutex<(f64, f64)>, stop: &AtomicBool) {
     }
 }
 
+/// Three rounds of site a's RTT stepping up (`slow(true)`: y answers) and back
+/// (`slow(false)`: x answers), each timed from the change to the edge's new answer, which
+/// `until` waits for; the times printed, as `what` reached the edge.
+fn step_rounds(what: &str, slow: impl Fn(bool), until: impl Fn(&str)) {
+    let mut steps = Vec::new();
+    for _ in 0..3 {
+        for (is_slow, want) in [(true, Y_V4), (false, X_V4)] {
+            let t = Instant::now();
+            slow(is_slow);
+            until(want);
+            steps.push(t.elapsed());
+        }
+    }
+    eprintln!(
+        "{what} → edge answer max {:?} ({steps:?})",
+        steps.iter().max().unwrap()
+    );
+}
+
 /// An agent's RTT change reaches the edge through the publisher: site a nearer (x), then
 /// a's path slower than b's (y), then back, each timed from the agent's change to dig's
 /// new answer (the agents are polled every 0.5 s).
@@ -626,20 +636,13 @@ fn an_agents_rtt_change_reaches_the_edge_through_the_publisher() {
         .wait_for("is current", 1, Duration::from_secs(30));
     let first = f.until(RTT_CLIENT, X_V4, WITHIN);
     eprintln!("first measurements answered at the edge {first:?} after the first version");
-    let mut steps = Vec::new();
-    for _ in 0..3 {
-        let t = Instant::now();
-        f.agents.as_ref().unwrap().set(80.0, 50.0);
-        f.until(RTT_CLIENT, Y_V4, WITHIN);
-        steps.push(t.elapsed());
-        let t = Instant::now();
-        f.agents.as_ref().unwrap().set(10.0, 50.0);
-        f.until(RTT_CLIENT, X_V4, WITHIN);
-        steps.push(t.elapsed());
-    }
-    eprintln!(
-        "through the fleet: agent's RTT change → edge answer max {:?} ({steps:?})",
-        steps.iter().max().unwrap()
+    let agents = f.agents.as_ref().unwrap();
+    step_rounds(
+        "through the fleet: agent's RTT change",
+        |slow| agents.set(if slow { 80.0 } else { 10.0 }, 50.0),
+        |want| {
+            f.until(RTT_CLIENT, want, WITHIN);
+        },
     );
     let st = f.status();
     let live = st
@@ -652,95 +655,48 @@ fn an_agents_rtt_change_reaches_the_edge_through_the_publisher() {
     f.edge.assert_alive();
 }
 
-/// A site measured by a real agent that writes into the store: clients reach the site's
-/// server over a delay line, the server (the accept sink) runs in a cgroup of the test's
-/// own, and `director-ctl agent --store` (in the hub, where etcd is) measures it. Dropped
-/// in field order: the agent first (SIGTERM: it revokes its lease), the cgroup last.
-struct StoreSite {
-    agent: Process,
-    _sink: Process,
-    link: DelayLink,
-    _cgroup: Cgroup,
-}
-
 /// The store test's client (one /24 in ECS) and its site's server, on each delay line.
 const STORE_CLIENT: &str = "203.0.113.10";
 const STORE_CLIENT_NET: &str = "203.0.113.0/24";
 const STORE_SERVER: &str = "198.51.100.1";
 
-impl StoreSite {
-    fn start(f: &Fleet, site: &str, one_way_ms: u64, port: u16) -> StoreSite {
-        let server = SocketAddr::new(STORE_SERVER.parse().unwrap(), 80);
-        let link = DelayLink::new(
-            &[STORE_CLIENT.parse().unwrap()],
-            &[server.ip()],
-            Duration::from_millis(one_way_ms),
-        );
-        let cgroup = Cgroup::new(&format!("flv-{site}"));
-        let sink = start_sink(
-            std::path::Path::new(env!("CARGO_BIN_EXE_accept_sink")),
-            &link.server_ns,
-            &cgroup,
-            &[server],
-        );
-        let log = f.dir.path(&format!("agent-{site}.log"));
-        let child = std::process::Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", f.hub.ns()))
-            .arg(ctl_binary())
-            .args(["agent", "--site", site, "--cgroup"])
-            .arg(&cgroup.0)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--window-s", "1", "--drain-ms", "250"])
-            .args(["--store", &f.etcd.url(), "--fleet", FLEET])
-            .args(["--name", &format!("agent-{site}")])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("the agent's log"))
-            .spawn()
-            .expect("starting director-ctl agent");
-        StoreSite {
-            agent: Process { child, log },
-            _sink: sink,
-            link,
-            _cgroup: cgroup,
-        }
-    }
-
-    fn connect(&self, n: usize) {
-        connect_all(
-            &self.link.client_ns,
-            &[STORE_CLIENT.parse().unwrap()],
-            &[SocketAddr::new(STORE_SERVER.parse().unwrap(), 80)],
-            n,
-        );
-    }
+/// A site measured by a real agent that writes into the store: clients reach the site's
+/// server over a delay line, the server (the accept sink) runs in a cgroup of the test's
+/// own, and `director-ctl agent --store` (in the hub, where etcd is) measures it.
+fn store_site(f: &Fleet, site: &str, one_way_ms: u64, port: u16) -> MeasuredSite {
+    MeasuredSite::start(
+        env!("CARGO_BIN_EXE_accept_sink").as_ref(),
+        &format!("flv-{site}"),
+        (STORE_CLIENT.parse().unwrap(), STORE_SERVER.parse().unwrap()),
+        Duration::from_millis(one_way_ms),
+        |cgroup| {
+            let mut agent = agent_in(f.hub.ns(), site, cgroup);
+            agent
+                .args(["--store", &f.etcd.url(), "--fleet", FLEET])
+                .args(["--name", &format!("agent-{site}")]);
+            spawn_agent(
+                agent,
+                SocketAddr::new([127, 0, 0, 1].into(), port),
+                1,
+                250,
+                f.dir.path(&format!("agent-{site}.log")),
+            )
+        },
+    )
 }
 
 impl Fleet {
     /// Keeps every store site's client connecting (a few handshakes each per 200 ms) until
     /// the edge answers `want` for the store test's client; how long it took.
     fn until_measured(&self, want: &str, within: Duration) -> Duration {
-        let t0 = Instant::now();
-        loop {
-            for s in &self.sites {
-                s.connect(2);
-            }
-            if self.answer(STORE_CLIENT_NET) == want {
-                return t0.elapsed();
-            }
-            assert!(
-                t0.elapsed() < within,
-                "the edge still answers {:?} after {within:?}, want {want}\n{}\n{}",
-                self.answer(STORE_CLIENT_NET),
-                self.logs(),
-                self.sites
-                    .iter()
-                    .map(|s| s.agent.log())
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            sleep(Duration::from_millis(200));
-        }
+        let sites: Vec<&MeasuredSite> = self.sites.iter().collect();
+        connect_until(
+            &sites,
+            || self.answer(STORE_CLIENT_NET),
+            want,
+            within,
+            || self.logs(),
+        )
     }
 
     /// The agents' keys in the store (under `/<fleet>/rtt/`).
@@ -787,8 +743,8 @@ fn agents_write_into_the_store_and_the_edge_follows_their_rtt() {
     // Nothing measured yet: the administrative order picks y, once the edge has fetched
     // the first version (a moment after the publisher made it current).
     f.until(STORE_CLIENT_NET, Y_V4, WITHIN);
-    f.sites.push(StoreSite::start(&f, "a", 20, AGENT_PORT + 1));
-    f.sites.push(StoreSite::start(&f, "b", 30, AGENT_PORT + 2));
+    f.sites.push(store_site(&f, "a", 20, AGENT_PORT + 1));
+    f.sites.push(store_site(&f, "b", 30, AGENT_PORT + 2));
     let first = f.until_measured(X_V4, Duration::from_secs(30));
     eprintln!("first measurements through the store answered at the edge after {first:?}");
     let keys = [
@@ -797,20 +753,15 @@ fn agents_write_into_the_store_and_the_edge_follows_their_rtt() {
     ];
     assert_eq!(f.agent_keys(), keys);
 
-    let mut steps = Vec::new();
-    for _ in 0..3 {
-        let t = Instant::now();
-        f.sites[0].link.set_delay(Duration::from_millis(40));
-        f.until_measured(Y_V4, Duration::from_secs(20));
-        steps.push(t.elapsed());
-        let t = Instant::now();
-        f.sites[0].link.set_delay(Duration::from_millis(20));
-        f.until_measured(X_V4, Duration::from_secs(20));
-        steps.push(t.elapsed());
-    }
-    eprintln!(
-        "through the store: the path's RTT step → edge answer max {:?} ({steps:?})",
-        steps.iter().max().unwrap()
+    step_rounds(
+        "through the store: the path's RTT step",
+        |slow| {
+            let one_way = if slow { 40 } else { 20 };
+            f.sites[0].link.set_delay(Duration::from_millis(one_way));
+        },
+        |want| {
+            f.until_measured(want, Duration::from_secs(20));
+        },
     );
     let st = f.status();
     let live = st

@@ -71,21 +71,29 @@ fn near(r: &RttRecord, want_ms: f64) -> Result<(), String> {
     Ok(())
 }
 
-/// Measures one window of `per_source` connections from each client: every prefix has
-/// exactly its handshakes (asserted), and the RTTs are near `want_ms` (returned: on this
-/// shared machine a window can catch the relay thread starved, so the caller tries the
-/// next window once before failing; a CI run saw every handshake of one window 10 ms late).
-#[allow(clippy::too_many_arguments)]
+/// An agent [`one_window`] reads: its name in messages, how its `/rtt` is read, and its
+/// process (for its log).
+struct Watched<'a> {
+    name: &'a str,
+    read: &'a dyn Fn() -> std::io::Result<RttReport>,
+    agent: &'a Process,
+}
+
+/// Measures one window of `per_source` connections from each client: every agent has, for
+/// every prefix, a record of exactly its handshakes, each counted once, of that window
+/// (asserted), and the RTTs are near `want_ms` (returned: on this shared machine a window
+/// can catch the relay thread starved, so the caller tries the next window once before
+/// failing, with [`in_one_of_two_windows`]; a CI run saw every handshake of one window
+/// 10 ms late).
 fn one_window(
     link: &DelayLink,
     clients: &[IpAddr],
     dst: &[SocketAddr],
-    listen: SocketAddr,
-    agent: &Process,
+    agents: &[Watched<'_>],
     want: &BTreeMap<&str, u64>,
     per_source: usize,
     want_ms: f64,
-) -> Result<u64, String> {
+) -> Result<(), String> {
     let window_ms = 3000;
     let prefixes: Vec<&str> = want.keys().copied().collect();
     let start = into_next_window(window_ms, 300);
@@ -94,32 +102,42 @@ fn one_window(
         now_before(start + window_ms - 500),
         "the connections took too long"
     );
-    let got = window_records(
-        || report(listen),
-        start + window_ms,
-        &prefixes,
-        || agent.log(),
-    );
     let mut off = Vec::new();
-    for (p, r) in &got {
-        println!(
-            "{p}: min {:.3} ms, median {:.3} ms, {} samples (configured {want_ms} ms)",
-            r.min_ms, r.median_ms, r.samples
-        );
-        assert_eq!(
-            r.samples,
-            want[p.as_str()] * per_source as u64,
-            "{p}: samples"
-        );
-        assert_eq!(r.window_start_ms, start, "{p}");
-        if let Err(e) = near(r, want_ms) {
-            off.push(e);
+    for w in agents {
+        let got = window_records(w.read, start + window_ms, &prefixes, || w.agent.log());
+        for (p, r) in &got {
+            println!(
+                "{}: {p}: min {:.3} ms, median {:.3} ms, {} samples (configured {want_ms} ms)",
+                w.name, r.min_ms, r.median_ms, r.samples
+            );
+            assert_eq!(
+                r.samples,
+                want[p.as_str()] * per_source as u64,
+                "{}: {p}: every handshake once",
+                w.name
+            );
+            assert_eq!(r.window_start_ms, start, "{}: {p}", w.name);
+            if let Err(e) = near(r, want_ms) {
+                off.push(format!("{}: {e}", w.name));
+            }
         }
     }
     if off.is_empty() {
-        Ok(start)
+        Ok(())
     } else {
         Err(off.join("; "))
+    }
+}
+
+/// `measure` once, and once more if its window was off; fails if both were.
+fn in_one_of_two_windows(measure: impl Fn() -> Result<(), String>) {
+    if let Err(e) = measure() {
+        println!("one window off ({e}); measuring the next");
+        let again = measure();
+        assert!(
+            again.is_ok(),
+            "two windows in a row off: {e}; then {again:?}"
+        );
     }
 }
 
@@ -152,24 +170,20 @@ fn handshake_rtt_per_prefix_and_a_step_change() {
         ("2001:db8:2::/48", 1),
     ]
     .into();
+    let read = || report(listen);
+    let agents = [Watched {
+        name: "sock_ops",
+        read: &read,
+        agent: &agent,
+    }];
     for (delay_ms, per_source) in [(20, 6), (40, 2)] {
         // The first pass at 20 ms each way; then the delay steps to 40 ms, and the first
         // window that starts after the step shows 80 ms.
         link.set_delay(Duration::from_millis(delay_ms));
         let want_ms = 2.0 * delay_ms as f64;
-        let first = one_window(
-            &link, &clients, &dst, listen, &agent, &want, per_source, want_ms,
-        );
-        if let Err(e) = first {
-            println!("one window off ({e}); measuring the next");
-            let again = one_window(
-                &link, &clients, &dst, listen, &agent, &want, per_source, want_ms,
-            );
-            assert!(
-                again.is_ok(),
-                "two windows in a row off: {e}; then {again:?}"
-            );
-        }
+        in_one_of_two_windows(|| {
+            one_window(&link, &clients, &dst, &agents, &want, per_source, want_ms)
+        });
     }
     let r = report(listen).expect("a report");
     assert_eq!(r.site, "test-site");
@@ -210,49 +224,21 @@ fn a_gateway_measures_the_handshakes_it_forwards() {
         ("2001:db8:1::/48", 1),
     ]
     .into();
-    let prefixes: Vec<&str> = want.keys().copied().collect();
-    let measure = || -> Result<(), String> {
-        let start = into_next_window(3000, 300);
-        connect_all(&link.client_ns, &clients, &dst, per_source);
-        assert!(now_before(start + 2500), "the connections took too long");
-        let mut off = Vec::new();
-        for (name, agent, at) in [("tun", &tun, tun_at), ("veth", &eth, eth_at)] {
-            let got = window_records(
-                || report_in(&gw, at),
-                start + 3000,
-                &prefixes,
-                || agent.log(),
-            );
-            for (p, r) in &got {
-                println!(
-                    "{name}: {p}: min {:.3} ms, median {:.3} ms, {} samples",
-                    r.min_ms, r.median_ms, r.samples
-                );
-                assert_eq!(
-                    r.samples,
-                    want[p.as_str()] * per_source as u64,
-                    "{name}: {p}: every handshake once"
-                );
-                if let Err(e) = near(r, 40.0) {
-                    off.push(format!("{name}: {e}"));
-                }
-            }
-        }
-        if off.is_empty() {
-            Ok(())
-        } else {
-            Err(off.join("; "))
-        }
-    };
+    let (read_tun, read_eth) = (|| report_in(&gw, tun_at), || report_in(&gw, eth_at));
+    let agents = [
+        Watched {
+            name: "tun",
+            read: &read_tun,
+            agent: &tun,
+        },
+        Watched {
+            name: "veth",
+            read: &read_eth,
+            agent: &eth,
+        },
+    ];
     // As in the test above: a window can catch the relay thread starved; one more chance.
-    if let Err(e) = measure() {
-        println!("one window off ({e}); measuring the next");
-        let again = measure();
-        assert!(
-            again.is_ok(),
-            "two windows in a row off: {e}; then {again:?}"
-        );
-    }
+    in_one_of_two_windows(|| one_window(&link, &clients, &dst, &agents, &want, per_source, 40.0));
     for at in [tun_at, eth_at] {
         let r = report_in(&gw, at).expect("a report");
         assert!(

@@ -7,7 +7,7 @@
 //!
 //! Run as root: `cargo test -p director-tests --test rtt_probe -- --test-threads=1`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,11 +15,14 @@ use std::sync::Arc;
 use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
-use director_ctl::api::{ProbeAccepted, RttReport};
+use director_ctl::api::{ProbeAccepted, RttCounters, RttReport};
 use director_tests::config::Doc;
 use director_tests::delay::{enter, DelayLink};
-use director_tests::netns::{ctl_binary, Controller, Lab, Reply, EDGE_V4};
-use director_tests::rtt::{free_port, into_next_window, Cgroup, Process};
+use director_tests::netns::{Controller, Lab};
+use director_tests::rtt::{
+    agent_in, assert_published_near, explain, explain_text, free_port, into_next_window, live_rtt,
+    report_in, request_in, spawn_agent, wait_served, Cgroup, Process,
+};
 use director_tests::tempdir::{replace_file, TempDir};
 
 const CLIENT: &str = "203.0.113.1";
@@ -32,6 +35,9 @@ const SERVER6: &str = "2001:db8:100::1";
 const WINDOW: u64 = 4;
 /// Each probe try's wait: a target's tries (443, 80, two echoes) fit well in a window.
 const TIMEOUT_MS: u64 = 300;
+/// nftables rules for the client namespace: TCP to the ports probed (443, 80) dropped.
+const DROP_TCP: &str = "table inet rp {\n chain in {\n  type filter hook input priority 0; \
+                        policy accept;\n  tcp dport { 80, 443 } drop\n }\n}\n";
 
 /// Runs `f` on a thread in the namespace `ns` (sockets it makes stay there).
 fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -53,31 +59,6 @@ fn run_ok(cmd: &mut Command) {
     );
 }
 
-/// One HTTP/1.1 request to the agent, from its namespace; the body of a 200.
-fn http(ns: &str, to: SocketAddr, method: &str, path: &str, body: &str) -> String {
-    let (method, path, body) = (method.to_string(), path.to_string(), body.to_string());
-    in_ns(ns, move || -> std::io::Result<String> {
-        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        let (head, body) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| std::io::Error::other("no end of head"))?;
-        if !head.starts_with("HTTP/1.1 200") {
-            return Err(std::io::Error::other(format!("{head}\n{body}")));
-        }
-        Ok(body.to_string())
-    })
-    .unwrap_or_else(|e| panic!("{} {}: {e}", "agent", to))
-}
-
 /// A delay line with the agent in its server namespace.
 struct Site {
     link: DelayLink,
@@ -95,58 +76,24 @@ fn site(tag: &str, one_way_ms: u64, rate: f64) -> Site {
     let cgroup = Cgroup::new(&format!("rp-{tag}"));
     let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let log = std::env::temp_dir().join(format!("rp-agent-{}-{tag}.log", std::process::id()));
-    let child = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", link.server_ns))
-        .arg(ctl_binary())
-        .args(["agent", "--site", tag, "--cgroup"])
-        .arg(&cgroup.0)
-        .args(["--listen", &listen.to_string()])
-        .args(["--window-s", &WINDOW.to_string(), "--drain-ms", "250"])
+    let mut agent = agent_in(&link.server_ns, tag, &cgroup);
+    agent
         .args(["--probe-rate", &rate.to_string()])
-        .args(["--probe-timeout-ms", &TIMEOUT_MS.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("starting director-ctl agent");
-    let mut s = Site {
+        .args(["--probe-timeout-ms", &TIMEOUT_MS.to_string()]);
+    let mut agent = spawn_agent(agent, listen, WINDOW, 250, log);
+    wait_served(&mut agent, || report_in(&link.server_ns, listen));
+    Site {
         link,
-        agent: Process { child, log },
+        agent,
         listen,
         _cgroup: cgroup,
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while s.try_report().is_none() {
-        if let Ok(Some(st)) = s.agent.child.try_wait() {
-            panic!("the agent exited ({st}): {}", s.agent.log());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the agent never served /rtt: {}",
-            s.agent.log()
-        );
-        sleep(Duration::from_millis(100));
     }
-    s
 }
 
 impl Site {
-    fn try_report(&self) -> Option<RttReport> {
-        let (ns, to) = (self.link.server_ns.clone(), self.listen);
-        in_ns(&ns, move || {
-            let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(1)).ok()?;
-            s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-            s.write_all(b"GET /rtt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-                .ok()?;
-            let mut t = String::new();
-            s.read_to_string(&mut t).ok()?;
-            serde_json::from_str(t.split_once("\r\n\r\n")?.1).ok()
-        })
-    }
-
     fn report(&self) -> RttReport {
-        self.try_report()
-            .unwrap_or_else(|| panic!("GET /rtt failed: {}", self.agent.log()))
+        report_in(&self.link.server_ns, self.listen)
+            .unwrap_or_else(|e| panic!("GET /rtt failed: {e}: {}", self.agent.log()))
     }
 
     fn ask(&self, targets: &[(&str, &str)]) -> ProbeAccepted {
@@ -155,7 +102,8 @@ impl Site {
             .map(|(p, a)| format!(r#"{{"prefix":"{p}","address":"{a}"}}"#))
             .collect();
         let body = format!(r#"{{"targets":[{}]}}"#, t.join(","));
-        let got = http(&self.link.server_ns, self.listen, "POST", "/probe", &body);
+        let got = request_in(&self.link.server_ns, self.listen, "POST", "/probe", &body)
+            .unwrap_or_else(|e| panic!("agent {}: {e}", self.listen));
         serde_json::from_str(&got).unwrap_or_else(|e| panic!("{got}: {e}"))
     }
 
@@ -177,6 +125,17 @@ impl Site {
                 sleep(Duration::from_millis(30));
             }
         }
+    }
+
+    /// Probes the client `tries` times in the next window (100 ms into it): the window's
+    /// probed minimum, once it has exactly `tries` probes (asserted), and the agent's
+    /// counters then.
+    fn probe_window(&self, (net, host): (&str, &str), tries: u64) -> (f64, RttCounters) {
+        let from = into_next_window(WINDOW * 1000, 100);
+        self.probe_client((net, host), tries);
+        let (ms, n) = self.probed_since(net, from);
+        assert_eq!(n, tries);
+        (ms, self.report().counters)
     }
 
     /// Waits (at most 10 s) for a probed record of the client /24 from a window that
@@ -255,17 +214,12 @@ fn close_to(got: f64, want: f64) -> bool {
 #[test]
 fn a_probe_times_the_path_by_syn_ack_reset_and_echo() {
     let s = site("paths", 20, 10.0);
-    let window_ms = WINDOW * 1000;
 
     // A listener on 443: the SYN-ACK times it.
     let listener = in_ns(&s.link.client_ns, || {
         TcpListener::bind((CLIENT.parse::<IpAddr>().unwrap(), 443)).expect("binding 443")
     });
-    let from = into_next_window(window_ms, 100);
-    s.probe_client((CLIENT_NET, CLIENT), 3);
-    let (syn_ack, n) = s.probed_since(CLIENT_NET, from);
-    assert_eq!(n, 3);
-    let c = s.report().counters;
+    let (syn_ack, c) = s.probe_window((CLIENT_NET, CLIENT), 3);
     assert_eq!(
         (c.probe_syn_ack, c.probe_reset, c.probe_echo),
         (3, 0, 0),
@@ -274,11 +228,7 @@ fn a_probe_times_the_path_by_syn_ack_reset_and_echo() {
     drop(listener);
 
     // Nothing listens: the RST times it.
-    let from = into_next_window(window_ms, 100);
-    s.probe_client((CLIENT_NET, CLIENT), 3);
-    let (reset, n) = s.probed_since(CLIENT_NET, from);
-    assert_eq!(n, 3);
-    let c = s.report().counters;
+    let (reset, c) = s.probe_window((CLIENT_NET, CLIENT), 3);
     assert_eq!(
         (c.probe_syn_ack, c.probe_reset, c.probe_echo),
         (3, 3, 0),
@@ -286,15 +236,8 @@ fn a_probe_times_the_path_by_syn_ack_reset_and_echo() {
     );
 
     // TCP dropped at the client: the echo reply times it (after two tries' timeouts).
-    s.nft(
-        "table inet rp {\n chain in {\n  type filter hook input priority 0; policy accept;\n  \
-         tcp dport { 80, 443 } drop\n }\n}\n",
-    );
-    let from = into_next_window(window_ms, 100);
-    s.probe_client((CLIENT_NET, CLIENT), 2);
-    let (echo, n) = s.probed_since(CLIENT_NET, from);
-    assert_eq!(n, 2);
-    let c = s.report().counters;
+    s.nft(DROP_TCP);
+    let (echo, c) = s.probe_window((CLIENT_NET, CLIENT), 2);
     assert_eq!(
         (c.probe_syn_ack, c.probe_reset, c.probe_echo),
         (3, 3, 2),
@@ -312,22 +255,10 @@ fn a_probe_times_the_path_by_syn_ack_reset_and_echo() {
 #[test]
 fn an_ipv6_host_is_probed_by_reset_and_echo() {
     let s = site("v6", 20, 10.0);
-    let window_ms = WINDOW * 1000;
-    let from = into_next_window(window_ms, 100);
-    s.probe_client((CLIENT6_NET, CLIENT6), 2);
-    let (reset, n) = s.probed_since(CLIENT6_NET, from);
-    assert_eq!(n, 2);
-    let c = s.report().counters;
+    let (reset, c) = s.probe_window((CLIENT6_NET, CLIENT6), 2);
     assert_eq!((c.probe_reset, c.probe_echo), (2, 0), "{c:?}");
-    s.nft(
-        "table inet rp {\n chain in {\n  type filter hook input priority 0; policy accept;\n  \
-         tcp dport { 80, 443 } drop\n }\n}\n",
-    );
-    let from = into_next_window(window_ms, 100);
-    s.probe_client((CLIENT6_NET, CLIENT6), 2);
-    let (echo, n) = s.probed_since(CLIENT6_NET, from);
-    assert_eq!(n, 2);
-    let c = s.report().counters;
+    s.nft(DROP_TCP);
+    let (echo, c) = s.probe_window((CLIENT6_NET, CLIENT6), 2);
     assert_eq!(
         (c.probe_reset, c.probe_echo, c.probe_failed),
         (2, 2, 0),
@@ -455,15 +386,7 @@ const X_V4: &str = "198.51.100.10";
 const Y_V4: &str = "198.51.100.20";
 
 fn answer(lab: &Lab) -> String {
-    let r = Reply::parse(&lab.dig(&[
-        &format!("@{EDGE_V4}"),
-        WWW,
-        "A",
-        &format!("+subnet={CLIENT_NET}"),
-        "+tries=1",
-        "+time=1",
-    ]));
-    r.data("A").join(",")
+    lab.answer_a(WWW, CLIENT_NET)
 }
 
 #[test]
@@ -524,26 +447,9 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
         assert!(c.probed >= 1 && c.probe_reset >= 1, "{c:?}");
     }
 
-    let e = lab.ctl_in(
-        &lab.edge_ns,
-        &[
-            "explain",
-            "--run",
-            metrics,
-            "--service",
-            WWW,
-            "--client",
-            CLIENT,
-            "--json",
-        ],
-    );
-    assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
-    let e: director_ctl::api::Explain = serde_json::from_slice(&e.stdout).unwrap();
+    let e = explain(&lab, metrics, WWW, CLIENT);
     for (server, site, url, ms) in [("x", &a, &urls[0], 40.0), ("y", &b, &urls[1], 60.0)] {
-        let s = e.servers.iter().find(|v| v.server == server).unwrap();
-        let rtt = s.rtt.as_ref().unwrap_or_else(|| panic!("{server}: no rtt"));
-        let agent = rtt.agent.as_ref().expect("a live measurement");
-        assert_eq!(&agent.url, url);
+        let (rtt, agent) = live_rtt(&e, server, url);
         assert!(agent.probes >= 1 && agent.samples == 0, "{agent:?}");
         // The value decided by is the agent's probed record (a first value is taken as it
         // is). Its accuracy is the first test's; here one target per site stands for it,
@@ -564,25 +470,9 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
             (rtt.ms - rec.min_ms).abs() < 0.01,
             "{server}: {rtt:?} {rec:?}"
         );
-        assert!(
-            (rtt.ms - ms).abs() <= (ms * 0.10).max(4.0),
-            "{server}: {} ms over {ms} ms",
-            rtt.ms
-        );
+        assert_published_near(server, rtt.ms, ms);
     }
-    let text = lab.ctl_in(
-        &lab.edge_ns,
-        &[
-            "explain",
-            "--run",
-            metrics,
-            "--service",
-            WWW,
-            "--client",
-            CLIENT,
-        ],
-    );
-    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    let text = explain_text(&lab, metrics, WWW, CLIENT);
     assert!(text.contains("probed: "), "{text}");
 
     // Demand for a prefix nobody asked about reaches no agent: the bound is the demand's.
