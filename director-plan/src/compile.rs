@@ -8,7 +8,7 @@
 use director_common::maps::Decision;
 
 use crate::minimal::{self, Interner};
-use crate::prefix::order::{sort_key, subtree_range};
+use crate::prefix::order::{covers, sort_key, subtree_range};
 use crate::prefix::sweep::Sweep;
 use ipnet::IpNet;
 
@@ -55,7 +55,7 @@ pub struct Compressor {
 
 impl Compressor {
     pub fn push(&mut self, p: IpNet, mut d: Decision) {
-        while self.stack.last().is_some_and(|(a, _)| !a.contains(&p)) {
+        while self.stack.last().is_some_and(|(a, _)| !covers(a, &p)) {
             self.stack.pop();
         }
         d.prefix_len = p.prefix_len();
@@ -76,7 +76,7 @@ impl Compressor {
     /// Takes `p`, decided `d`, as an ancestor already pushed before (by another run over
     /// the prefixes before this one's): compared with, never written.
     pub fn seed(&mut self, p: IpNet, mut d: Decision) {
-        while self.stack.last().is_some_and(|(a, _)| !a.contains(&p)) {
+        while self.stack.last().is_some_and(|(a, _)| !covers(a, &p)) {
             self.stack.pop();
         }
         d.prefix_len = p.prefix_len();
@@ -224,7 +224,7 @@ pub fn equivalent_by<V>(
         while b.get(j).is_some_and(|y| y.0 == p) {
             j += 1;
         }
-        while stack.last().is_some_and(|t| !t.p.contains(&p)) {
+        while stack.last().is_some_and(|t| !covers(&t.p, &p)) {
             close(stack.pop().expect("not empty"))?;
         }
         if let Some(t) = stack.last_mut() {

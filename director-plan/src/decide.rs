@@ -20,7 +20,7 @@ use crate::config::{self, Config};
 use crate::data::{Data, SiteData};
 use crate::engine::{self, Candidate, MedRoute, Metrics, Policy, Ranking, Rtt};
 use crate::minimal;
-use crate::model::Route;
+use crate::model::{Location, Route};
 use crate::prefix::order::sort_key;
 use crate::prefix::sweep::{self, Sweep};
 use crate::report;
@@ -234,21 +234,52 @@ pub(super) fn candidates(
     }
 }
 
-/// Every prefix any source knows, plus the two defaults, in sweep order.
+/// Every prefix any source knows, plus the two defaults, in sweep order. Each source is
+/// sorted already, so they are merged (a sort of the ~4 M prefixes of a full-scale
+/// config took a tenth of a full pass).
 fn all_prefixes(data: &Data) -> Vec<IpNet> {
-    let mut all: Vec<IpNet> = Vec::with_capacity(
-        data.locations.len() + data.sites.iter().map(|s| s.routes.len()).sum::<usize>(),
-    );
-    all.push("0.0.0.0/0".parse().unwrap());
-    all.push("::/0".parse().unwrap());
-    all.extend(data.locations.iter().map(|e| e.0));
+    let defaults: [IpNet; 2] = ["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()];
+    let mut sources: Vec<Box<dyn Iterator<Item = IpNet> + '_>> = vec![
+        Box::new(defaults.into_iter()),
+        Box::new(data.locations.iter().map(|e| e.0)),
+    ];
     for s in &data.sites {
-        all.extend(s.routes.iter().map(|e| e.0));
-        all.extend(s.rtt.iter().map(|e| e.0));
+        sources.push(Box::new(s.routes.iter().map(|e| e.0)));
+        sources.push(Box::new(s.rtt.iter().map(|e| e.0)));
     }
-    all.sort_unstable_by_key(sort_key);
-    all.dedup();
-    all
+    merge_sorted(sources)
+}
+
+/// The sources (each in sweep order) as one list in sweep order without repeats.
+fn merge_sorted<'a>(sources: Vec<Box<dyn Iterator<Item = IpNet> + 'a>>) -> Vec<IpNet> {
+    type Key = (u8, u128, u8);
+    let most = sources.iter().map(|s| s.size_hint().0).max().unwrap_or(0);
+    let mut out: Vec<IpNet> = Vec::with_capacity(most);
+    let mut heads: Vec<(Key, IpNet, Box<dyn Iterator<Item = IpNet> + 'a>)> = sources
+        .into_iter()
+        .filter_map(|mut s| {
+            let p = s.next()?;
+            Some((sort_key(&p), p, s))
+        })
+        .collect();
+    while let Some(min) = heads.iter().map(|h| h.0).min() {
+        let mut taken = false;
+        heads.retain_mut(|(k, p, rest)| {
+            if *k != min {
+                return true;
+            }
+            if !taken {
+                out.push(*p);
+                taken = true;
+            }
+            let Some(next) = rest.next() else {
+                return false;
+            };
+            (*k, *p) = (sort_key(&next), next);
+            true
+        });
+    }
+    out
 }
 
 /// Decisions for every prefix and service, sorting only the servers not in `down`.
@@ -291,7 +322,17 @@ pub fn compute_in(
 fn minimize_all(out: Vec<Compressor>) -> Vec<Result<Table>> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
-    let interned: Vec<Interned> = out.into_iter().map(Compressor::intern).collect();
+    // Each service's interning is a pass over its entries of its own: side by side.
+    let interned: Vec<Interned> = std::thread::scope(|scope| {
+        let handles: Vec<_> = out
+            .into_iter()
+            .map(|c| scope.spawn(move || c.intern()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
     let mut parts: Vec<(usize, usize)> =
         (0..interned.len()).flat_map(|s| [(s, 0), (s, 1)]).collect();
     parts.sort_by_key(|&(s, f)| std::cmp::Reverse(interned[s].part_len(f)));
@@ -380,27 +421,112 @@ fn decide_run(
         .get(from)
         .filter(|_| from < to)
         .map_or_else(Vec::new, |p| covering_before(&prefixes[..from], p));
+    // A prefix that sees what the one before it saw (GeoIP networks of one place under
+    // one route) takes its decisions without sorting again; distances come from a cache
+    // of the places seen lately.
+    let mut last_loc: Option<&Location> = None;
+    let mut geo: Vec<Option<f64>> = vec![None; data.sites.len()];
+    let mut distances = Distances::new(data.sites.len());
+    let mut last_views: Option<Vec<SiteView<'_>>> = None;
+    let mut decided: Vec<Decision> = vec![Decision::default(); plans.len()];
     let seeds = covering.iter().map(|p| (p, true));
     for (p, seed) in seeds.chain(prefixes[from..to].iter().map(|p| (p, false))) {
         let loc = locs.at(p);
-        for (i, site) in data.sites.iter().enumerate() {
-            views[i] = SiteView {
+        if !same_ref(loc, last_loc) {
+            distances.of(data, loc, &mut geo);
+            last_loc = loc;
+        }
+        for (i, v) in views.iter_mut().enumerate() {
+            *v = SiteView {
                 route: routes[i].at(p),
                 rtt: rtts[i].at(p).copied(),
-                geo: loc.and_then(|l| data.geo_km(site, l)),
+                geo: geo[i],
             };
         }
-        for (plan, c) in plans.iter().zip(out.iter_mut()) {
-            candidates(plan, data, &views, &mut cands);
-            let d: Decision = engine::decide(&plan.policy, &cands, p.prefix_len(), &mut ranking);
-            if seed {
-                c.seed(*p, d);
+        let again = last_views.as_ref().is_some_and(|l| same_views(l, &views));
+        for ((plan, c), d) in plans.iter().zip(out.iter_mut()).zip(decided.iter_mut()) {
+            if again {
+                d.prefix_len = p.prefix_len();
             } else {
-                c.push(*p, d);
+                candidates(plan, data, &views, &mut cands);
+                *d = engine::decide(&plan.policy, &cands, p.prefix_len(), &mut ranking);
             }
+            if seed {
+                c.seed(*p, *d);
+            } else {
+                c.push(*p, *d);
+            }
+        }
+        match &mut last_views {
+            Some(l) if !again => l.copy_from_slice(&views),
+            Some(_) => {}
+            None => last_views = Some(views.clone()),
         }
     }
     out
+}
+
+/// Each site's `geo` metric for the client locations seen lately, in a direct-mapped cache:
+/// a GeoIP database has far fewer places than networks (and neighbouring networks are
+/// seldom of one place), and each distance is a haversine.
+struct Distances {
+    sites: usize,
+    keys: Vec<Option<(u64, u64)>>,
+    km: Vec<Option<f64>>,
+}
+
+impl Distances {
+    const SLOTS: usize = 1 << 14;
+
+    fn new(sites: usize) -> Distances {
+        Distances {
+            sites,
+            keys: vec![None; Self::SLOTS],
+            km: vec![None; Self::SLOTS * sites],
+        }
+    }
+
+    /// Fills `out` (one per site) with the distances to `loc`.
+    fn of(&mut self, data: &Data, loc: Option<&Location>, out: &mut [Option<f64>]) {
+        let compute = |out: &mut [Option<f64>]| {
+            for (g, site) in out.iter_mut().zip(&data.sites) {
+                *g = loc.and_then(|l| data.geo_km(site, l));
+            }
+        };
+        let Some(Location::Point(p)) = loc else {
+            return compute(out);
+        };
+        let key = (p.lat.to_bits(), p.lon.to_bits());
+        let mix = (key.0 ^ key.1.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let slot = (mix >> 50) as usize & (Self::SLOTS - 1);
+        let km = &mut self.km[slot * self.sites..(slot + 1) * self.sites];
+        if self.keys[slot] == Some(key) {
+            out.copy_from_slice(km);
+        } else {
+            compute(out);
+            km.copy_from_slice(out);
+            self.keys[slot] = Some(key);
+        }
+    }
+}
+
+/// The same entry of a source (not merely an equal one).
+fn same_ref<T>(a: Option<&T>, b: Option<&T>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => std::ptr::eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Whether two prefixes' views give every candidate the same metrics: the same route
+/// entry, RTT and distance at every site.
+fn same_views(a: &[SiteView<'_>], b: &[SiteView<'_>]) -> bool {
+    a.iter().zip(b).all(|(a, b)| {
+        same_ref(a.route, b.route)
+            && a.rtt == b.rtt
+            && a.geo.map(f64::to_bits) == b.geo.map(f64::to_bits)
+    })
 }
 
 /// The prefixes of `before` (sorted) that cover `p`, in sweep order.
@@ -596,6 +722,50 @@ mod tests {
             // The parts built side by side make the table each service builds alone.
             for (c, (_, _, t)) in whole.into_iter().zip(&many.tables) {
                 prop_assert_eq!(&c.finish().expect("a minimal table"), t);
+            }
+        }
+    }
+
+    proptest! {
+        /// A full pass, which uses a neighbour's distances and decisions again when its
+        /// views are the same, keeps what deciding every prefix on its own keeps; and its
+        /// prefixes are every source's, merged, without repeats.
+        #[test]
+        fn a_pass_decides_each_prefix_as_it_would_alone(
+            rtt_a in arb_prefixes(1u64..4),
+            rtt_b in arb_prefixes(1u64..4),
+            rtt_c in arb_prefixes(1u64..400_000),
+            // Few places, so that neighbours often share one.
+            locations in arb_prefixes((0i16..3, 0i16..3)),
+        ) {
+            let cfg = config();
+            let ids = Ids::positional(&cfg);
+            let d = data([rtt_a, rtt_b, rtt_c], locations);
+            let all = all_prefixes(&d);
+            let mut sorted: Vec<IpNet> = ["0.0.0.0/0", "::/0"]
+                .iter()
+                .map(|s| s.parse().expect("a prefix"))
+                .chain(d.locations.iter().map(|e| e.0))
+                .chain(d.sites.iter().flat_map(|s| s.routes.iter().map(|e| e.0)))
+                .chain(d.sites.iter().flat_map(|s| s.rtt.iter().map(|e| e.0)))
+                .collect();
+            sorted.sort_unstable_by_key(sort_key);
+            sorted.dedup();
+            prop_assert_eq!(&all, &sorted);
+            let plans = plans(&cfg, &ids, &Default::default()).expect("plans");
+            let pass = decide_all(&plans, &d, &all, 1);
+            let mut alone: Vec<Compressor> = plans.iter().map(|_| Compressor::default()).collect();
+            for root in ["0.0.0.0/0", "::/0"] {
+                let root: IpNet = root.parse().expect("a root");
+                let each = subtree(&plans, &d, &all, &root, usize::MAX).expect("the root");
+                for (c, decided) in alone.iter_mut().zip(each) {
+                    for (p, dec) in decided {
+                        c.push(p, dec);
+                    }
+                }
+            }
+            for (a, b) in pass.iter().zip(&alone) {
+                prop_assert_eq!(a.kept(), b.kept());
             }
         }
     }

@@ -33,10 +33,38 @@ use crate::prefix::scopes::scopes;
 pub type Id = u32;
 const NONE: u32 = u32::MAX;
 
+/// A multiplicative hasher for the interner's keys: SipHash's resistance to chosen keys is
+/// not needed for decisions the controller computed itself, and it cost a twentieth of a
+/// full pass.
+#[derive(Default)]
+pub struct Mix(u64);
+
+impl std::hash::Hasher for Mix {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Distinct decisions (compared without their `prefix_len`), each stored once.
 #[derive(Default)]
 pub struct Interner {
-    ids: HashMap<Decision, Id>,
+    ids: HashMap<Decision, Id, std::hash::BuildHasherDefault<Mix>>,
     decisions: Vec<Decision>,
 }
 

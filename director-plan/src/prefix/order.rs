@@ -12,6 +12,31 @@ pub fn sort_key(p: &IpNet) -> (u8, u128, u8) {
     }
 }
 
+/// Whether `a` covers `b` (`IpNet::contains`, without its masks: the sweeps ask this
+/// for every prefix of a full pass and every source, a twentieth of the pass).
+#[inline]
+pub fn covers(a: &IpNet, b: &IpNet) -> bool {
+    match (a, b) {
+        (IpNet::V4(a), IpNet::V4(b)) => {
+            let len = u32::from(a.prefix_len());
+            len <= u32::from(b.prefix_len())
+                && (u32::from(a.addr()) ^ u32::from(b.addr()))
+                    .checked_shr(32 - len)
+                    .unwrap_or(0)
+                    == 0
+        }
+        (IpNet::V6(a), IpNet::V6(b)) => {
+            let len = u32::from(a.prefix_len());
+            len <= u32::from(b.prefix_len())
+                && (u128::from(a.addr()) ^ u128::from(b.addr()))
+                    .checked_shr(128 - len)
+                    .unwrap_or(0)
+                    == 0
+        }
+        _ => false,
+    }
+}
+
 /// Sorts a source the way [`super::sweep::Sweep`] needs, keeping the last value given for a prefix.
 pub fn sorted<V>(mut v: Vec<(IpNet, V)>) -> Vec<(IpNet, V)> {
     // Stable, so among duplicates the later one stays last; keep it.
@@ -35,4 +60,35 @@ pub fn subtree_range<V>(entries: &[(IpNet, V)], root: &IpNet) -> std::ops::Range
             .take_while(|(p, _)| root.contains(p))
             .count();
     start..end
+}
+
+#[cfg(test)]
+mod covers_tests {
+    use super::covers;
+    use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+    use proptest::prelude::*;
+
+    fn net() -> impl Strategy<Value = IpNet> {
+        prop_oneof![
+            // Few distinct high bits, so that covering pairs are common.
+            (0u32..16, any::<u32>(), 0u8..=32).prop_map(|(hi, lo, len)| {
+                IpNet::V4(Ipv4Net::new((hi << 28 | lo >> 4).into(), len).unwrap())
+            }),
+            (0u128..16, any::<u128>(), 0u8..=128).prop_map(|(hi, lo, len)| {
+                IpNet::V6(Ipv6Net::new((hi << 124 | lo >> 4).into(), len).unwrap())
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn covers_is_contains(a in net(), b in net()) {
+            prop_assert_eq!(covers(&a, &b), a.contains(&b));
+            let t = a.trunc();
+            prop_assert_eq!(covers(&t, &b), t.contains(&b));
+            if let Ok(s) = IpNet::new(b.addr(), a.prefix_len()) {
+                prop_assert_eq!(covers(&s, &b), s.contains(&b));
+            }
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use ipnet::IpNet;
 
-use super::order::sort_key;
+use super::order::{covers, sort_key};
 
 pub struct Sweep<'a, V> {
     source: &'a [(IpNet, V)],
@@ -30,13 +30,13 @@ impl<'a, V> Sweep<'a, V> {
             if sort_key(&e.0) > key {
                 break;
             }
-            while self.stack.last().is_some_and(|top| !top.0.contains(&e.0)) {
+            while self.stack.last().is_some_and(|top| !covers(&top.0, &e.0)) {
                 self.stack.pop();
             }
             self.stack.push(e);
             self.next += 1;
         }
-        while self.stack.last().is_some_and(|top| !top.0.contains(p)) {
+        while self.stack.last().is_some_and(|top| !covers(&top.0, p)) {
             self.stack.pop();
         }
         self.stack.last().map(|e| &e.1)
