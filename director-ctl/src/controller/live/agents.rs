@@ -154,11 +154,14 @@ fn request(
             body.len()
         )
     };
-    write!(
-        s,
+    // One write: `write!` on the socket itself sends each piece of the format as it
+    // comes, so the head would go out in a dozen small segments.
+    let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n{length}Connection: close\r\n\r\n"
-    )?;
-    s.write_all(body)?;
+    )
+    .into_bytes();
+    head.extend_from_slice(body);
+    s.write_all(&head)?;
     let mut raw = Vec::new();
     s.take(MAX_BODY + 65_536).read_to_end(&mut raw)?;
     let mut headers = [httparse::EMPTY_HEADER; 32];
@@ -228,9 +231,15 @@ mod tests {
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
+            // The whole head, however the client's segments arrive.
+            let mut head = Vec::new();
             let mut buf = [0u8; 1024];
-            let n = c.read(&mut buf).unwrap();
-            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /rtt HTTP/1.1"));
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = c.read(&mut buf).unwrap();
+                assert!(n > 0, "the request ended inside its head");
+                head.extend_from_slice(&buf[..n]);
+            }
+            assert!(String::from_utf8_lossy(&head).starts_with("GET /rtt HTTP/1.1"));
             let body = r#"{"site":"fra","window_s":10,"records":[{"prefix":"198.51.100.0/24",
                 "min_ms":40.6,"median_ms":41.0,"samples":12,"window_start_ms":1,"window_end_ms":2}]}"#;
             write!(
