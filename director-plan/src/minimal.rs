@@ -238,11 +238,14 @@ pub type Entry = (IpNet, Id, u8);
 pub fn minimize_under(root: IpNet, inputs: &[(IpNet, Id)], above: Id) -> Vec<Entry> {
     let v6 = matches!(root, IpNet::V6(_));
     let root_key = Key::of(&root);
-    let mut nodes = vec![Node {
+    // Each input adds at most two nodes (itself and a branch): reserved once rather than
+    // copied as it grows (a full-scale trie has millions).
+    let mut nodes = Vec::with_capacity(2 * inputs.len() + 1);
+    nodes.push(Node {
         key: root_key,
         value: NONE,
         child: [NONE; 2],
-    }];
+    });
     // Build the path-compressed trie: inputs come in pre-order, so the stack holds the
     // chain of nodes containing the current one.
     let mut stack: Vec<u32> = vec![0];
