@@ -16,25 +16,17 @@ pub fn sort_key(p: &IpNet) -> (u8, u128, u8) {
 /// for every prefix of a full pass and every source, a twentieth of the pass).
 #[inline]
 pub fn covers(a: &IpNet, b: &IpNet) -> bool {
-    match (a, b) {
-        (IpNet::V4(a), IpNet::V4(b)) => {
-            let len = u32::from(a.prefix_len());
-            len <= u32::from(b.prefix_len())
-                && (u32::from(a.addr()) ^ u32::from(b.addr()))
-                    .checked_shr(32 - len)
-                    .unwrap_or(0)
-                    == 0
-        }
-        (IpNet::V6(a), IpNet::V6(b)) => {
-            let len = u32::from(a.prefix_len());
-            len <= u32::from(b.prefix_len())
-                && (u128::from(a.addr()) ^ u128::from(b.addr()))
-                    .checked_shr(128 - len)
-                    .unwrap_or(0)
-                    == 0
-        }
-        _ => false,
-    }
+    let (x, y, width) = match (a, b) {
+        (IpNet::V4(a), IpNet::V4(b)) => (
+            u128::from(u32::from(a.addr())),
+            u128::from(u32::from(b.addr())),
+            32,
+        ),
+        (IpNet::V6(a), IpNet::V6(b)) => (u128::from(a.addr()), u128::from(b.addr()), 128),
+        _ => return false,
+    };
+    let len = u32::from(a.prefix_len());
+    len <= u32::from(b.prefix_len()) && (x ^ y).checked_shr(width - len).unwrap_or(0) == 0
 }
 
 /// Sorts a source the way [`super::sweep::Sweep`] needs, keeping the last value given for a prefix.
