@@ -262,8 +262,11 @@ fn merge_sorted<'a>(sources: Vec<Box<dyn Iterator<Item = IpNet> + 'a>>) -> Vec<I
             Some((sort_key(&p), p, s))
         })
         .collect();
+    let mut last: Option<Key> = None;
     while let Some(min) = heads.iter().map(|h| h.0).min() {
-        let mut taken = false;
+        // A prefix twice in one source is still taken once.
+        let mut taken = last == Some(min);
+        last = Some(min);
         heads.retain_mut(|(k, p, rest)| {
             if *k != min {
                 return true;
