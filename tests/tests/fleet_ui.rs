@@ -546,6 +546,41 @@ fn a_standbys_page_draws_the_live_version_the_leader_published() {
         assert_eq!(s.fleet_version, st.current);
         assert_eq!(s.fleet_error, None);
         took.push(t.elapsed());
+        // The standby's explain decides with the agents' measurements too (its publisher
+        // thread keeps them), not with its files alone, which have none.
+        let first = if want == "a" { "x" } else { "y" };
+        let e = loop {
+            let (code, body) = get(
+                hub.ns(),
+                &format!(
+                    "http://127.0.0.1:{STANDBY_PORT}/explain?service={NAME}&client=203.0.113.7"
+                ),
+            );
+            assert_eq!(code, 200, "{body}");
+            let e: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if e["pick"]["odds"][0]["server"] == first {
+                break e;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the standby's explain still puts {} first, want {first}: {e}\n{}",
+                e["pick"]["odds"][0]["server"],
+                p2.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        for (server, site, ms) in [("x", "a", a_ms), ("y", "b", b_ms)] {
+            let sv = e["servers"]
+                .as_array()
+                .and_then(|v| v.iter().find(|sv| sv["server"] == server))
+                .unwrap_or_else(|| panic!("{server} in {e}"));
+            assert_eq!(sv["rtt"]["ms"].as_f64(), Some(ms), "{server}: {e}");
+            assert_eq!(
+                sv["rtt"]["agent"]["url"],
+                format!("store:{site}/t1"),
+                "{server}: {e}"
+            );
+        }
     }
     println!("the standby's page drew each live version {took:?} after the agents' write");
     p2.assert_alive();

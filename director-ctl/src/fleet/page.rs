@@ -9,7 +9,8 @@
 //! draws the current version's table as an edge takes it from the store (manifest and
 //! chunks, checked; only the chunks it lacks fetched), over the client locations of its own
 //! compile of the files: the leader's live routes and RTT are in that table, which a
-//! standby's own compile would lack. The feed is answered on a thread of its own, so a page
+//! standby's own compile would lack. Its explain lays the live inputs the publisher's
+//! thread keeps over that compile's data. The feed is answered on a thread of its own, so a page
 //! being looked at never delays a publish; the store is read for the panel (and a standby's
 //! table) at most once a second however many pages poll.
 
@@ -36,6 +37,7 @@ use super::Options;
 use crate::api::{self, Event};
 use crate::controller::atlas::{feed, Cache, Inputs};
 use crate::controller::config::Config;
+use crate::controller::live::Snapshot as LiveSnapshot;
 use crate::controller::run::{stamps, stopping, watched, Stamp};
 use crate::health::{CheckState, Snapshot};
 use crate::metrics::{self, ExplainQuery, RunAsked, RunQuery};
@@ -81,7 +83,21 @@ impl Drawn {
 pub struct Page {
     drawn: Arc<Mutex<Option<Drawn>>>,
     leading: Arc<AtomicBool>,
+    live: Arc<LiveAsk>,
 }
+
+/// Standing by, the page's explain asks the publisher's thread, which holds the live
+/// inputs, for what they hold now; the answer lands here (None: no live inputs).
+#[derive(Default)]
+struct LiveAsk {
+    wanted: AtomicBool,
+    got: Mutex<Option<(Instant, Option<Arc<LiveSnapshot>>)>>,
+}
+
+/// How long a standby's explain waits for the publisher's thread (it looks every 200 ms).
+const LIVE_WITHIN: Duration = Duration::from_secs(1);
+/// A snapshot of the live inputs this recent serves the next explain too.
+const LIVE_FRESH: Duration = Duration::from_secs(1);
 
 impl Page {
     /// Serves the page when `config` has `[ui]`; `None` when it has not (or cannot be read
@@ -96,6 +112,7 @@ impl Page {
         let page = Page {
             drawn: Arc::new(Mutex::new(None)),
             leading: Arc::new(AtomicBool::new(false)),
+            live: Arc::new(LiveAsk::default()),
         };
         let (explain, explains) = std::sync::mpsc::channel();
         let (ask, asked) = std::sync::mpsc::channel();
@@ -129,6 +146,7 @@ impl Page {
             error: None,
             cache: Cache::default(),
             current: None,
+            overlaid: None,
         };
         std::thread::Builder::new()
             .name("fleet-page".into())
@@ -155,6 +173,21 @@ impl Page {
         self.leading.store(yes, Ordering::Relaxed);
     }
 
+    /// Whether the page asked for the live inputs since the last answer.
+    pub fn wants_live(&self) -> bool {
+        self.live.wanted.swap(false, Ordering::Relaxed)
+    }
+
+    /// The live inputs as they are now (None: the publisher has none), for the page.
+    pub fn live_now(&self, s: Option<LiveSnapshot>) {
+        *self
+            .live
+            .got
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((Instant::now(), s.map(Arc::new)));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Drawn>> {
         self.drawn
             .lock()
@@ -177,6 +210,15 @@ struct Answers {
     cache: Cache,
     /// Standing by: the current version's table as read from the store.
     current: Option<Current>,
+    /// Standing by: the page's data with the live inputs laid over it, and from which
+    /// snapshot and which data.
+    overlaid: Option<Overlaid>,
+}
+
+struct Overlaid {
+    at: Instant,
+    base: Arc<Data>,
+    data: Arc<Data>,
 }
 
 /// Per service id (the config's own: 1, 2, 3...), its entries.
@@ -318,12 +360,55 @@ impl Answers {
 
     fn explain(&mut self, service: &str, client: std::net::IpAddr) -> Result<String> {
         self.table()?;
+        let live = if self.page.leading.load(Ordering::Relaxed) {
+            None
+        } else {
+            self.live_data()
+        };
         let guard = self.page.lock();
         let d = guard
             .as_ref()
             .ok_or_else(|| anyhow!("no table yet: the publisher is compiling"))?;
-        let e = crate::controller::explain_with(&d.cfg, &d.data, service, client)?;
+        let data = live.as_deref().unwrap_or(&d.data);
+        let e = crate::controller::explain_with(&d.cfg, data, service, client)?;
         Ok(serde_json::to_string_pretty(&e)?)
+    }
+
+    /// Standing by: the page's own compile of the files with the routers' routes and the
+    /// agents' measurements laid over it, as the leader decides with them (the publisher's
+    /// thread holds them and is asked). None when there are none, or no answer came.
+    fn live_data(&mut self) -> Option<Arc<Data>> {
+        let base = Arc::clone(&self.page.lock().as_ref()?.data);
+        if let Some(o) = &self.overlaid {
+            if o.at.elapsed() < LIVE_FRESH && Arc::ptr_eq(&o.base, &base) {
+                return Some(Arc::clone(&o.data));
+            }
+        }
+        let asked = Instant::now();
+        self.page.live.wanted.store(true, Ordering::Relaxed);
+        let snapshot = loop {
+            let got = self
+                .page
+                .live
+                .got
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            match got {
+                Some((at, s)) if at >= asked => break s?,
+                _ if asked.elapsed() > LIVE_WITHIN => return None,
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let mut data = Data::clone(&base);
+        snapshot.lay_over(&mut data);
+        let data = Arc::new(data);
+        self.overlaid = Some(Overlaid {
+            at: asked,
+            base,
+            data: Arc::clone(&data),
+        });
+        Some(data)
     }
 }
 

@@ -74,10 +74,18 @@ pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
             if let Some(l) = live.as_mut() {
                 l.keep_up();
             }
+            answer_page(page.as_ref(), live.as_ref());
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
     Ok(())
+}
+
+/// Standing by, the page's explain asks for the live inputs this thread holds.
+fn answer_page(page: Option<&Page>, live: Option<&Live>) {
+    if let Some(p) = page.filter(|p| p.wants_live()) {
+        p.live_now(live.map(Live::snapshot));
+    }
 }
 
 /// Starts the live inputs `config` asks for, unless they run already; a config that cannot
@@ -137,6 +145,7 @@ async fn lead(
                     if let Some(l) = live.as_mut() {
                         l.keep_up();
                     }
+                    answer_page(page, live.as_ref());
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             } => false,

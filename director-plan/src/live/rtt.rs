@@ -89,7 +89,7 @@ struct Track {
 type Key = (u8, u128, u8);
 
 /// The live RTT of every (site, measured prefix).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Merge {
     settings: Settings,
     tracks: Vec<BTreeMap<Key, (IpNet, Track)>>,

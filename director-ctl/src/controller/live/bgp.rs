@@ -130,6 +130,11 @@ impl Bgp {
         self.collector().take_dirty()
     }
 
+    /// How many sites the config has (each with a view or not).
+    pub fn sites(&self) -> usize {
+        self.views.len()
+    }
+
     pub fn has_view(&self, site: usize) -> bool {
         self.views.get(site).is_some_and(Option::is_some)
     }

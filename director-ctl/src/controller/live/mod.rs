@@ -369,34 +369,53 @@ impl Live {
     /// Data freshly read from the files: keeps what they give, and lays the live routes
     /// and measurements over it.
     pub fn overlay(&mut self, data: &mut Data) {
-        self.file_routes = data.sites.iter().map(|_| None).collect();
-        if let Some(b) = &mut self.bgp {
-            b.take_dirty();
-            for (i, site) in data.sites.iter_mut().enumerate() {
-                if b.has_view(i) {
-                    let files = site.routes.clone();
-                    let live = b.table(i);
-                    patch(
-                        &mut site.routes,
-                        live.into_iter().map(|(p, r)| (p, Some(r))).collect(),
-                    );
-                    self.file_routes[i] = Some(files);
-                }
-            }
-        }
+        let views: Vec<bool> = (0..data.sites.len())
+            .map(|i| self.bgp.as_ref().is_some_and(|b| b.has_view(i)))
+            .collect();
+        self.file_routes = data
+            .sites
+            .iter()
+            .zip(&views)
+            .map(|(s, v)| v.then(|| s.routes.clone()))
+            .collect();
         self.file_rtt = data.sites.iter().map(|s| s.rtt.clone()).collect();
-        if let Some(r) = &mut self.rtt {
-            for (i, site) in data.sites.iter_mut().enumerate() {
-                let t = r.merge.table(i, |p| covering(&site.routes, p).map(|e| e.0));
-                patch(
-                    &mut site.rtt,
-                    t.iter().map(|(p, v, _)| (*p, Some(*v))).collect(),
-                );
-                site.rtt_live = t.iter().map(|(p, _, src)| (*p, src.clone())).collect();
-                r.tables[i] = t;
+        let routes = match &mut self.bgp {
+            Some(b) => {
+                b.take_dirty();
+                self.live_routes(&views)
+            }
+            None => Vec::new(),
+        };
+        let merge = self.rtt.as_ref().map(|r| &r.merge);
+        if let Some(tables) = lay_over(routes, merge, data) {
+            if let Some(r) = &mut self.rtt {
+                r.tables = tables;
             }
         }
-        data.summary.rtt_measurements = data.sites.iter().map(|s| s.rtt.len()).sum();
+    }
+
+    /// Each site's live routes: its view's table, None for a site without one.
+    fn live_routes(&self, views: &[bool]) -> Vec<Option<Vec<(IpNet, Route)>>> {
+        views
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let b = self.bgp.as_ref().filter(|_| *v)?;
+                Some(b.table(i))
+            })
+            .collect()
+    }
+
+    /// What the live inputs hold now, to lay over another copy of the files' data (a
+    /// standby's map page explains with it).
+    pub fn snapshot(&self) -> Snapshot {
+        let views: Vec<bool> = (0..self.bgp.as_ref().map_or(0, bgp::Bgp::sites))
+            .map(|i| self.bgp.as_ref().is_some_and(|b| b.has_view(i)))
+            .collect();
+        Snapshot {
+            routes: self.live_routes(&views),
+            merge: self.rtt.as_ref().map(|r| r.merge.clone()),
+        }
     }
 
     /// Takes what changed since the last look into `data`, [`DEBOUNCE`] after the first of
@@ -607,6 +626,55 @@ impl Live {
         }
         t
     }
+}
+
+/// The live inputs at one moment (see [`Live::snapshot`]).
+pub struct Snapshot {
+    routes: Vec<Option<Vec<(IpNet, Route)>>>,
+    merge: Option<Merge>,
+}
+
+impl Snapshot {
+    /// Lays these routes and measurements over `data` (read from the files), as `run`'s
+    /// data has them.
+    pub fn lay_over(&self, data: &mut Data) {
+        lay_over(self.routes.clone(), self.merge.as_ref(), data);
+    }
+}
+
+/// Lays each site's live routes (None: the files' stand) and the merged measurements over
+/// `data`: a live value wins for its prefix. Returns each site's live RTT table, with where
+/// each value came from, when there is a merge.
+fn lay_over(
+    routes: Vec<Option<Vec<(IpNet, Route)>>>,
+    merge: Option<&Merge>,
+    data: &mut Data,
+) -> Option<Vec<Vec<(IpNet, Rtt, Source)>>> {
+    for (site, live) in data.sites.iter_mut().zip(routes) {
+        if let Some(live) = live {
+            patch(
+                &mut site.routes,
+                live.into_iter().map(|(p, r)| (p, Some(r))).collect(),
+            );
+        }
+    }
+    let tables = merge.map(|m| {
+        data.sites
+            .iter_mut()
+            .enumerate()
+            .map(|(i, site)| {
+                let t = m.table(i, |p| covering(&site.routes, p).map(|e| e.0));
+                patch(
+                    &mut site.rtt,
+                    t.iter().map(|(p, v, _)| (*p, Some(*v))).collect(),
+                );
+                site.rtt_live = t.iter().map(|(p, _, src)| (*p, src.clone())).collect();
+                t
+            })
+            .collect()
+    });
+    data.summary.rtt_measurements = data.sites.iter().map(|s| s.rtt.len()).sum();
+    tables
 }
 
 fn site_index(cfg: &Config) -> HashMap<String, usize> {
