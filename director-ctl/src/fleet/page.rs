@@ -210,8 +210,8 @@ struct Answers {
     cache: Cache,
     /// Standing by: the current version's table as read from the store.
     current: Option<Current>,
-    /// Standing by: the page's data with the live inputs laid over it, and from which
-    /// snapshot and which data.
+    /// Standing by: the page's data with the live inputs laid over it, when the snapshot
+    /// was asked for and which data it was laid over.
     overlaid: Option<Overlaid>,
 }
 

@@ -369,38 +369,28 @@ impl Live {
     /// Data freshly read from the files: keeps what they give, and lays the live routes
     /// and measurements over it.
     pub fn overlay(&mut self, data: &mut Data) {
-        let views: Vec<bool> = (0..data.sites.len())
-            .map(|i| self.bgp.as_ref().is_some_and(|b| b.has_view(i)))
-            .collect();
+        if let Some(b) = &mut self.bgp {
+            b.take_dirty();
+        }
+        let routes = self.live_routes(data.sites.len());
         self.file_routes = data
             .sites
             .iter()
-            .zip(&views)
-            .map(|(s, v)| v.then(|| s.routes.clone()))
+            .zip(&routes)
+            .map(|(s, live)| live.as_ref().map(|_| s.routes.clone()))
             .collect();
         self.file_rtt = data.sites.iter().map(|s| s.rtt.clone()).collect();
-        let routes = match &mut self.bgp {
-            Some(b) => {
-                b.take_dirty();
-                self.live_routes(&views)
-            }
-            None => Vec::new(),
-        };
         let merge = self.rtt.as_ref().map(|r| &r.merge);
-        if let Some(tables) = lay_over(routes, merge, data) {
-            if let Some(r) = &mut self.rtt {
-                r.tables = tables;
-            }
+        if let (Some(tables), Some(r)) = (lay_over(routes, merge, data), &mut self.rtt) {
+            r.tables = tables;
         }
     }
 
-    /// Each site's live routes: its view's table, None for a site without one.
-    fn live_routes(&self, views: &[bool]) -> Vec<Option<Vec<(IpNet, Route)>>> {
-        views
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let b = self.bgp.as_ref().filter(|_| *v)?;
+    /// The first `sites` sites' live routes: each view's table, None for a site without one.
+    fn live_routes(&self, sites: usize) -> Vec<Option<Vec<(IpNet, Route)>>> {
+        (0..sites)
+            .map(|i| {
+                let b = self.bgp.as_ref().filter(|b| b.has_view(i))?;
                 Some(b.table(i))
             })
             .collect()
@@ -409,11 +399,8 @@ impl Live {
     /// What the live inputs hold now, to lay over another copy of the files' data (a
     /// standby's map page explains with it).
     pub fn snapshot(&self) -> Snapshot {
-        let views: Vec<bool> = (0..self.bgp.as_ref().map_or(0, bgp::Bgp::sites))
-            .map(|i| self.bgp.as_ref().is_some_and(|b| b.has_view(i)))
-            .collect();
         Snapshot {
-            routes: self.live_routes(&views),
+            routes: self.live_routes(self.bgp.as_ref().map_or(0, bgp::Bgp::sites)),
             merge: self.rtt.as_ref().map(|r| r.merge.clone()),
         }
     }
