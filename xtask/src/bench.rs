@@ -119,6 +119,14 @@ pub fn run_bench(seconds: u32, baseline: Option<&str>, only: Option<&str>) -> Re
             .context("building the XDP program without demand counting")?;
             args.extend(["--uncounted".into(), uncounted.display().to_string()]);
         }
+        // The answer floor (2d): what any answer costs on the wire, nothing decided.
+        if bin == "bench" && only.is_none_or(|s| s == "wire") {
+            let floor =
+                ebpf_build::build_with(&root(), &root().join("target/ebpf-floor"), &["floor"])
+                    .map_err(anyhow::Error::msg)
+                    .context("building the XDP program's answer floor")?;
+            args.extend(["--floor".into(), floor.display().to_string()]);
+        }
         // The starting program's cost is set beside section 1's, so only where it runs.
         if bin == "bench" && only.is_none_or(|s| s == "testrun") {
             if let Some(rev) = baseline {

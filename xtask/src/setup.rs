@@ -256,7 +256,7 @@ pub fn all() -> Result<()> {
 
 /// Formatting and lints, as CI checks them (after the layer check, which main runs first):
 /// rustfmt on both workspaces, clippy on the workspace (every target) and on the XDP program
-/// for the BPF target, warnings denied.
+/// for the BPF target (with every feature, so the bench's twins too), warnings denied.
 pub fn lint() -> Result<()> {
     let cargo =
         |dir: PathBuf, args: &[&str]| run(Command::new("cargo").current_dir(dir).args(args));
@@ -281,7 +281,8 @@ pub fn lint() -> Result<()> {
     run(Command::new("rustup")
         .current_dir(root().join("director-ebpf"))
         .args(["run", "nightly", "cargo", "clippy", "--release", "--locked"])
-        .args(["-Z", "build-std=core", "--target", "bpfel-unknown-none"])
+        .args(["--all-features", "-Z", "build-std=core"])
+        .args(["--target", "bpfel-unknown-none"])
         .args([
             "--target-dir",
             "../target/ebpf-clippy",

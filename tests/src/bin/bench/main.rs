@@ -5,6 +5,7 @@
 //! 2. answers per second on a veth pair between two namespaces, director against knotd
 //!    answering the same query, with server CPU time per answer; 2b. director and the
 //!    ceiling paced at half and four fifths of the ceiling's rate: what each loses there;
+//!    2c. demand counting's cost; 2d. the answer floor (a fixed answer) against the ceiling;
 //! 3. which of those figures the load generator limits.
 //!
 //! Needs root. Everything lives in a lab of namespaces made for this run; the lab's drop
@@ -45,6 +46,7 @@ struct Args {
     only: Only,
     baseline: Option<baseline::Baseline>,
     uncounted: Option<std::path::PathBuf>,
+    floor: Option<std::path::PathBuf>,
 }
 
 fn args() -> Result<Args> {
@@ -56,10 +58,11 @@ fn args() -> Result<Args> {
         only: Only::default(),
         baseline: None,
         uncounted: None,
+        floor: None,
     };
     let mut p = Parser::new(
         "bench [--seconds N] [--runs N] [--packets N] [--generator auto|kxdpgun|dnsperf] \
-         [--only testrun|wire] [--baseline DIR] [--uncounted OBJECT]",
+         [--only testrun|wire] [--baseline DIR] [--uncounted OBJECT] [--floor OBJECT]",
     );
     while let Some(flag) = p.next_flag() {
         match flag.as_str() {
@@ -81,6 +84,7 @@ fn args() -> Result<Args> {
                 });
             }
             "--uncounted" => a.uncounted = Some(p.value(&flag)?),
+            "--floor" => a.floor = Some(p.value(&flag)?),
             other => return Err(p.unknown(other)),
         }
     }
@@ -164,6 +168,10 @@ fn main() -> Result<()> {
         Some(u) => Some(w.counting_turns(u, &mut gen, max, a.runs, &mut log)?),
         None => None,
     };
+    let floor = match &a.floor {
+        Some(f) => Some(w.floor_turns(f, &mut gen, max, a.runs, &mut log)?),
+        None => None,
+    };
     let knot = w.samples(Server::Knot, &mut gen, auto, max, a.runs, &mut log)?;
     let points = [
         wire::Point::of(Server::Director, &director),
@@ -176,6 +184,9 @@ fn main() -> Result<()> {
     wire::paced_table(&paced, gen).print();
     if let Some((with, without)) = &counting {
         wire::counting_table(with, without, gen).print();
+    }
+    if let Some((floor, ceiling)) = &floor {
+        wire::floor_table(floor, ceiling, &turns, gen).print();
     }
     drop(w);
     drop(lab);

@@ -80,8 +80,8 @@ pub struct Wire<'a> {
     director_up: std::cell::Cell<bool>,
     /// Whether perf can split the NAPI thread's time (the program's share column).
     perf: bool,
-    /// Whether director's build without demand counting is attached now (section 2c).
-    uncounted_up: std::cell::Cell<bool>,
+    /// The twin object attached in place of director's own build now (sections 2c, 2d).
+    twin: std::cell::RefCell<Option<PathBuf>>,
 }
 
 /// One load run.
@@ -304,7 +304,7 @@ pub fn prepare(lab: &mut Lab) -> Result<Wire<'_>> {
         client_pass: true.into(),
         director_up: true.into(),
         perf: perf::available(),
-        uncounted_up: false.into(),
+        twin: None.into(),
     })
 }
 
@@ -363,6 +363,24 @@ impl Wire<'_> {
             by_director == want,
             "director's answered counter rose by {by_director} for a {} answer",
             server.name()
+        );
+        Ok(())
+    }
+
+    /// dig without EDNS from the client, answered by the floor itself: fra-1's address, and
+    /// director's counter still (its path never ran).
+    fn floor_sanity(&self) -> Result<()> {
+        self.client_pass(true)?;
+        let before = self.answered();
+        let reply = Reply::parse(
+            &self
+                .lab
+                .dig(&[&format!("@{EDGE_V4}"), "+noedns", NAME, "A"]),
+        );
+        ensure!(
+            reply.data("A") == [FRA_V4] && self.answered() == before,
+            "the answer floor did not answer {NAME} A with {FRA_V4} itself:\n{}",
+            reply.text
         );
         Ok(())
     }
@@ -575,6 +593,7 @@ impl Wire<'_> {
             sys::pin_to_cpu(napi, SERVER_CPU)?;
             self.edge_napi.set(napi);
             self.director_up.set(true);
+            self.twin.replace(None);
         }
         if server == Server::Knot {
             // director stays attached (it now passes the query to the stack), as in a
@@ -642,6 +661,29 @@ impl Wire<'_> {
         Ok(both)
     }
 
+    /// Section 2d: the answer floor (director-ebpf's `floor` twin, swapped in over director
+    /// as in 2c) and the ceiling, one run each per turn, which goes first alternating:
+    /// (floor, ceiling). director is as built after it.
+    pub fn floor_turns(
+        &self,
+        floor: &Path,
+        gen: &mut Generator,
+        load: Load,
+        runs: usize,
+        log: &mut String,
+    ) -> Result<(Vec<Sample>, Vec<Sample>)> {
+        let both = in_turns(runs, |ceiling| {
+            if ceiling {
+                return self.samples(Server::Ceiling, gen, false, load, 1, log);
+            }
+            self.swap(Some(floor))?;
+            self.floor_sanity()?;
+            self.samples(Server::Director, gen, false, load, 1, log)
+        })?;
+        self.swap(None)?;
+        Ok(both)
+    }
+
     /// Puts `object` (None: director-ctl's own build) in place of the attached program,
     /// with director set up first if it is not; the NAPI thread is pinned again.
     fn swap(&self, object: Option<&Path>) -> Result<()> {
@@ -649,10 +691,10 @@ impl Wire<'_> {
             director_setup(self.lab);
             self.client_pass.set(true);
             self.director_up.set(true);
-            self.uncounted_up.set(false);
+            self.twin.replace(None);
             self.pin_napi()?;
         }
-        if self.uncounted_up.get() == object.is_some() {
+        if self.twin.borrow().as_deref() == object {
             return Ok(());
         }
         let mut args = vec!["upgrade".to_string()];
@@ -661,7 +703,7 @@ impl Wire<'_> {
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.lab.ctl_ok(&args);
-        self.uncounted_up.set(object.is_some());
+        self.twin.replace(object.map(Path::to_path_buf));
         self.pin_napi()
     }
 
@@ -1053,5 +1095,70 @@ pub fn counting_table(with: &[Sample], without: &[Sample], gen: Generator) -> Ta
         r.max,
         with.len().min(without.len())
     ));
+    t
+}
+
+/// Section 2d: what answering costs on the wire when nothing is decided: the floor twin
+/// against the ceiling, with director's own ratio from section 2 beside it.
+pub fn floor_table(
+    floor: &[Sample],
+    ceiling: &[Sample],
+    director_turns: &[f64],
+    gen: Generator,
+) -> Table {
+    let mut t = Table::new(
+        format!(
+            "2d. The answer floor: director-ebpf's `floor` twin (an IPv4 query turned around with \
+             one fixed A record appended and its OPT echoed, nothing parsed past the header, no \
+             map read; swapped in by `director-ctl upgrade --object`) and the ceiling, one run \
+             each per turn, which goes first alternating ({gen:?} at its maximum rate)"
+        ),
+        &[
+            "program",
+            "answers/s median",
+            "CPU us/answer median",
+            "min",
+            "max",
+            "program ns/answer (perf)",
+            "CPU 1 others",
+        ],
+    );
+    for (name, samples) in [
+        ("answer floor", floor),
+        ("turn-around only (ceiling)", ceiling),
+    ] {
+        let p = Point::of(Server::Director, samples);
+        let [c, cmin, cmax] = p.cpu_us.cells(|v| format!("{v:.3}"));
+        t.row(vec![
+            name.into(),
+            thousands(p.answers.median as u64),
+            c,
+            cmin,
+            cmax,
+            p.program_ns
+                .as_ref()
+                .map_or("-".into(), |v| format!("{:.0}", v.median)),
+            format!("{:.0}%", 100.0 * p.other.median),
+        ]);
+    }
+    let f = Spread::of(&turn_ratios(floor, ceiling));
+    let d = Spread::of(director_turns);
+    t.note(format!(
+        "floor / ceiling, CPU per answer turn by turn: median x{:.3}, min x{:.3}, max x{:.3} \
+         over {} turns; director / ceiling (section 2): median x{:.3}, min x{:.3}, max x{:.3}.",
+        f.median,
+        f.min,
+        f.max,
+        floor.len().min(ceiling.len()),
+        d.median,
+        d.min,
+        d.max
+    ));
+    t.note(
+        "What the floor costs above the ceiling is what any answer costs here (a longer frame, \
+         the resize); what director costs above the floor is its own work: parsing, the \
+         lookups, the records, the checksum. The floor leaves the UDP checksum 0, so it is a \
+         lower bound.",
+    );
     t
 }

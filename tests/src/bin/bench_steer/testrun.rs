@@ -18,7 +18,7 @@ use anyhow::{ensure, Result};
 use aya::programs::Xdp;
 use director_common::maps::PROGRAM;
 use director_common::select::Mode;
-use director_common::steer::{Forward, GuardLimit, Hop, Hops};
+use director_common::steer::{Forward, GuardLimit, Hop, Hops, MAX_FLOWS};
 use director_ctl::kernel::Maps;
 use director_ctl::ops::{self, steer::VipSettings};
 use director_tests::bench::table::{thousands, Spread, Table};
@@ -146,11 +146,17 @@ fn ack(f: &Flow) -> Vec<u8> {
 /// The client of the pinned flows; fresh SYNs come from other addresses.
 const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 
-/// The n-th fresh flow's SYN: a 4-tuple no earlier call used (addresses from 10.0.0.0/8).
-fn fresh_syn(n: u32, vip: &str) -> Vec<u8> {
+/// The n-th fresh flow: a 4-tuple no earlier call used (addresses from 10.0.0.0/8).
+fn fresh_flow(n: u32, vip: &str) -> Flow {
     let client = Ipv4Addr::from(0x0a00_0000 | (n >> 14));
-    syn(&tcp_flow(client, 1024 + (n & 0x3fff) as u16, vip))
+    tcp_flow(client, 1024 + (n & 0x3fff) as u16, vip)
 }
+
+/// Where the ipip rows' fresh flows start, apart from the l2 rows'.
+const IPIP_BASE: u32 = 2_000_000_000;
+/// How many of the latest recorded flows the "one of many" rows draw from: half the table,
+/// so that the LRU has evicted none of them.
+const MANY: u32 = MAX_FLOWS / 2;
 
 /// One run with the output kept: the verdict and, for a forwarded frame, that it went where
 /// this mode sends it (a server's MAC, or an outer header), so that the path timed is known.
@@ -293,8 +299,8 @@ fn measure(o: &Options) -> Result<Table> {
         counter(&l, "new_flows")? == 2,
         "the checks should have recorded two flows"
     );
-    let fresh_l2 = |n| fresh_syn(n, L2_VIP);
-    let fresh_ipip = |n| fresh_syn(2_000_000_000 + n, IPIP_VIP);
+    let fresh_l2 = |n| syn(&fresh_flow(n, L2_VIP));
+    let fresh_ipip = |n| syn(&fresh_flow(IPIP_BASE + n, IPIP_VIP));
     check(director, &fresh_l2(u32::MAX), XDP_TX, Some(Forward::L2))?;
 
     let b = Bench {
@@ -366,20 +372,74 @@ fn measure(o: &Options) -> Result<Table> {
     rows.push(turn);
     let new_before = counter(&l, "new_flows")?;
     let guarded_before = counter(&l, "guarded")?;
-    for (packet, frames) in [
-        ("l2: SYN (flow present)", Frames::Same(&l2_syn)),
-        ("l2: SYN, new flow (recorded)", Frames::Fresh(&fresh_l2)),
-        ("l2: ACK, established (pinned)", Frames::Same(&l2_ack)),
-        ("ipip: SYN (flow present)", Frames::Same(&ipip_syn)),
-        ("ipip: SYN, new flow (recorded)", Frames::Fresh(&fresh_ipip)),
+    // The fresh SYNs' flows fill the table: the ACK of one of the latest of them, another
+    // flow each call ("one of many"), is a pinned packet whose entry is not in cache, as
+    // most are at scale; the "established" rows read the same flow every time.
+    let mut many_calls = 0;
+    for (mode, syn_frame, fresh, ack_frame, base, vip) in [
         (
-            "ipip: ACK, established, encapsulated",
-            Frames::Same(&ipip_ack),
+            "l2",
+            &l2_syn,
+            &fresh_l2 as &dyn Fn(u32) -> Vec<u8>,
+            &l2_ack,
+            0,
+            L2_VIP,
+        ),
+        (
+            "ipip",
+            &ipip_syn,
+            &fresh_ipip,
+            &ipip_ack,
+            IPIP_BASE,
+            IPIP_VIP,
         ),
     ] {
-        rows.push(b.row(packet, PROGRAM, Method::Calls, frames, XDP_TX, floors)?);
+        rows.push(b.row(
+            format!("{mode}: SYN (flow present)"),
+            PROGRAM,
+            Method::Calls,
+            Frames::Same(syn_frame),
+            XDP_TX,
+            floors,
+        )?);
+        rows.push(b.row(
+            format!("{mode}: SYN, new flow (recorded)"),
+            PROGRAM,
+            Method::Calls,
+            Frames::Fresh(fresh),
+            XDP_TX,
+            floors,
+        )?);
+        let latest = b.fresh.get();
+        let one_of_many = |n: u32| {
+            let back = n.wrapping_mul(0x9e37_79b1) % MANY.min(o.calls * o.runs as u32);
+            ack(&fresh_flow(base + latest - 1 - back, vip))
+        };
+        let midstream = counter(&l, "midstream")?;
+        rows.push(b.row(
+            format!("{mode}: ACK, one of many (pinned)"),
+            PROGRAM,
+            Method::Calls,
+            Frames::Fresh(&one_of_many),
+            XDP_TX,
+            floors,
+        )?);
+        many_calls += (b.fresh.get() - latest) as u64;
+        let unpinned = counter(&l, "midstream")? - midstream;
+        ensure!(
+            unpinned * 100 <= o.calls as u64 * o.runs as u64,
+            "{mode}: {unpinned} ACKs of recorded flows found no flow: not the pinned path"
+        );
+        rows.push(b.row(
+            format!("{mode}: ACK, established (pinned)"),
+            PROGRAM,
+            Method::Calls,
+            Frames::Same(ack_frame),
+            XDP_TX,
+            floors,
+        )?);
     }
-    let fresh = b.fresh.get() as u64;
+    let fresh = b.fresh.get() as u64 - many_calls;
     let new = counter(&l, "new_flows")? - new_before;
     let guarded = counter(&l, "guarded")? - guarded_before;
     ensure!(
@@ -462,6 +522,31 @@ fn table(rows: &[Row], o: &Options, insns: Option<u32>, new_flows: u64) -> Table
          counter; the flood guard stopped none; the flow table is an LRU, so it evicts too).",
         thousands(new_flows)
     ));
+    t.note(format!(
+        "one of many: the ACK of one of the latest {} recorded flows, another each call, so its \
+         flow-table entry is not in cache (the new flow's bucket is not either); established: \
+         the same flow every call, its entry in cache.",
+        thousands(MANY as u64)
+    ));
+    // Issue 38's ratio, both ways: the pinned packet as the rows above it time it.
+    let net = |label: &str| {
+        rows.iter()
+            .find(|r| r.packet == label && r.method == Method::Calls)
+            .and_then(|r| r.empty.map(|fl| r.ns.median - fl))
+    };
+    for mode in ["l2", "ipip"] {
+        let new = net(&format!("{mode}: SYN, new flow (recorded)"));
+        let many = net(&format!("{mode}: ACK, one of many (pinned)"));
+        let same = net(&format!("{mode}: ACK, established (pinned)"));
+        if let (Some(new), Some(many), Some(same)) = (new, many, same) {
+            t.note(format!(
+                "{mode}: a new flow's SYN over a pinned packet (minus empty): x{:.2} over one of \
+                 many, x{:.2} over the same flow every call (issue 38's aim: <= x2).",
+                new / many,
+                new / same
+            ));
+        }
+    }
     t.note(
         "not recorded (guard): the flood guard set to refuse every record, so the new flow is \
          chosen and forwarded without the flow table's insert.",
