@@ -1049,16 +1049,13 @@ pub fn limits(points: &[Point], gen: Generator) -> Table {
     t
 }
 
-/// Section 2c: what demand counting costs on the wire, director with and without it.
-pub fn counting_table(with: &[Sample], without: &[Sample], gen: Generator) -> Table {
+/// A table of two programs run in turns on the wire (sections 2c and 2d): one row each,
+/// `first` naming the first column.
+fn turns_table(title: String, first: &str, rows: [(&str, &[Sample]); 2]) -> Table {
     let mut t = Table::new(
-        format!(
-            "2c. Demand counting on the wire: director as built and its twin without demand \
-             counting (director-ebpf's `uncounted` feature, `director-ctl upgrade --object`), \
-             one run each per turn, which goes first alternating ({gen:?} at its maximum rate)"
-        ),
+        title,
         &[
-            "build",
+            first,
             "answers/s median",
             "CPU us/answer median",
             "min",
@@ -1067,10 +1064,7 @@ pub fn counting_table(with: &[Sample], without: &[Sample], gen: Generator) -> Ta
             "CPU 1 others",
         ],
     );
-    for (name, samples) in [
-        ("with demand counting", with),
-        ("without demand counting", without),
-    ] {
+    for (name, samples) in rows {
         let p = Point::of(Server::Director, samples);
         let [c, cmin, cmax] = p.cpu_us.cells(|v| format!("{v:.3}"));
         t.row(vec![
@@ -1085,6 +1079,23 @@ pub fn counting_table(with: &[Sample], without: &[Sample], gen: Generator) -> Ta
             format!("{:.0}%", 100.0 * p.other.median),
         ]);
     }
+    t
+}
+
+/// Section 2c: what demand counting costs on the wire, director with and without it.
+pub fn counting_table(with: &[Sample], without: &[Sample], gen: Generator) -> Table {
+    let mut t = turns_table(
+        format!(
+            "2c. Demand counting on the wire: director as built and its twin without demand \
+             counting (director-ebpf's `uncounted` feature, `director-ctl upgrade --object`), \
+             one run each per turn, which goes first alternating ({gen:?} at its maximum rate)"
+        ),
+        "build",
+        [
+            ("with demand counting", with),
+            ("without demand counting", without),
+        ],
+    );
     let r = Spread::of(&turn_ratios(with, without));
     t.note(format!(
         "with / without, CPU per answer turn by turn: median x{:.3}, min x{:.3}, max x{:.3} \
@@ -1106,41 +1117,19 @@ pub fn floor_table(
     director_turns: &[f64],
     gen: Generator,
 ) -> Table {
-    let mut t = Table::new(
+    let mut t = turns_table(
         format!(
             "2d. The answer floor: director-ebpf's `floor` twin (an IPv4 query turned around with \
              one fixed A record appended and its OPT echoed, nothing parsed past the header, no \
              map read; swapped in by `director-ctl upgrade --object`) and the ceiling, one run \
              each per turn, which goes first alternating ({gen:?} at its maximum rate)"
         ),
-        &[
-            "program",
-            "answers/s median",
-            "CPU us/answer median",
-            "min",
-            "max",
-            "program ns/answer (perf)",
-            "CPU 1 others",
+        "program",
+        [
+            ("answer floor", floor),
+            ("turn-around only (ceiling)", ceiling),
         ],
     );
-    for (name, samples) in [
-        ("answer floor", floor),
-        ("turn-around only (ceiling)", ceiling),
-    ] {
-        let p = Point::of(Server::Director, samples);
-        let [c, cmin, cmax] = p.cpu_us.cells(|v| format!("{v:.3}"));
-        t.row(vec![
-            name.into(),
-            thousands(p.answers.median as u64),
-            c,
-            cmin,
-            cmax,
-            p.program_ns
-                .as_ref()
-                .map_or("-".into(), |v| format!("{:.0}", v.median)),
-            format!("{:.0}%", 100.0 * p.other.median),
-        ]);
-    }
     let f = Spread::of(&turn_ratios(floor, ceiling));
     let d = Spread::of(director_turns);
     t.note(format!(

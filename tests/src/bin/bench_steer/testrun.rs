@@ -394,50 +394,34 @@ fn measure(o: &Options) -> Result<Table> {
             IPIP_VIP,
         ),
     ] {
-        rows.push(b.row(
-            format!("{mode}: SYN (flow present)"),
-            PROGRAM,
-            Method::Calls,
-            Frames::Same(syn_frame),
-            XDP_TX,
-            floors,
-        )?);
-        rows.push(b.row(
-            format!("{mode}: SYN, new flow (recorded)"),
-            PROGRAM,
-            Method::Calls,
-            Frames::Fresh(fresh),
-            XDP_TX,
-            floors,
-        )?);
+        let mut timed = |packet: &str, frames| -> Result<()> {
+            let row = b.row(
+                format!("{mode}: {packet}"),
+                PROGRAM,
+                Method::Calls,
+                frames,
+                XDP_TX,
+                floors,
+            )?;
+            rows.push(row);
+            Ok(())
+        };
+        timed("SYN (flow present)", Frames::Same(syn_frame))?;
+        timed("SYN, new flow (recorded)", Frames::Fresh(fresh))?;
         let latest = b.fresh.get();
         let one_of_many = |n: u32| {
             let back = n.wrapping_mul(0x9e37_79b1) % MANY.min(o.calls * o.runs as u32);
             ack(&fresh_flow(base + latest - 1 - back, vip))
         };
         let midstream = counter(&l, "midstream")?;
-        rows.push(b.row(
-            format!("{mode}: ACK, one of many (pinned)"),
-            PROGRAM,
-            Method::Calls,
-            Frames::Fresh(&one_of_many),
-            XDP_TX,
-            floors,
-        )?);
+        timed("ACK, one of many (pinned)", Frames::Fresh(&one_of_many))?;
         many_calls += (b.fresh.get() - latest) as u64;
         let unpinned = counter(&l, "midstream")? - midstream;
         ensure!(
             unpinned * 100 <= o.calls as u64 * o.runs as u64,
             "{mode}: {unpinned} ACKs of recorded flows found no flow: not the pinned path"
         );
-        rows.push(b.row(
-            format!("{mode}: ACK, established (pinned)"),
-            PROGRAM,
-            Method::Calls,
-            Frames::Same(ack_frame),
-            XDP_TX,
-            floors,
-        )?);
+        timed("ACK, established (pinned)", Frames::Same(ack_frame))?;
     }
     let fresh = b.fresh.get() as u64 - many_calls;
     let new = counter(&l, "new_flows")? - new_before;
