@@ -93,6 +93,29 @@ impl Drop for Process {
     }
 }
 
+/// A TCP counter of the network namespace process `pid` is in, from its `/proc/PID/net`
+/// (`table` "Tcp" in snmp, "TcpExt" in netstat; e.g. `PassiveOpens`, `ListenOverflows`).
+pub fn tcp_counter(pid: u32, file: &str, table: &str, name: &str) -> u64 {
+    let path = format!("/proc/{pid}/net/{file}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let prefix = format!("{table}:");
+    // Each table is two lines: the names, then the values, both after "Table:".
+    let mut rows = text.lines().filter(|l| l.starts_with(&prefix));
+    let (names, values) = (rows.next(), rows.next());
+    let (Some(names), Some(values)) = (names, values) else {
+        panic!("{path} has no {table} table");
+    };
+    let at = names
+        .split_whitespace()
+        .position(|n| n == name)
+        .unwrap_or_else(|| panic!("{path}: {table} has no {name}"));
+    values
+        .split_whitespace()
+        .nth(at)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{path}: {table} {name} is not a number"))
+}
+
 fn log_path(what: &str) -> PathBuf {
     std::env::temp_dir().join(format!(
         "{what}-{}-{:?}.log",
