@@ -27,9 +27,10 @@ pub struct SpillSettings {
     pub low: f64,
     /// ... for this many seconds without a break.
     pub hold_s: f64,
-    /// The most of a site's load moved away in one cycle (share of its load), and the most
-    /// returned into a site in one cycle (share of its target load): a wrong measurement
-    /// moves a bounded amount.
+    /// The most of a site's load moved away in one cycle (share of its load), and how much
+    /// is returned into a site in one cycle before returns stop (share of its target load;
+    /// the group that crosses it still comes back): a wrong measurement moves a bounded
+    /// amount.
     pub max_step: f64,
 }
 
@@ -273,9 +274,12 @@ impl Spill {
     ///
     /// Return: an override with a demoted site that has been below `low` for `hold_s`
     /// drops that site, most hurt group first, while every site gaining stays within its
-    /// target and takes at most `max_step` of its target load back this cycle; a site that
-    /// took groups back starts a new hold, so the next batch is judged on a load measured
-    /// with this one.
+    /// target and has taken back less than `max_step` of its target load this cycle: the
+    /// group that crosses that mark still comes back, so a group moved out whole (up to
+    /// `max_step` of a load over target, more than the same share of the target load)
+    /// comes back whole, in one cycle, once it fits under the target. A site that took
+    /// groups back starts a new hold, so the next batch is judged on a load measured with
+    /// this one.
     #[allow(clippy::too_many_arguments)]
     pub fn cycle(
         &mut self,
@@ -532,11 +536,14 @@ impl Spill {
                 let Some(d) = d else { continue };
                 let shares = site_shares(&d, site_of);
                 let change = delta(&current_shares, &shares, g.rate);
+                // The budget counts what came back before this group, not with it: a group
+                // can leave bigger than the budget and must come back, even behind smaller
+                // ones; the overshoot is one group, and `room` keeps it under the target.
                 let fits = change.iter().all(|(&s, &v)| {
                     v <= 0.0
                         || (board.room(s, v)
                             && budget(board, s)
-                                .is_none_or(|b| returned.get(&s).copied().unwrap_or(0.0) + v <= b))
+                                .is_none_or(|b| returned.get(&s).copied().unwrap_or(0.0) < b))
                 });
                 if fits {
                     chosen = Some((away, d, change));

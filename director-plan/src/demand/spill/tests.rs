@@ -381,6 +381,22 @@ fn arb_world() -> impl Strategy<Value = (Vec<f64>, Vec<(u64, f64, u8)>)> {
     )
 }
 
+/// One group per spec, each its own service, ranking `n` sites in the spec's order.
+fn groups_of(specs: &[(u64, f64, u8)], n: usize) -> Vec<Group> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, &(seed, rate, primary))| {
+            let order = order_of(&mut Lcg(seed), n);
+            Group {
+                service: i as u32,
+                planned: decision_for(&order, primary, 1),
+                rate,
+            }
+        })
+        .collect()
+}
+
 proptest! {
     /// One cycle on any world: what leaves an over site is at most 110 % of its excess
     /// (and `max_step` of its load), and no site that takes spill ends over its target.
@@ -388,29 +404,11 @@ proptest! {
     fn moves_stay_within_the_excess_and_the_receivers_target((caps, specs) in arb_world()) {
         let s = SpillSettings::default();
         let n = caps.len();
-        let groups: Vec<Group> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, &(seed, rate, primary))| {
-                let order = order_of(&mut Lcg(seed), n);
-                Group { service: i as u32, planned: decision_for(&order, primary, 1), rate }
-            })
-            .collect();
-        let measure_n = |spill: &Spill| {
-            let mut load = vec![0.0; n];
-            for g in &groups {
-                let d = spill.effective(g.service, &g.planned).unwrap_or(g.planned);
-                for (site, v) in site_shares(&d, &site_of) {
-                    load[site] += g.rate * v;
-                }
-            }
-            load
-        };
+        let groups = groups_of(&specs, n);
+        let measure_n = |spill: &Spill| measure_in(spill, &groups, n);
         let mut spill = Spill::new();
         let before = measure_n(&spill);
-        let sites: Vec<SiteLoad> = (0..n)
-            .map(|i| SiteLoad { site: i, capacity: Some(caps[i]), load: before[i] })
-            .collect();
+        let sites = sites_in(&caps, &before);
         let c = spill.cycle(0.0, &sites, &groups, &site_of, &|_, a, b| (a as f64 - b as f64).abs(), &s);
         let after = measure_n(&spill);
         for site in 0..n {
@@ -425,6 +423,193 @@ proptest! {
         }
         if c.all_over {
             prop_assert!(c.moves.is_empty());
+        }
+    }
+}
+
+/// What each of `n` sites measures under the overrides of `spill`.
+fn measure_in(spill: &Spill, groups: &[Group], n: usize) -> Vec<f64> {
+    let mut load = vec![0.0; n];
+    for g in groups {
+        let d = spill.effective(g.service, &g.planned).unwrap_or(g.planned);
+        for (site, v) in site_shares(&d, &site_of) {
+            load[site] += g.rate * v;
+        }
+    }
+    load
+}
+
+fn sites_in(caps: &[f64], load: &[f64]) -> Vec<SiteLoad> {
+    caps.iter()
+        .zip(load)
+        .enumerate()
+        .map(|(site, (&c, &load))| SiteLoad {
+            site,
+            capacity: Some(c),
+            load,
+        })
+        .collect()
+}
+
+/// One closed-loop cycle over sites of capacity `caps`, `step_s` long.
+fn run_in(
+    spill: &mut Spill,
+    now: &mut f64,
+    caps: &[f64],
+    groups: &[Group],
+    s: &SpillSettings,
+    step_s: f64,
+) -> Cycle {
+    let load = measure_in(spill, groups, caps.len());
+    let c = spill.cycle(*now, &sites_in(caps, &load), groups, &site_of, &loss, s);
+    *now += step_s;
+    c
+}
+
+fn is(m: &Move, g: &Group) -> bool {
+    m.service == g.service && m.planned == g.planned
+}
+
+/// Issue 51: a group bigger than `max_step` of its site's target load. Site a (0, capacity
+/// 100) at 150 %: the big group and 100 small ones; b and c (capacity 1000) at 30 %. a
+/// spills the big group first (same loss, larger rate), then a's own groups fall to 20 % of
+/// its capacity: the big group must be back within one hold of a going under `low`, and
+/// then stay. It sorts after the small groups a also spilled, so they come back first in
+/// the same cycle: the big one must not be shut out by them either.
+fn big_group_comes_back(s: SpillSettings, step_s: f64, big_rate: f64) {
+    const A: usize = 0;
+    let caps = [100.0, 1000.0, 1000.0];
+    let mut groups = vec![Group {
+        service: 9,
+        planned: decision_for(&[0, 1, 2], 2, 1),
+        rate: big_rate,
+    }];
+    for tag in 1..=100 {
+        groups.push(Group {
+            service: 1,
+            planned: decision_for(&[0, 1, 2], 2, tag),
+            rate: (1.5 * caps[A] - big_rate) / 100.0,
+        });
+    }
+    for tag in 1..=30 {
+        for (service, order) in [(2, [1, 2, 0]), (3, [2, 1, 0])] {
+            groups.push(Group {
+                service,
+                planned: decision_for(&order, 2, tag),
+                rate: 10.0,
+            });
+        }
+    }
+    let big = groups[0];
+    let mut spill = Spill::new();
+    let mut now = 0.0;
+
+    // Phase 1: a spills down to its target; the big group is among the first to go.
+    let mut big_moves = 0;
+    for _ in 0..10 {
+        let c = run_in(&mut spill, &mut now, &caps, &groups, &s, step_s);
+        big_moves += c.moves.iter().filter(|m| is(m, &big)).count();
+    }
+    assert_eq!(big_moves, 1, "the {big_rate}/s group spilled once");
+    assert!(spill.effective(big.service, &big.planned).is_some());
+    // Whole groups: a ends within one small group of its target, above `low`.
+    let load = measure_in(&spill, &groups, caps.len());
+    assert!(
+        load[A] <= s.target * caps[A] + groups[1].rate,
+        "a at {}",
+        load[A]
+    );
+    assert!(load[A] > s.low * caps[A], "a at {}", load[A]);
+
+    // Phase 2: a's own groups (those spilled too) fall so that a measures 20 %.
+    let scale = 0.2 * caps[A] / load[A];
+    for g in groups.iter_mut().filter(|g| g.service == 1) {
+        g.rate *= scale;
+    }
+    let fell = now;
+    let mut back_at = None;
+    let cycles = (4.0 * s.hold_s / step_s) as usize + 50;
+    for _ in 0..cycles {
+        let t = now;
+        let load = measure_in(&spill, &groups, caps.len());
+        assert!(load[A] <= s.target * caps[A], "a at {} at {t}", load[A]);
+        let c = run_in(&mut spill, &mut now, &caps, &groups, &s, step_s);
+        assert!(c.moves.is_empty(), "moved at {t}: {c:?}");
+        let back = c.returns.iter().filter(|m| is(m, &big)).count();
+        assert!(back <= 1 && (back == 0 || back_at.is_none()), "flap at {t}");
+        if back == 1 {
+            back_at = Some(t);
+        }
+    }
+    let Some(back_at) = back_at else {
+        panic!(
+            "the {big_rate}/s group never came back to a (max_step {})",
+            s.max_step
+        );
+    };
+    assert!(
+        back_at - fell <= s.hold_s + 2.0 * step_s,
+        "the {big_rate}/s group came back {} s after a fell under low",
+        back_at - fell
+    );
+    assert!(spill.effective(big.service, &big.planned).is_none());
+    assert_eq!(spill.overrides().count(), 0, "everything a spilled is back");
+}
+
+/// The issue's measurement: max_step 0.4, hold 5 s, a 43.3/s group.
+#[test]
+fn a_group_bigger_than_the_return_step_comes_back() {
+    let s = SpillSettings {
+        hold_s: 5.0,
+        max_step: 0.4,
+        ..SpillSettings::default()
+    };
+    big_group_comes_back(s, 1.0, 43.3);
+}
+
+/// The defaults: max_step 0.25 returns at most 21.25 % of capacity a cycle; a 30 % group.
+#[test]
+fn a_group_bigger_than_the_default_return_step_comes_back() {
+    big_group_comes_back(SpillSettings::default(), STEP_S, 30.0);
+}
+
+proptest! {
+    /// Issue 51: once every site is idle, a group that moved out comes back, whatever its
+    /// size, when it fits under its home site's target (one that does not would only
+    /// spill again). Each moved group is tested alone: every other group falls to 0.
+    #[test]
+    fn a_moved_group_returns_once_the_sites_are_idle((caps, specs) in arb_world()) {
+        let s = SpillSettings::default();
+        let n = caps.len();
+        let groups = groups_of(&specs, n);
+        let mut spill = Spill::new();
+        let mut now = 0.0;
+        for _ in 0..4 {
+            run_in(&mut spill, &mut now, &caps, &groups, &s, STEP_S);
+        }
+        // The hold, then one cycle per site the waterfall demoted, and a spare.
+        let cycles = (s.hold_s / STEP_S) as usize + n + 2;
+        for g in &groups {
+            if spill.effective(g.service, &g.planned).is_none() {
+                continue;
+            }
+            let home = planned_order(&g.planned)[0];
+            if g.rate > s.target * caps[home] {
+                continue;
+            }
+            let idle: Vec<Group> = groups
+                .iter()
+                .map(|h| Group { rate: if h.service == g.service { h.rate } else { 0.0 }, ..*h })
+                .collect();
+            let mut alone = spill.clone();
+            let mut t = now;
+            for _ in 0..cycles {
+                run_in(&mut alone, &mut t, &caps, &idle, &s, STEP_S);
+            }
+            prop_assert!(
+                alone.effective(g.service, &g.planned).is_none(),
+                "a {}/s group stayed away from site {} (capacity {})", g.rate, home, caps[home]
+            );
         }
     }
 }
