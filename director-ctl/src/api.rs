@@ -592,7 +592,7 @@ pub struct FleetEdge {
     pub report_age_s: f64,
     pub version_age_s: f64,
     /// "current" (holds the current version and reports), "lagging" (reports, holds an
-    /// older version or none) or "silent" (no lease, or no report for [`SILENT_AFTER_S`]).
+    /// older version or none) or "silent" (no lease).
     #[serde(default)]
     pub state: String,
     /// The program it runs (`director 0.1.0`), when its report says.
@@ -600,13 +600,12 @@ pub struct FleetEdge {
     pub program: Option<String>,
 }
 
-/// An edge reports every second: one whose last report is older than this is silent.
-pub const SILENT_AFTER_S: f64 = 5.0;
-
 impl FleetEdge {
     /// [`FleetEdge::state`] from the rest.
     pub fn judge(&self) -> &'static str {
-        if !self.live || self.report_age_s > SILENT_AFTER_S {
+        // The lease is renewed only while the edge's loop turns: without one it is gone
+        // or wedged. Its report is written only when it changes, so its age says nothing.
+        if !self.live {
             "silent"
         } else if self.current {
             "current"

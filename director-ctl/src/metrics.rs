@@ -92,8 +92,9 @@ pub struct Sources {
 pub enum RunQuery {
     /// The last demand cycle's report (`demand --json`).
     Demand,
-    /// The impact of the config at `config` (`impact --json`), with the `top` moves.
-    Impact { config: PathBuf, top: usize },
+    /// The impact of a candidate config (`impact --json`), with the `top` moves. `config`
+    /// is the candidate's text, sent in the request: a request never names a file.
+    Impact { config: String, top: usize },
     /// The map page's feed for a service (the first one when `None`).
     Atlas { service: Option<String> },
 }
@@ -134,7 +135,53 @@ fn unescape(v: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn ask_run(ask: &RunAsk, path: &str, query: Option<&str>) -> (StatusCode, String) {
+/// `POST /impact[?top=N]` with the candidate config (TOML) as the body. A request that
+/// names a file (`?config=`, from before) is refused: `run` reads no file a request names,
+/// and the CLI's `impact` sends the file's text.
+fn impact_query(req: &Request<Bytes>) -> Result<RunQuery, String> {
+    if req.method() != hyper::Method::POST {
+        return Err("impact takes the candidate config as a POST body \
+                    (director-ctl impact --config FILE sends it)"
+            .into());
+    }
+    let mut top = 20;
+    for pair in req.uri().query().unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "top" => {
+                top = v
+                    .parse()
+                    .map_err(|_| format!("top {:?} is not a number", unescape(v)))?;
+            }
+            "" => {}
+            other => {
+                return Err(format!(
+                    "impact takes no parameter {:?}: only top=N, and the config as the body",
+                    unescape(other)
+                ))
+            }
+        }
+    }
+    let config = std::str::from_utf8(req.body())
+        .map_err(|_| "the candidate config is not UTF-8 text".to_string())?;
+    if config.trim().is_empty() {
+        return Err("no candidate config: send its TOML as the POST body".into());
+    }
+    Ok(RunQuery::Impact {
+        config: config.to_string(),
+        top,
+    })
+}
+
+/// How long a client may take to send a request's head.
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Largest candidate config `POST /impact` takes (a full-scale config is a few KiB).
+pub const IMPACT_BODY_LIMIT: usize = 1 << 20;
+
+fn ask_run(ask: &RunAsk, req: &Request<Bytes>) -> (StatusCode, String) {
+    let path = req.uri().path();
+    let query = req.uri().query();
     let what = if path == "/demand" {
         RunQuery::Demand
     } else if path == "/ui/feed" {
@@ -146,31 +193,10 @@ fn ask_run(ask: &RunAsk, path: &str, query: Option<&str>) -> (StatusCode, String
             .filter(|s| !s.is_empty());
         RunQuery::Atlas { service }
     } else {
-        let mut config = None;
-        let mut top = 20;
-        for pair in query.unwrap_or("").split('&') {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            match k {
-                "config" => config = Some(PathBuf::from(unescape(v))),
-                "top" => match v.parse() {
-                    Ok(n) => top = n,
-                    Err(_) => {
-                        return (
-                            StatusCode::BAD_REQUEST,
-                            format!("top {v:?} is not a number\n"),
-                        )
-                    }
-                },
-                _ => {}
-            }
+        match impact_query(req) {
+            Ok(q) => q,
+            Err(e) => return (StatusCode::BAD_REQUEST, e + "\n"),
         }
-        let Some(config) = config else {
-            return (
-                StatusCode::BAD_REQUEST,
-                "give ?config=PATH (the candidate config, absolute)\n".into(),
-            );
-        };
-        RunQuery::Impact { config, top }
     };
     let (tx, rx) = std::sync::mpsc::channel();
     if ask.send(RunAsked { what, reply: tx }).is_err() {
@@ -269,17 +295,18 @@ pub fn serve(listen: SocketAddr, src: Sources, serves: Serves) -> Result<()> {
 async fn accept(l: std::net::TcpListener, src: Sources, serves: Serves) {
     crate::runtime::accept(l, move |stream, _| {
         let src = src.clone();
-        let respond = move |req: &Request<hyper::body::Incoming>| respond(req, &src, serves);
-        Some(crate::runtime::http1(stream, None, respond))
+        let respond = move |req: Request<Bytes>| respond(&req, &src, serves);
+        Some(crate::runtime::http1_with_body(
+            stream,
+            HEAD_TIMEOUT,
+            IMPACT_BODY_LIMIT,
+            respond,
+        ))
     })
     .await;
 }
 
-fn respond(
-    req: &Request<hyper::body::Incoming>,
-    src: &Sources,
-    serves: Serves,
-) -> Response<Full<Bytes>> {
+fn respond(req: &Request<Bytes>, src: &Sources, serves: Serves) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     if let Some((kind, body)) = serves
         .ui
@@ -295,7 +322,7 @@ fn respond(
     let json = path == "/ui/feed";
     let (status, body) = if json && serves.ui.is_some() {
         match &src.ask {
-            Some(ask) => ask_run(ask, path, req.uri().query()),
+            Some(ask) => ask_run(ask, req),
             None => (StatusCode::NOT_FOUND, "no run here\n".to_string()),
         }
     } else if !serves.metrics && path != "/explain" {
@@ -310,7 +337,7 @@ fn respond(
         }
     } else if path == "/demand" || path == "/impact" {
         match &src.ask {
-            Some(ask) => ask_run(ask, path, req.uri().query()),
+            Some(ask) => ask_run(ask, req),
             None => (StatusCode::NOT_FOUND, "no run here\n".to_string()),
         }
     } else if req.uri().path() != "/metrics" {

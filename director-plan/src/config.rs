@@ -312,6 +312,18 @@ impl Config {
         self.rtt.probe_targets.iter_mut().for_each(fix);
     }
 
+    /// Every data file the config reads (after [`Config::resolve_paths`]).
+    pub fn data_files(&self) -> std::collections::BTreeSet<PathBuf> {
+        let geo = [&self.geo.database, &self.geo.locations, &self.geo.graph];
+        geo.into_iter()
+            .flatten()
+            .chain(self.sites.iter().flat_map(|s| &s.bgp))
+            .chain(&self.rtt.files)
+            .chain(&self.rtt.probe_targets)
+            .cloned()
+            .collect()
+    }
+
     /// What the planner relies on: unique site and server names, servers at known sites,
     /// services of known servers, per-service tables naming only the service's servers,
     /// and policies and select modes it can sort by.

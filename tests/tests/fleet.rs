@@ -32,7 +32,8 @@ const METRICS: &str = "192.0.2.1:9109";
 /// Leases in the test: a dead publisher's leadership and an edge's votes last this long.
 const LEASE: &str = "2";
 
-/// The fleet's config: x and y by preference (the lower answers), both TCP-checked.
+/// The fleet's config: x and y by preference (the lower answers), both checked over HTTP
+/// once a second, give or take the default jitter (10 %).
 fn policy(x_pref: u32, y_pref: u32) -> String {
     format!(
         "[health]\ninterval = 1\ntimeout = 0.5\nrise = 1\nfall = 1\n\n\
@@ -40,7 +41,7 @@ fn policy(x_pref: u32, y_pref: u32) -> String {
          [[server]]\nname = \"x\"\nsite = \"a\"\nipv4 = \"{X}\"\npreference = {x_pref}\n\n\
          [[server]]\nname = \"y\"\nsite = \"b\"\nipv4 = \"{Y}\"\npreference = {y_pref}\n\n\
          [[service]]\nname = \"{NAME}\"\nttl = 30\nservers = [\"x\", \"y\"]\n\
-         priority = {{ admin = 1 }}\nhealth = {{ type = \"tcp\", port = 8080 }}\n"
+         priority = {{ admin = 1 }}\nhealth = {{ type = \"http\", port = 8080 }}\n"
     )
 }
 
@@ -71,8 +72,12 @@ impl Fleet {
         let nginx = Nginx::start(
             hub.ns(),
             dir.path("nginx"),
+            // Every check logged: when it came, from which edge, to which server.
             &format!(
-                "  server {{ listen {X}:8080; listen {Y}:8080; location / {{ return 200 ok; }} }}\n"
+                "  log_format checks '$msec $remote_addr $server_addr';\n\
+                 \x20 server {{ listen {X}:8080; listen {Y}:8080; \
+                 access_log {} checks; location / {{ return 200 ok; }} }}\n",
+                dir.path("checks.log").display()
             ),
             (X, 8080),
             "the servers",
@@ -202,6 +207,17 @@ impl Fleet {
             }
             sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The store's revision and the bytes in use now (the member answering).
+    fn store_revision(&self) -> (u64, u64) {
+        let out = self.etcd.ctl_ok(&["endpoint", "status", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("endpoint status -w json");
+        let s = &v[0]["Status"];
+        (
+            s["header"]["revision"].as_u64().expect("a revision"),
+            s["dbSizeInUse"].as_u64().unwrap_or(0),
+        )
     }
 
     fn logs(&self) -> String {
@@ -554,6 +570,97 @@ fn a_server_is_out_only_when_a_quorum_of_observers_agree() {
     f.set_policy(30, 20);
     f.wait_answer(&[0, 1, 2], Y, Duration::from_secs(10));
     assert_eq!(f.status().current, Some(100));
+}
+
+/// Each observer checks each server every interval × (1 ± jitter), counted from its last
+/// check, and one edge's checks of its servers do not all start at the same instant.
+#[test]
+fn observers_check_on_time_and_spread_out() {
+    let mut f = Fleet::start("timing");
+    f.wait_answer(&[0, 1, 2], X, Duration::from_secs(20));
+    for e in f.edges.iter_mut().flatten() {
+        for srv in ["x", "y"] {
+            e.wait_for(
+                &format!("{srv} is up by this observer's checks"),
+                1,
+                Duration::from_secs(10),
+            );
+        }
+    }
+    let log = f.dir.path("checks.log");
+    let lines = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let start = lines(&log).lines().count();
+    let (rev0, size0) = f.store_revision();
+    sleep(Duration::from_secs(15));
+    // Idle (nothing published, every vote as it was): nothing was written, so the
+    // store's history does not grow.
+    let (rev1, size1) = f.store_revision();
+    println!("idle for 15 s: revision {rev0} → {rev1}, in use {size0} → {size1} bytes");
+    assert_eq!(rev1, rev0, "an idle fleet wrote to the store\n{}", f.logs());
+    let text = lines(&log);
+    // (edge, server) → the times its checks came.
+    let mut seen: std::collections::BTreeMap<(String, String), Vec<f64>> = Default::default();
+    for l in text.lines().skip(start) {
+        let mut w = l.split_whitespace();
+        let (Some(t), Some(from), Some(to)) = (w.next(), w.next(), w.next()) else {
+            continue;
+        };
+        let t: f64 = t.parse().expect("nginx's $msec");
+        seen.entry((from.into(), to.into())).or_default().push(t);
+    }
+    // Three edges, each observing both servers (three observers a server).
+    assert_eq!(seen.len(), 6, "{seen:?}\n{}", f.logs());
+    // interval 1 s, jitter 0.1: each gap 0.9-1.1 s, with 0.15 s for scheduling on a
+    // loaded 2-core machine.
+    let (lo, hi) = (0.9 - 0.15, 1.1 + 0.15);
+    let mut gaps = Vec::new();
+    for (pair, times) in &seen {
+        assert!(
+            times.len() >= 12,
+            "{pair:?}: {} checks in 15 s",
+            times.len()
+        );
+        for w in times.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(
+                (lo..=hi).contains(&gap),
+                "{pair:?}: a gap of {gap:.3} s between two checks (interval 1 s, jitter 0.1): {times:?}"
+            );
+            gaps.push(gap);
+        }
+    }
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    println!(
+        "{} gaps between checks: mean {mean:.3} s, min {:.3}, max {:.3}",
+        gaps.len(),
+        gaps.iter().copied().fold(f64::MAX, f64::min),
+        gaps.iter().copied().fold(0.0, f64::max)
+    );
+    assert!((0.95..=1.05).contains(&mean), "mean gap {mean:.3} s");
+    // Spread: an edge's check of x has a check of y within 20 ms less than half the time
+    // (checks started in lockstep would always have one).
+    for e in 1..=3 {
+        let from = director_tests::fleet::edge_v4(e);
+        let at = |srv: &str| {
+            seen.get(&(from.clone(), srv.to_string()))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (xs, ys) = (at(X), at(Y));
+        let together = xs
+            .iter()
+            .filter(|t| ys.iter().any(|u| (*t - u).abs() < 0.02))
+            .count();
+        println!(
+            "edge {e}: {together} of {} checks of x within 20 ms of one of y",
+            xs.len()
+        );
+        assert!(
+            together * 2 < xs.len(),
+            "edge {e}: {together} of {} checks of x start with one of y: {xs:?} {ys:?}",
+            xs.len()
+        );
+    }
 }
 
 /// Wrong fleet arguments are refused before anything is touched, naming what is wrong.

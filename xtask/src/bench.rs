@@ -67,12 +67,13 @@ pub const SECTIONS: [&str; 8] = [
 ];
 
 /// Each bench binary with the sections it has, in the order they run.
-const BINARIES: [(&str, &[&str]); 7] = [
+const BINARIES: [(&str, &[&str]); 8] = [
     ("bench", &["testrun", "wire"]),
     ("bench_steer", &["testrun", "wire", "synflood"]),
     ("bench_controller", &["controller"]),
     ("bench_health", &["health"]),
     ("bench_fleet", &["fleet"]),
+    ("bench_fleet_idle", &["fleet"]),
     ("bench_live", &["live"]),
     ("bench_demand", &["demand"]),
 ];

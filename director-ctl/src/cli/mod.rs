@@ -1128,30 +1128,16 @@ fn run(cli: Cli) -> Result<()> {
             top,
             json,
         } => {
-            let path = std::fs::canonicalize(&config)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-            let q = format!(
-                "/impact?config={}&top={top}",
-                escape(&path.display().to_string())
-            );
-            let i: crate::api::Impact = controller::live::agents::ask_run(run, &q)?;
+            let text = controller::config::Config::candidate_text(&config)?;
+            let i: crate::api::Impact = controller::live::agents::post_run(
+                run,
+                &format!("/impact?top={top}"),
+                text.as_bytes(),
+            )?;
             show(json, &i, print::impact)?;
         }
     }
     Ok(())
-}
-
-/// A query value with everything but unreserved characters `%XX`-escaped.
-fn escape(v: &str) -> String {
-    v.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// The `director-ctl` binary: parse, run, and on failure print one line and exit non-zero.

@@ -361,6 +361,51 @@ impl Config {
         Ok(c)
     }
 
+    /// The config file at `path` as a candidate for `impact` on a running `run`: checked as
+    /// [`Config::load`] checks it, and its text with every data file's path made absolute
+    /// (the running `run` reads the text, not the file, and takes relative paths from its
+    /// own config's directory).
+    pub fn candidate_text(path: &Path) -> Result<String> {
+        Config::load(path)?;
+        let named = || path.display().to_string();
+        let text = std::fs::read_to_string(path).with_context(named)?;
+        let mut doc: toml::Table = toml::from_str(&text).with_context(named)?;
+        let dir = std::fs::canonicalize(path)
+            .with_context(named)?
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let fix = |v: &mut toml::Value| {
+            if let toml::Value::String(p) = v {
+                if Path::new(p.as_str()).is_relative() {
+                    *p = dir.join(&*p).display().to_string();
+                }
+            }
+        };
+        let fix_all = |v: &mut toml::Value| match v {
+            toml::Value::Array(a) => a.iter_mut().for_each(fix),
+            other => fix(other),
+        };
+        let section = |doc: &mut toml::Table, name: &str, keys: &[&str]| {
+            let tables: Vec<&mut toml::Table> = match doc.get_mut(name) {
+                Some(toml::Value::Table(t)) => vec![t],
+                Some(toml::Value::Array(a)) => {
+                    a.iter_mut().filter_map(|v| v.as_table_mut()).collect()
+                }
+                _ => Vec::new(),
+            };
+            for t in tables {
+                for k in keys {
+                    t.get_mut(*k).map(fix_all);
+                }
+            }
+        };
+        section(&mut doc, "geo", &["database", "locations", "graph"]);
+        section(&mut doc, "site", &["bgp"]);
+        section(&mut doc, "rtt", &["files", "probe_targets"]);
+        Ok(toml::to_string(&doc)?)
+    }
+
     pub fn parse(text: &str) -> Result<Config> {
         let mut f: File =
             toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;

@@ -1038,9 +1038,35 @@ impl State {
         super::atlas::feed(&inputs, &tables, service, &mut self.atlas)
     }
 
-    /// What applying the config at `path` would move, weighted by the demand measured.
-    fn impact(&self, m: &Maps, path: &Path, top: usize) -> Result<api::Impact> {
-        let cfg = Config::load(path)?;
+    /// What applying the candidate config `text` would move, weighted by the demand
+    /// measured. The candidate comes from a request: its paths are taken relative to the
+    /// running config's directory, and it may read only data files the running config
+    /// reads, so a request cannot make `run` open (and quote, in an error) any other file.
+    fn impact(&self, m: &Maps, text: &str, top: usize) -> Result<api::Impact> {
+        let mut cfg = Config::parse(text).context("the candidate config")?;
+        cfg.path = self.cfg.path.clone();
+        cfg.plan.path = self.cfg.plan.path.clone();
+        let dir = self
+            .cfg
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        cfg.plan.resolve_paths(&dir);
+        // Compared as the files they are (one may be named by two paths); a path that does
+        // not resolve is refused with the same words as any other, so the answer does not
+        // tell which files exist.
+        let real = |p: &PathBuf| std::fs::canonicalize(p).ok();
+        let ours: std::collections::BTreeSet<PathBuf> =
+            self.cfg.plan.data_files().iter().filter_map(real).collect();
+        let foreign = |p: &PathBuf| real(p).is_none_or(|r| !ours.contains(&r));
+        if let Some(p) = cfg.plan.data_files().into_iter().find(foreign) {
+            bail!(
+                "the candidate config reads {}, which the running config does not: \
+                 impact reads only the data files run's own config names",
+                p.display()
+            );
+        }
         let fresh;
         let data = if same_inputs(&cfg.plan, &self.cfg.plan) {
             &self.data

@@ -7,6 +7,7 @@
 //! and its report's age in `fleet status`. A watch cancelled by compaction, or any error,
 //! starts again from reading `current`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::cache::Cache;
 use super::store::{now_ms, Busy, Store, REQUEST_TIMEOUT};
 use super::version::{computed_on, config_of};
-use super::votes::{apply_overlay, Observer, Overlay};
+use super::votes::{apply_overlay, live_edges, Observer, Overlay};
 use super::Options;
 use crate::api::Event;
 use crate::controller::apply::{assign_ids, sync, update};
@@ -84,6 +85,14 @@ struct EdgeState<'a> {
     refused: Option<u64>,
     /// Unix ms of the main loop's last turn (the lease is renewed only while it turns).
     progress: Arc<AtomicU64>,
+    /// The live edges (`live/<name>` = site), from one listing per session and the watch.
+    live: BTreeMap<String, String>,
+    /// The report last written this session: written again only when it changes, so an
+    /// idle fleet writes nothing (its liveness is its lease, whose renewals are not
+    /// writes), and the store's history stays flat.
+    reported: Option<Report>,
+    /// Where the observer's checks put their results, and the bell they ring.
+    results: Arc<super::votes::Results>,
 }
 
 /// Marks an error that is the version's own (a digest, its format, its config, the
@@ -120,6 +129,9 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
         hops: Hopper::default(),
         refused: None,
         progress: Arc::new(AtomicU64::new(now_ms())),
+        live: BTreeMap::new(),
+        reported: None,
+        results: Arc::default(),
     };
     if let Some(m) = s.cache.manifest() {
         let parts: Option<Vec<Vec<u8>>> = m.chunks.iter().map(|c| s.cache.chunk(c)).collect();
@@ -243,10 +255,15 @@ impl EdgeState<'_> {
     async fn session(&mut self, reachable: &mut bool) -> Result<()> {
         let o = self.o;
         let mut st = Store::connect(&o.store, &o.fleet).await?;
+        // Each edge starts on a member of its own, so the watches and leases of a fleet
+        // are spread over the members rather than all on the first.
+        st.spread(&o.name);
         let lease = st.lease(o.lease_ttl).await?;
         let alive = Arc::new(AtomicBool::new(true));
         self.progress.store(now_ms(), Ordering::Relaxed);
         st.keep_alive(lease, o.lease_ttl, alive.clone(), self.progress.clone());
+        // A new lease holds no report of this edge's: the next one is written at once.
+        self.reported = None;
         // The lease's renewals stop with the session, however it ends.
         struct Ends(Arc<AtomicBool>);
         impl Drop for Ends {
@@ -324,8 +341,18 @@ impl EdgeState<'_> {
         self.overlay(ov)?;
         self.report(st).await?;
         self.note();
+        // The live edges once, at this revision or later; the watch carries their changes
+        // from there (one read per session, not one per second: a fleet's reads grow with
+        // its size, not its square).
+        self.live = live_edges(st)
+            .await?
+            .into_iter()
+            .map(|e| (e.name, e.site))
+            .collect();
+        self.observe(o, st, lease).await?;
         let cur_key = st.key("current");
         let ov_key = st.key("overlay");
+        let live_prefix = st.key("live/");
         let from = WatchOptions::new().with_start_revision(rev + 1);
         let mut c = st.client().clone();
         let w = tokio::time::timeout(
@@ -344,13 +371,32 @@ impl EdgeState<'_> {
                 bail!("watching the current version: no answer");
             }
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, w.watch(ov_key.as_str(), Some(from))).await {
+        match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            w.watch(ov_key.as_str(), Some(from.clone())),
+        )
+        .await
+        {
             Ok(Ok(())) => {}
             _ => {
                 st.next_member();
                 bail!("watching the overlay failed");
             }
         }
+        let live_from = from.with_prefix();
+        match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            w.watch(live_prefix.as_str(), Some(live_from)),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            _ => {
+                st.next_member();
+                bail!("watching the live edges failed");
+            }
+        }
+        let bell = self.results.clone();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -386,9 +432,20 @@ impl EdgeState<'_> {
                         } else if kv.key() == ov_key.as_bytes() {
                             let v = (ev.event_type() == EventType::Put).then(|| kv.value().to_vec());
                             self.overlay(v)?;
+                        } else if let Some(name) = kv.key().strip_prefix(live_prefix.as_bytes()) {
+                            let name = String::from_utf8_lossy(name).into_owned();
+                            if ev.event_type() == EventType::Put {
+                                self.live.insert(name, String::from_utf8_lossy(kv.value()).into_owned());
+                            } else {
+                                self.live.remove(&name);
+                            }
+                            self.observe(o, st, lease).await?;
                         }
                     }
                     self.note();
+                }
+                () = bell.bell.notified() => {
+                    self.observe(o, st, lease).await?;
                 }
                 _ = tick.tick() => {
                     self.progress.store(now_ms(), Ordering::Relaxed);
@@ -407,9 +464,7 @@ impl EdgeState<'_> {
                     }
                     self.confirm(current);
                     self.report(st).await?;
-                    if let Some(obs) = self.observer.as_mut() {
-                        obs.tick(o, st, lease).await?;
-                    }
+                    self.observe(o, st, lease).await?;
                     self.note();
                 }
             }
@@ -457,21 +512,47 @@ impl EdgeState<'_> {
         self.report(st).await
     }
 
-    async fn report(&self, st: &mut Store) -> Result<()> {
-        let r = Report {
+    /// The observer's step: the live edges as the watch has them, the checks' results
+    /// taken, changed votes written.
+    async fn observe(&mut self, o: &Options, st: &mut Store, lease: i64) -> Result<()> {
+        let Some(obs) = self.observer.as_mut() else {
+            return Ok(());
+        };
+        obs.set_edges(
+            self.live
+                .iter()
+                .map(|(name, site)| director_plan::fleet::observers::Edge {
+                    name: name.clone(),
+                    site: site.clone(),
+                })
+                .collect(),
+        );
+        obs.step(o, st, lease).await
+    }
+
+    /// Writes `edges/<name>` when what it says changed (or this session wrote none yet).
+    async fn report(&mut self, st: &mut Store) -> Result<()> {
+        let mut r = Report {
             site: self.e.site.clone(),
             version: self.held.manifest.as_ref().map(|m| m.version),
             table: self.held.manifest.as_ref().map(|m| m.table.clone()),
             since_ms: self.held.since_ms,
-            reported_ms: now_ms(),
+            reported_ms: 0,
             program: Some(super::version::program()),
         };
+        if self.reported.as_ref() == Some(&r) {
+            return Ok(());
+        }
+        let unstamped = r.clone();
+        r.reported_ms = now_ms();
         st.put(
             &st.key(&format!("edges/{}", self.o.name)),
             serde_json::to_vec(&r)?,
             None,
         )
-        .await
+        .await?;
+        self.reported = Some(unstamped);
+        Ok(())
     }
 
     fn overlay(&mut self, v: Option<Vec<u8>>) -> Result<()> {
@@ -613,7 +694,7 @@ impl EdgeState<'_> {
             ),
         );
         let carried = self.observer.take();
-        let mut observer = Observer::new(&cfg, &ids);
+        let mut observer = Observer::new(&cfg, &ids, self.results.clone());
         if let Some(old) = carried {
             observer.carry(old);
         }

@@ -602,16 +602,17 @@ mod tests {
             ..e.clone()
         };
         assert_eq!(behind.judge(), "lagging");
-        // Gone: no lease, or a lease but no report for a while (a wedged edge).
+        // Gone (or wedged: its lease is renewed only while its loop turns): no lease.
         let gone = api::FleetEdge {
             live: false,
             ..e.clone()
         };
         assert_eq!(gone.judge(), "silent");
-        let quiet = api::FleetEdge {
-            report_age_s: api::SILENT_AFTER_S + 1.0,
+        // An idle edge writes no report: an old one with a lease is not silent.
+        let idle = api::FleetEdge {
+            report_age_s: 3600.0,
             ..behind
         };
-        assert_eq!(quiet.judge(), "silent");
+        assert_eq!(idle.judge(), "lagging");
     }
 }

@@ -352,6 +352,7 @@ async fn lead(
                 if let Some(cfg) = &cfg {
                     votes::tally(o, &mut st, cfg, &leader).await?;
                 }
+                compact.on_timer(&mut st).await?;
                 anyhow::Ok(())
             };
             let stepped = step.await;
@@ -523,11 +524,38 @@ async fn publish(
     collect(st, next, p.keep, leader, compact).await
 }
 
-/// Where the history is compacted to: the revision after the previous publish's clean-up,
-/// one publish behind, so that a watch or campaign begun just now is not cancelled by it.
+/// Where the history is compacted to: the revision noted at the previous compaction (a
+/// publish's clean-up, or [`COMPACT_EVERY`] without one), one step behind, so that a watch
+/// or campaign begun just now is not cancelled by it. On the timer too, so the store's
+/// history stays bounded while nothing is published (edges' reports, votes and agents'
+/// reports still write).
 #[derive(Default)]
 struct Compaction {
     next: Option<i64>,
+    noted: Option<Instant>,
+}
+
+/// How often the leader compacts the store's history when no publish did.
+pub const COMPACT_EVERY: Duration = Duration::from_secs(60);
+
+impl Compaction {
+    /// Compacts to the revision noted last time, and notes the store's revision now.
+    async fn step(&mut self, st: &mut Store) -> Result<()> {
+        if let Some(rev) = self.next {
+            st.compact(rev).await?;
+        }
+        self.next = Some(st.revision().await?);
+        self.noted = Some(Instant::now());
+        Ok(())
+    }
+
+    /// [`Compaction::step`] when the last was [`COMPACT_EVERY`] ago or more.
+    async fn on_timer(&mut self, st: &mut Store) -> Result<()> {
+        if self.noted.is_none_or(|t| t.elapsed() >= COMPACT_EVERY) {
+            self.step(st).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Deletes the versions older than the last `keep`, then the chunks none of those kept
@@ -563,9 +591,5 @@ async fn collect(
             return Err(anyhow::Error::new(Deposed));
         }
     }
-    if let Some(rev) = compact.next {
-        st.compact(rev).await?;
-    }
-    compact.next = Some(st.revision().await?);
-    Ok(())
+    compact.step(st).await
 }

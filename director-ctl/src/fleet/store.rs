@@ -8,7 +8,8 @@
 //! - `current`: the version edges answer from, flipped by compare-and-swap;
 //! - `election`: the publishers' election (etcd's election API, under the leader's lease);
 //! - `edges/<name>`, `publishers/<name>`: what each reports, under its lease;
-//! - `votes/<service>/<server>/<edge>`: an observer's verdict, under its lease;
+//! - `votes/<edge>/<service>/<server>`: an observer's verdict, under its lease (under the
+//!   edge's own prefix, so a role can grant an edge its votes alone);
 //! - `overlay`: the servers a quorum of observers found down;
 //! - `rtt/<site>/<agent>`: an RTT agent's report (`agent --store`), under its lease.
 
@@ -170,6 +171,14 @@ impl Store {
     /// The client of the member in use (for streams: campaign, watch).
     pub fn client(&mut self) -> &mut Client {
         &mut self.clients[self.at]
+    }
+
+    /// Starts on the member `name` hashes to: a fleet's edges spread over the members.
+    pub fn spread(&mut self, name: &str) {
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        self.at = (h % self.clients.len() as u64) as usize;
     }
 
     /// The next member from now on (a stream on this one failed).

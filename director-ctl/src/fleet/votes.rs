@@ -6,7 +6,9 @@
 //! dead observer's votes go with its lease.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Result;
 use director_common::maps::HealthMask;
@@ -20,9 +22,9 @@ use super::Options;
 use crate::api::{Event, ServiceServer};
 use crate::controller::checks::health_plan;
 use crate::controller::config::Config;
-use crate::health::probe;
 use crate::health::track::{Track, Verdict};
 use crate::health::Target;
+use crate::health::{next, probe, unit};
 use crate::kernel::Maps;
 
 /// `overlay`: the servers out of their services by a quorum of observers.
@@ -44,17 +46,13 @@ pub async fn live_edges(st: &mut Store) -> Result<Vec<Edge>> {
         .collect())
 }
 
-fn vote_key(service: &str, server: &str, edge: &str) -> String {
-    format!("votes/{service}/{server}/{edge}")
-}
-
 /// Publisher: the overlay from the votes, written when it changed.
 pub async fn tally(o: &Options, st: &mut Store, cfg: &Config, leader: &[u8]) -> Result<()> {
     let edges = live_edges(st).await?;
     let mut votes: HashMap<(String, String), HashMap<String, bool>> = HashMap::new();
     for (k, v) in st.list("votes/").await? {
         let mut parts = k.splitn(3, '/');
-        if let (Some(svc), Some(srv), Some(edge)) = (parts.next(), parts.next(), parts.next()) {
+        if let (Some(edge), Some(svc), Some(srv)) = (parts.next(), parts.next(), parts.next()) {
             votes
                 .entry((svc.to_string(), srv.to_string()))
                 .or_default()
@@ -146,31 +144,56 @@ struct Check {
     server: String,
     target: Target,
     track: Track,
-    due: Instant,
     /// The vote written, if any.
     voted: Option<bool>,
-    /// A check is under way.
-    busy: bool,
+    /// Whether this edge is one of the server's observers now (its task checks only then).
+    observed: Arc<AtomicBool>,
+    /// When its last check began (carried to the next version's task, so the next check
+    /// keeps its time).
+    began: Arc<Mutex<Option<tokio::time::Instant>>>,
 }
 
-/// Edge: runs the checks of the servers it observes.
+/// What the checks' tasks found since the edge's loop last looked, and the bell they ring.
+/// One per edge, shared by each version's observer: each result carries the generation of
+/// the observer whose task found it, so a result of a replaced observer's task is dropped.
+#[derive(Default)]
+pub struct Results {
+    found: Mutex<Vec<(u64, usize, bool)>>,
+    generation: std::sync::atomic::AtomicU64,
+    pub bell: tokio::sync::Notify,
+}
+
+/// Edge: runs the checks of the servers it observes, each in a task of its own timed as
+/// standalone `run` times its checks (the interval give or take the jitter, from when the
+/// last check began; the first within the jitter share of the interval), so that checks
+/// are neither late nor in lockstep. The edge's loop takes their results when the bell
+/// rings and writes the votes that changed.
 #[derive(Default)]
 pub struct Observer {
     checks: Vec<Check>,
-    running: JoinSet<(usize, bool)>,
-    /// Votes written for checks the config no longer has: deleted at the next tick.
+    tasks: JoinSet<()>,
+    results: Arc<Results>,
+    generation: u64,
+    /// Votes written for checks the config no longer has: deleted at the next step.
     orphans: Vec<(String, String)>,
+    /// The live edges, as the edge last saw them (from its watch of `live/`).
+    edges: Vec<Edge>,
+}
+
+/// Where an edge's vote on a server of a service lives: under the edge's own prefix, so
+/// the store can grant each edge its own votes and no one else's.
+pub fn vote_key(edge: &str, service: &str, server: &str) -> String {
+    format!("votes/{edge}/{service}/{server}")
 }
 
 impl Observer {
-    pub fn new(cfg: &Config, ids: &Ids) -> Observer {
+    pub fn new(cfg: &Config, ids: &Ids, results: Arc<Results>) -> Observer {
         let plan = health_plan(cfg, ids);
         let service_name: HashMap<u32, &str> = plan
             .services
             .iter()
             .map(|w| (w.id, w.name.as_str()))
             .collect();
-        let now = Instant::now();
         let checks = plan
             .targets
             .iter()
@@ -180,23 +203,25 @@ impl Observer {
                     server: plan.names.get(&t.server)?.clone(),
                     target: t.clone(),
                     track: Track::new(Verdict::Unknown),
-                    due: now,
                     voted: None,
-                    busy: false,
+                    observed: Arc::default(),
+                    began: Arc::default(),
                 })
             })
             .collect();
+        let generation = results.generation.fetch_add(1, Ordering::Relaxed) + 1;
         Observer {
             checks,
-            running: JoinSet::new(),
-            orphans: Vec::new(),
+            results,
+            generation,
+            ..Observer::default()
         }
     }
 
     /// Takes over what `old` (the previous version's) knew of the checks both have: each
-    /// check's verdict with its rise/fall count, its vote and its next time, so a new
-    /// version neither resets verdicts nor lets one result decide. Votes for checks that
-    /// are gone are deleted at the next tick.
+    /// check's verdict with its rise/fall count, its vote and when it last began, so a new
+    /// version neither resets verdicts, nor lets one result decide, nor moves a check's
+    /// time. Votes for checks that are gone are deleted at the next step.
     pub fn carry(&mut self, old: Observer) {
         let mut by: HashMap<(String, String), Check> = old
             .checks
@@ -207,15 +232,58 @@ impl Observer {
             if let Some(o) = by.remove(&(c.service.clone(), c.server.clone())) {
                 c.track = o.track;
                 c.voted = o.voted;
-                c.due = o.due;
+                c.began = o.began;
             }
         }
+        self.edges = old.edges;
         self.orphans = old.orphans;
         self.orphans.extend(
             by.into_values()
                 .filter(|c| c.voted.is_some())
                 .map(|c| (c.service, c.server)),
         );
+        // The old tasks end with `old.tasks`, dropped here.
+    }
+
+    /// Starts a task per check (once; the tasks check only while their server is
+    /// observed). Needs the runtime: called from the edge's loop.
+    fn start(&mut self) {
+        if !self.tasks.is_empty() || self.checks.is_empty() {
+            return;
+        }
+        for (i, c) in self.checks.iter().enumerate() {
+            let (probe, addr, timing) = (c.target.probe.clone(), c.target.addr, c.target.timing);
+            let (observed, began, results, generation) = (
+                c.observed.clone(),
+                c.began.clone(),
+                self.results.clone(),
+                self.generation,
+            );
+            self.tasks.spawn(async move {
+                let interval = timing.interval.max(Duration::from_millis(100));
+                loop {
+                    if !observed.load(Ordering::Relaxed) {
+                        *lock(&began) = None;
+                        tokio::time::sleep(Duration::from_millis(200).min(interval)).await;
+                        continue;
+                    }
+                    // The next check's time: from the last one's start when there was one,
+                    // else within the jitter share of the interval from now.
+                    let last = *lock(&began);
+                    match last {
+                        Some(t) => next(t, interval, timing.jitter).await,
+                        None => tokio::time::sleep(interval.mul_f64(timing.jitter * unit())).await,
+                    }
+                    if !observed.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    *lock(&began) = Some(tokio::time::Instant::now());
+                    let ok = probe::run(&probe, addr, timing.timeout).await.is_ok();
+                    lock(&results.found).push((generation, i, ok));
+                    results.bell.notify_one();
+                }
+            });
+        }
     }
 
     /// Forgets which votes were written: a new lease holds none of them yet.
@@ -225,29 +293,36 @@ impl Observer {
         }
     }
 
-    /// Takes finished checks, writes changed votes, starts the checks that are due.
-    pub async fn tick(&mut self, o: &Options, st: &mut Store, lease: i64) -> Result<()> {
+    /// The live edges changed: which servers this edge observes follows.
+    pub fn set_edges(&mut self, edges: Vec<Edge>) {
+        self.edges = edges;
+    }
+
+    /// Takes the checks' results, writes the votes that changed, deletes orphaned ones,
+    /// and tells each check's task whether to check.
+    pub async fn step(&mut self, o: &Options, st: &mut Store, lease: i64) -> Result<()> {
         for (service, server) in std::mem::take(&mut self.orphans) {
-            st.delete(&st.key(&vote_key(&service, &server, &o.name)), false)
+            st.delete(&st.key(&vote_key(&o.name, &service, &server)), false)
                 .await?;
         }
         if self.checks.is_empty() {
             return Ok(());
         }
-        let edges = live_edges(st).await?;
-        while let Some(r) = self.running.try_join_next() {
-            let Ok((i, ok)) = r else { continue };
-            let c = &mut self.checks[i];
-            c.busy = false;
-            c.track
-                .observe(ok, c.target.timing.rise, c.target.timing.fall);
+        self.start();
+        let found = std::mem::take(&mut *lock(&self.results.found));
+        for (_, i, ok) in found.into_iter().filter(|r| r.0 == self.generation) {
+            if let Some(c) = self.checks.get_mut(i) {
+                c.track
+                    .observe(ok, c.target.timing.rise, c.target.timing.fall);
+            }
         }
         let mut mine: BTreeMap<String, bool> = BTreeMap::new();
         for c in &mut self.checks {
             let me = *mine.entry(c.server.clone()).or_insert_with(|| {
-                observers(&c.server, &edges, o.observers).contains(&o.name.as_str())
+                observers(&c.server, &self.edges, o.observers).contains(&o.name.as_str())
             });
-            let key = st.key(&vote_key(&c.service, &c.server, &o.name));
+            c.observed.store(me, Ordering::Relaxed);
+            let key = st.key(&vote_key(&o.name, &c.service, &c.server));
             let want = match (me, c.track.verdict) {
                 (true, Verdict::Up) => Some(false),
                 (true, Verdict::Down) => Some(true),
@@ -278,24 +353,10 @@ impl Observer {
                 c.track = Track::new(Verdict::Unknown);
             }
         }
-        let now = Instant::now();
-        for (i, c) in self.checks.iter_mut().enumerate() {
-            let observed = mine.get(c.server.as_str()).copied().unwrap_or(false);
-            if c.due > now || c.busy || !observed {
-                continue;
-            }
-            c.busy = true;
-            c.due = now + c.target.timing.interval.max(Duration::from_millis(100));
-            let (probe, addr, timeout) = (
-                c.target.probe.clone(),
-                c.target.addr,
-                c.target.timing.timeout,
-            );
-            self.running.spawn(async move {
-                let ok = probe::run(&probe, addr, timeout).await.is_ok();
-                (i, ok)
-            });
-        }
         Ok(())
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

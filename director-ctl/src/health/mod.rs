@@ -291,12 +291,12 @@ impl Drop for Runner {
 }
 
 /// A number from 0 to 1, different at every call (for jitter; no need for quality).
-fn unit() -> f64 {
+pub fn unit() -> f64 {
     (RandomState::new().hash_one(Instant::now()) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Sleeps until `began` plus the interval, give or take the jitter share.
-async fn next(began: tokio::time::Instant, interval: Duration, jitter: f64) {
+pub async fn next(began: tokio::time::Instant, interval: Duration, jitter: f64) {
     let j = jitter * (2.0 * unit() - 1.0);
     tokio::time::sleep_until(began + interval.mul_f64(1.0 + j)).await;
 }

@@ -128,6 +128,22 @@ pub fn ask_run<T: serde::de::DeserializeOwned>(addr: SocketAddr, path: &str) -> 
     })
 }
 
+/// A JSON document from a running `run`'s metrics listener for a POSTed body (`/impact`).
+pub fn post_run<T: serde::de::DeserializeOwned>(
+    addr: SocketAddr,
+    path: &str,
+    body: &[u8],
+) -> Result<T> {
+    let body = request(addr, "POST", path, body, Duration::from_secs(120))
+        .with_context(|| format!("asking run at {addr}"))?;
+    serde_json::from_slice(&body).with_context(|| {
+        format!(
+            "run at {addr}: {}",
+            String::from_utf8_lossy(&body).trim_end()
+        )
+    })
+}
+
 fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>> {
     get_within(addr, path, Duration::from_secs(3))
 }
