@@ -1,5 +1,6 @@
 //! The command line's arguments: every command, subcommand and option, as clap derives
-//! them. The doc comments are the text of `--help` and of the man pages (`generate`).
+//! them. The doc comments are the text of `--help` and of the man pages (`generate`), so
+//! every subcommand has one (a test below walks the tree).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
@@ -439,6 +440,7 @@ pub(super) enum ServerCmd {
     },
     /// Delete a server no route uses.
     Del { name: String },
+    /// List the servers: their addresses and state (up, down or drained).
     List {
         #[arg(long)]
         json: bool,
@@ -502,9 +504,9 @@ pub(super) enum ServiceCmd {
         #[arg(long)]
         dns: bool,
     },
-    Del {
-        dnsname: String,
-    },
+    /// Stop answering for a DNS name: the service and its routes are deleted.
+    Del { dnsname: String },
+    /// List the owned DNS names: TTL, answers, selection, rate limit and VIPs.
     List {
         #[arg(long)]
         json: bool,
@@ -573,12 +575,11 @@ pub(super) enum RrlCmd {
 
 #[derive(Subcommand)]
 pub(super) enum ExemptCmd {
-    Add {
-        prefix: String,
-    },
-    Del {
-        prefix: String,
-    },
+    /// Never limit queries from PREFIX.
+    Add { prefix: String },
+    /// Limit queries from PREFIX again (it must be exempt).
+    Del { prefix: String },
+    /// List the exempt source prefixes.
     List {
         #[arg(long)]
         json: bool,
@@ -594,10 +595,10 @@ pub(super) enum RouteCmd {
         prefix: String,
         servers: String,
     },
-    Del {
-        dnsname: String,
-        prefix: String,
-    },
+    /// Delete a service's route for the clients in PREFIX.
+    Del { dnsname: String, prefix: String },
+    /// List the routes (client prefix, servers and fallbacks) of every service, or of
+    /// DNSNAME.
     List {
         dnsname: Option<String>,
         #[arg(long)]
@@ -613,8 +614,44 @@ pub(super) enum AddressCmd {
     Del { address: String },
     /// Read the host's addresses again (what `run` does at every poll).
     Refresh,
+    /// List the addresses queries are answered on: the host's own and the added ones.
     List {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// The path (`director-ctl server list`) of every command under `cmd`, at any depth,
+    /// that has no about: its `--help` line and its man page's NAME would be empty.
+    fn without_about(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for sub in cmd.get_subcommands() {
+            let path = format!("{path} {}", sub.get_name());
+            if sub
+                .get_about()
+                .is_none_or(|a| a.to_string().trim().is_empty())
+            {
+                out.push(path.clone());
+            }
+            without_about(sub, &path, out);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_has_help_text() {
+        let cli = Cli::command();
+        assert!(cli.get_about().is_some(), "director-ctl has no about");
+        let mut missing = Vec::new();
+        without_about(&cli, "director-ctl", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "subcommands without help text (give each a doc comment):\n{}",
+            missing.join("\n")
+        );
+    }
 }
