@@ -74,8 +74,14 @@ pub fn ctl_binary() -> &'static Path {
         }
         let root = workspace_root();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Not --quiet: on a fresh machine this takes minutes, which cargo's progress
+        // explains (a no-op build prints one line).
+        eprintln!(
+            "director-tests: building director-ctl (debug) with its XDP object; the first \
+             build takes several minutes"
+        );
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "director-ctl"])
+            .args(["build", "-p", "director-ctl"])
             .current_dir(&root)
             .status()
             .expect("running cargo build -p director-ctl");

@@ -1,7 +1,8 @@
 //! The Debian package (`cargo xtask deb`, docs/install.md): built from the debug binary
 //! (`--dev`, so CI pays for no release build), its control fields and contents read back
 //! with dpkg-deb, its unit checked by `systemd-analyze verify`, and the package extracted
-//! into a throw-away root whose `director-ctl` is run from there. And the unit's
+//! into a throw-away root whose `director-ctl` is run from there; lintian finds no error in
+//! it (Debian policy). And the unit's
 //! capabilities, tried: `run` with exactly them attaches and answers in a lab, and
 //! without any one of them it fails.
 //!
@@ -32,6 +33,10 @@ const FILES: &[&str] = &[
     "usr/share/bash-completion/completions/director-ctl",
     "usr/share/zsh/vendor-completions/_director-ctl",
     "usr/share/fish/vendor_completions.d/director-ctl.fish",
+    // Debian policy: every package has a copyright file, and a non-native one (0.1.0-1)
+    // its Debian changelog.
+    "usr/share/doc/director/copyright",
+    "usr/share/doc/director/changelog.Debian.gz",
     "usr/share/doc/director/README.md",
     "usr/share/doc/director/install.md",
     "usr/share/doc/director/config.md",
@@ -87,6 +92,18 @@ fn gunzip(path: &Path) -> String {
     let out = ok(Command::new("gzip").arg("-dc").arg(path));
     assert!(!out.is_empty(), "{} is empty", path.display());
     out
+}
+
+/// lintian's report on the package, failing on an error (an `E:` line: Debian policy
+/// broken); warnings are printed, not failed on.
+fn lintian(deb: &Path) {
+    let out = output(Command::new("lintian").arg(deb));
+    let report = String::from_utf8_lossy(&out.stdout);
+    eprintln!("lintian:\n{report}");
+    let errors: Vec<&str> = report.lines().filter(|l| l.starts_with("E:")).collect();
+    assert!(errors.is_empty(), "lintian errors:\n{}", errors.join("\n"));
+    // 1 is its exit for errors; anything else is lintian itself failing.
+    assert!(out.status.success(), "lintian: {}", describe(&out));
 }
 
 /// `systemd-analyze verify` of the unit inside the extracted root: the ExecStart binary
@@ -178,6 +195,8 @@ fn the_package_installs_a_working_controller_unit_config_man_pages_and_completio
             "{f} is not a conffile:\n{conffiles}"
         );
     }
+
+    lintian(&deb);
 
     // Extracted into a throw-away root.
     let root = work.path("root");

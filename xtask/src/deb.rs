@@ -13,15 +13,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::setup::{root, run};
-
-/// The cargo target directory cargo itself uses (CARGO_TARGET_DIR, else target/ in the
-/// workspace); cargo-deb resolves it the same way.
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
-}
+use crate::setup::{root, run, target_dir};
 
 fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));

@@ -3,17 +3,32 @@
 
 use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
-use crate::setup::{root, run};
+use crate::setup::{root, run, target_dir};
+
+fn cargo() -> Command {
+    let mut c = Command::new("cargo");
+    c.current_dir(root());
+    c
+}
 
 pub fn run_demo() -> Result<()> {
-    run(Command::new("cargo").current_dir(root()).args([
-        "run",
-        "--quiet",
-        "-p",
-        "director-tests",
-        "--bin",
-        "demo",
-    ]))
+    // On a fresh machine these builds take minutes: said first, and with cargo's progress
+    // shown, so a silent terminal is never mistaken for a hung demo.
+    println!(
+        "xtask: building director-ctl (debug) with its XDP object, and the demo; the first \
+         build takes several minutes"
+    );
+    // The binary the demo's lab runs, built here and handed over (DIRECTOR_CTL) so the lab
+    // does not build it again, quietly, between the demo's first lines.
+    run(cargo().args(["build", "-p", "director-ctl"]))?;
+    let ctl = target_dir().join("debug/director-ctl");
+    if !ctl.exists() {
+        bail!("{} is missing after the build", ctl.display());
+    }
+    run(cargo().args(["build", "-p", "director-tests", "--bin", "demo"]))?;
+    run(cargo()
+        .args(["run", "--quiet", "-p", "director-tests", "--bin", "demo"])
+        .env("DIRECTOR_CTL", &ctl))
 }
