@@ -195,7 +195,7 @@ fn main() -> Result<()> {
         "never (flat)".into()
     };
     let mut tab = Table::new(
-        &format!(
+        format!(
             "fleet: an idle fleet's store ({edges} edges, 1 publisher, 3 etcd members, health on: 2 servers checked every second by 3 observers each; {secs:.0} s with nothing published)"
         ),
         &[
