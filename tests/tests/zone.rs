@@ -2,7 +2,9 @@
 //! parent (example.com, DNSSEC-signed) with a delegation of gslb.example.com to director's
 //! two NS addresses on the edge; a validating unbound resolves through it; dig and kdig ask
 //! director directly over UDP and TCP; the exported zone passes kzonecheck and Knot answers
-//! it as director does; a fuzz never crashes, stalls or answers for another zone.
+//! it as director does, and refuses what Knot refuses (other opcodes, TSIG under an unknown
+//! key, type 0) with Knot's rcodes; a fuzz never crashes, stalls or answers for another
+//! zone.
 //!
 //! Run as root: `cargo test -p director-tests --test zone -- --test-threads=1`.
 
@@ -413,9 +415,8 @@ fn tcp_and_udp_give_every_client_the_same_servers() {
     assert!(lab.stats().get("answered") >= answered + 48);
 }
 
-#[test]
-fn the_exported_zone_checks_and_knot_answers_it_as_director_does() {
-    let (mut lab, _ctl, dir) = start();
+/// Exports the zone, checks it with kzonecheck and starts Knot on it at EDGE_V4.
+fn knot_serves_the_export(lab: &mut Lab, dir: &TempDir) {
     let cfg = dir.path("director.toml").display().to_string();
     let text = lab.ctl_ok(&["zone", "export", "--config", &cfg]);
     let file = dir.path("exported.zone");
@@ -430,12 +431,17 @@ fn the_exported_zone_checks_and_knot_answers_it_as_director_does() {
         "kzonecheck: {}\n{text}",
         describe(&check)
     );
-
     lab.start_knot_files(&[KnotZone {
         origin: format!("{ZONE}."),
-        text: text.clone(),
+        text,
         signed: false,
     }]);
+}
+
+#[test]
+fn the_exported_zone_checks_and_knot_answers_it_as_director_does() {
+    let (mut lab, _ctl, dir) = start();
+    knot_serves_the_export(&mut lab, &dir);
     let questions = [
         (ZONE.to_string(), "SOA"),
         (ZONE.to_string(), "NS"),
@@ -476,6 +482,78 @@ fn the_exported_zone_checks_and_knot_answers_it_as_director_does() {
         let (knot, ours) = (ask(EDGE_V4), ask(NS1));
         assert_eq!(ours, knot, "{name} {rtype}: director vs Knot");
     }
+}
+
+/// A TSIG key neither server has (`dig -y`'s form; 32 bytes, base64).
+const UNKNOWN_KEY: &str = "hmac-sha256:unknown-key.:c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I=";
+
+/// Probes of how a server refuses: other opcodes (dig +header-only +opcode=N), queries
+/// signed with a TSIG key the server does not know, and type 0. director (NS1) must give
+/// the rcode Knot gives on the same zone, with the same flags and section counts, the
+/// TSIG error BADKEY in both; and the XDP program must pass every one of them, including
+/// those for a service name, to the listeners.
+#[test]
+fn odd_queries_get_the_rcode_knot_gives() {
+    let (mut lab, _ctl, dir) = start();
+    knot_serves_the_export(&mut lab, &dir);
+    let www = format!("www.{ZONE}");
+    let mut probes: Vec<Vec<String>> = [1, 2, 3, 6, 15]
+        .iter()
+        .map(|op| vec!["+header-only".to_string(), format!("+opcode={op}")])
+        .collect();
+    for args in [
+        vec!["-y", UNKNOWN_KEY, ZONE, "SOA"],
+        vec!["-y", UNKNOWN_KEY, &www, "A"],
+        vec!["+noedns", "-y", UNKNOWN_KEY, &www, "A"],
+        vec!["-y", UNKNOWN_KEY, "+tcp", ZONE, "MX"],
+        vec![ZONE, "TYPE0"],
+        vec![&www, "TYPE0"],
+        vec!["+noedns", &www, "TYPE0"],
+    ] {
+        probes.push(args.iter().map(ToString::to_string).collect());
+    }
+    let answered = lab.stats().get("answered");
+    // Every probe is asked before anything is asserted, so a failure shows the whole table.
+    let mut table = Vec::new();
+    let mut wrong = Vec::new();
+    for probe in &probes {
+        let ask = |server: &str| {
+            let mut args = vec![format!("@{server}")];
+            args.extend(probe.iter().cloned());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = lab.dig(&args);
+            let r = Reply::parse(&out);
+            // Flags and section counts: ";; flags: qr rd; QUERY: 1, ANSWER: 0, ...".
+            let header = out
+                .lines()
+                .find(|l| l.starts_with(";; flags:"))
+                .map(str::to_string);
+            (r.status, header, out.contains(" BADKEY "), out)
+        };
+        let (knot, ours) = (ask(EDGE_V4), ask(NS1));
+        let line = format!(
+            "{probe:?}: Knot {:?} {:?} BADKEY={}; director {:?} {:?} BADKEY={}",
+            knot.0, knot.1, knot.2, ours.0, ours.1, ours.2
+        );
+        let signed = probe.iter().any(|a| a == "-y");
+        if knot.0.is_none() || (&ours.0, &ours.1, ours.2) != (&knot.0, &knot.1, knot.2) {
+            wrong.push(format!(
+                "{line}\n--- director:\n{}\n--- Knot:\n{}",
+                ours.3, knot.3
+            ));
+        } else if signed && !ours.2 {
+            wrong.push(format!("{line}: no BADKEY"));
+        }
+        table.push(line);
+    }
+    assert!(
+        wrong.is_empty(),
+        "director vs Knot:\n{}\n\n{}",
+        table.join("\n"),
+        wrong.join("\n\n")
+    );
+    // None of them was answered by the XDP program.
+    assert_eq!(lab.stats().get("answered"), answered);
 }
 
 #[test]

@@ -3,15 +3,17 @@
 //! passes and everything else lands here). Wire format by hickory-proto. Pure but for the
 //! service answers, which come through [`Services`] (the kernel's maps, in `run`).
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use anyhow::Result;
-use hickory_proto::op::{Edns, Header, Message, OpCode, ResponseCode};
+use hickory_proto::op::{Edns, Header, Message, ResponseCode};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable};
 
+use super::tsig;
 use super::zone::{negative_soa, Found, Zone};
 use crate::kernel::resolve::{Answer, Client, Selected};
 
@@ -73,6 +75,8 @@ pub enum Outcome {
     FormErr,
     ServFail,
     BadVers,
+    /// Signed with TSIG: under a key director does not have (it has none).
+    NotAuth,
     Truncated,
     /// Over the source prefix's rate limit (UDP): sent truncated (`slip`) ...
     RateLimitedSlipped,
@@ -108,8 +112,28 @@ pub fn respond_for(
     if query.len() < 12 || query[2] & 0x80 != 0 {
         return (None, Outcome::Ignored, None);
     }
-    let Ok(req) = Message::from_vec(query) else {
-        return (form_error(query), Outcome::FormErr, None);
+    // The opcode from the raw header: hickory-proto 0.24 refuses to read a message with an
+    // opcode it has no name for (1, 3, 6-15), which would make it FORMERR. The rest is
+    // read as a query's, so that NOTIMP echoes the question and OPT as Knot's does.
+    let opcode = query[2] & OPCODE;
+    let as_query = clear_opcode(query);
+    let req = match Message::from_vec(&as_query) {
+        Ok(req) => req,
+        // Another opcode's sections may follow its own rules: NOTIMP all the same.
+        Err(_) if opcode != 0 => {
+            return (
+                header_only(query, ResponseCode::NotImp),
+                Outcome::NotImp,
+                None,
+            )
+        }
+        Err(_) => {
+            return (
+                header_only(query, ResponseCode::FormErr),
+                Outcome::FormErr,
+                None,
+            )
+        }
     };
     let mut service = None;
     let mut resp = Message::new();
@@ -119,6 +143,7 @@ pub fn respond_for(
     resp.set_header(header);
     resp.add_queries(req.queries().iter().cloned());
 
+    let tsig = tsig::find(query);
     let edns = req.extensions().as_ref();
     let limit = match (transport, edns) {
         (Transport::Tcp, _) => u16::MAX as usize,
@@ -139,12 +164,22 @@ pub fn respond_for(
                 return Outcome::BadVers;
             }
         }
-        if req.op_code() != OpCode::Query {
+        if opcode != 0 {
             return Outcome::NotImp;
         }
         let [q] = req.queries() else {
             return Outcome::FormErr;
         };
+        let Ok(signed) = &tsig else {
+            return Outcome::FormErr;
+        };
+        if q.query_type() == RecordType::ZERO {
+            // Type 0 is reserved, never a type of data (RFC 6895 §3.1): no zone can hold
+            // it, so this is no query for data at all. NOTIMP, before the class and zone
+            // are looked at, as Knot answers (NODATA would be cached as if the name had
+            // been searched).
+            return Outcome::NotImp;
+        }
         let ecs = match edns.map(client_subnet).transpose() {
             Ok(ecs) => ecs.flatten(),
             Err(()) => return Outcome::FormErr,
@@ -163,6 +198,11 @@ pub fn respond_for(
         if matches!(q.query_type(), RecordType::AXFR | RecordType::IXFR) {
             // Answers differ per client: there is no one zone to transfer.
             return Outcome::NotImp;
+        }
+        if signed.is_some() {
+            // director has no TSIG keys: every key is one it does not know (RFC 8945
+            // §5.2.2). Only for a zone of ours, as Knot: others were refused above.
+            return Outcome::NotAuth;
         }
         resp.set_authoritative(true);
         let mut scope = 0;
@@ -188,21 +228,56 @@ pub fn respond_for(
         Outcome::FormErr => ResponseCode::FormErr,
         Outcome::ServFail => ResponseCode::ServFail,
         Outcome::BadVers => ResponseCode::BADVERS,
+        Outcome::NotAuth => ResponseCode::NotAuth,
         _ => ResponseCode::NoError,
     };
     resp.set_response_code(rcode);
     if let Some(o) = opt.take() {
         resp.set_edns(o);
     }
-    let Ok(bytes) = resp.to_vec() else {
+    let Ok(mut bytes) = resp.to_vec() else {
         return (None, Outcome::ServFail, service);
     };
+    if let (Outcome::NotAuth, Ok(Some(t))) = (outcome, &tsig) {
+        // Unsigned (RFC 8945 §5.3.2), after the OPT record: TSIG comes last.
+        let record = tsig::error_record(t, req.id(), tsig::BADKEY);
+        if tsig::append_last(&mut bytes, &record).is_none() {
+            return (None, Outcome::ServFail, service);
+        }
+    }
+    restore_opcode(&mut bytes, query);
     if bytes.len() <= limit {
         return (Some(bytes), outcome, service);
     }
     // Too big for this client over UDP: the question (and OPT) with TC set, so it asks
     // again over TCP (RFC 7766).
-    (truncate(resp), Outcome::Truncated, service)
+    let mut short = truncate(resp);
+    if let Some(b) = short.as_mut() {
+        restore_opcode(b, query);
+    }
+    (short, Outcome::Truncated, service)
+}
+
+/// The OPCODE bits of the header's third byte (RFC 1035 §4.1.1).
+const OPCODE: u8 = 0x78;
+
+/// `msg` with OPCODE 0 (QUERY), for hickory to read; unchanged (not copied) when it is.
+fn clear_opcode(msg: &[u8]) -> Cow<'_, [u8]> {
+    match msg.get(2) {
+        Some(b) if b & OPCODE != 0 => {
+            let mut m = msg.to_vec();
+            m[2] &= !OPCODE;
+            Cow::Owned(m)
+        }
+        _ => Cow::Borrowed(msg),
+    }
+}
+
+/// Puts `from`'s opcode back into the answer built from its copy with OPCODE 0.
+fn restore_opcode(answer: &mut [u8], from: &[u8]) {
+    if let (Some(a), Some(f)) = (answer.get_mut(2), from.get(2)) {
+        *a = (*a & !OPCODE) | (f & OPCODE);
+    }
 }
 
 /// The answer without its records and with TC set: the client asks again over TCP.
@@ -217,16 +292,18 @@ fn truncate(mut resp: Message) -> Option<Vec<u8>> {
 /// `answer` (one of ours) cut to its question and OPT with TC set: what a rate-limited
 /// response slips out as.
 pub fn truncated(answer: &[u8]) -> Option<Vec<u8>> {
-    truncate(Message::from_vec(answer).ok()?)
+    let mut short = truncate(Message::from_vec(&clear_opcode(answer)).ok()?)?;
+    restore_opcode(&mut short, answer);
+    Some(short)
 }
 
-/// FORMERR for a query hickory could not read: its id and opcode, nothing else.
-fn form_error(query: &[u8]) -> Option<Vec<u8>> {
+/// `rcode` for a query hickory could not read: its ID, opcode and RD, nothing else.
+fn header_only(query: &[u8], rcode: ResponseCode) -> Option<Vec<u8>> {
     let mut h = [0u8; 12];
-    h[..2].copy_from_slice(&query[..2]);
-    // QR, the opcode and RD as asked; RCODE 1.
-    h[2] = 0x80 | (query[2] & 0x79);
-    h[3] = ResponseCode::FormErr.low();
+    h[..2].copy_from_slice(query.get(..2)?);
+    // QR, the opcode and RD as asked.
+    h[2] = 0x80 | (query.get(2)? & (OPCODE | 0x01));
+    h[3] = rcode.low();
     Some(h.to_vec())
 }
 

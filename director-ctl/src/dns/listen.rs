@@ -32,7 +32,7 @@ pub struct Stats {
     counts: [[AtomicU64; OUTCOMES.len()]; 2],
 }
 
-const OUTCOMES: [Outcome; 12] = [
+const OUTCOMES: [Outcome; 13] = [
     Outcome::Answered,
     Outcome::NoData,
     Outcome::NxDomain,
@@ -41,6 +41,7 @@ const OUTCOMES: [Outcome; 12] = [
     Outcome::FormErr,
     Outcome::ServFail,
     Outcome::BadVers,
+    Outcome::NotAuth,
     Outcome::Truncated,
     Outcome::RateLimitedSlipped,
     Outcome::RateLimitedDropped,
@@ -58,6 +59,7 @@ impl Outcome {
             Outcome::FormErr => "formerr",
             Outcome::ServFail => "servfail",
             Outcome::BadVers => "badvers",
+            Outcome::NotAuth => "notauth",
             Outcome::Truncated => "truncated",
             Outcome::RateLimitedSlipped => "truncated_rate_limited",
             Outcome::RateLimitedDropped => "drop_rate_limited",

@@ -7,6 +7,7 @@
 pub mod answer;
 pub mod file;
 pub mod listen;
+mod tsig;
 pub mod zone;
 
 pub use answer::{Outcome, Transport, Zones};

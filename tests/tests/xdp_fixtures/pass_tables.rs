@@ -165,6 +165,18 @@ fn not_a_plain_query_table() -> Vec<PassCase> {
             Reason::NotQuery,
         ));
     }
+    // Opcodes hickory has no name for (IQUERY, the unassigned 3, 6, 15), set on the wire:
+    // the listeners answer them NOTIMP.
+    for op in [1u16, 3, 6, 15] {
+        let mut dns = wire(&a_query());
+        let flags = be16(&dns, 2) | op << 11;
+        dns[2..4].copy_from_slice(&flags.to_be_bytes());
+        table.push(pass_case(
+            format!("opcode {op} on the wire"),
+            udp_frame(&v4(), &dns),
+            Reason::NotQuery,
+        ));
+    }
     table.push(pass_case(
         "TC set by hickory",
         frame_of(
@@ -217,6 +229,22 @@ fn not_a_plain_query_table() -> Vec<PassCase> {
             Reason::NotQuery,
         ));
     }
+    // Signed with TSIG (a key director does not have; the listeners answer NOTAUTH): alone
+    // the one additional record is not an OPT record; after OPT it is a second one.
+    for (what, m, reason) in [
+        ("TSIG", a_query(), Reason::Edns),
+        ("OPT and TSIG", with_edns(a_query(), 1232), Reason::NotQuery),
+    ] {
+        let mut dns = wire(&m);
+        let ar = be16(&dns, 10) + 1;
+        dns[10..12].copy_from_slice(&ar.to_be_bytes());
+        dns.extend(tsig_record());
+        table.push(pass_case(
+            format!("query carrying {what}"),
+            udp_frame(&v4(), &dns),
+            reason,
+        ));
+    }
     for (what, m) in [
         ("no EDNS", a_query()),
         ("EDNS", with_edns(a_query(), 1232)),
@@ -238,6 +266,19 @@ fn not_a_plain_query_table() -> Vec<PassCase> {
 #[test]
 fn messages_that_are_not_a_plain_query_pass() {
     expect_pass_table(&setup_fra(), &not_a_plain_query_table());
+}
+
+/// A TSIG record (RFC 8945 §4.2) under `unknown-key.`, hmac-sha256, a 32-byte MAC.
+fn tsig_record() -> Vec<u8> {
+    let mut rdata = b"\x0bhmac-sha256\x00".to_vec();
+    rdata.extend([0, 0, 0x6b, 0x49, 0xd2, 0, 0x01, 0x2c, 0, 32]);
+    rdata.extend([0xaa; 32]);
+    rdata.extend(ID.to_be_bytes());
+    rdata.extend([0, 0, 0, 0]);
+    let mut rr = b"\x0bunknown-key\x00\x00\xfa\x00\xff\x00\x00\x00\x00".to_vec();
+    rr.extend((rdata.len() as u16).to_be_bytes());
+    rr.extend(rdata);
+    rr
 }
 
 /// An A record for the owned name, for queries that carry records.
@@ -290,6 +331,8 @@ fn question_table() -> Vec<PassCase> {
     ));
 
     for rtype in [
+        // Type 0, reserved (RFC 6895 §3.1): the listeners answer it NOTIMP.
+        RecordType::ZERO,
         RecordType::MX,
         RecordType::ANY,
         RecordType::TXT,

@@ -408,3 +408,147 @@ fn ecs_shapes_the_kernel_refuses_are_refused_here_too() {
     let two = [ecs(&[198, 51, 100], 24), ecs(&[203, 0, 113], 24)].concat();
     assert_eq!(outcome(&two), Outcome::FormErr);
 }
+
+/// Bytes from hex, for messages recorded from Knot 3.2.
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn raw(q: &[u8]) -> (Vec<u8>, Outcome) {
+    let (bytes, o) = respond(
+        &zones(),
+        &table(),
+        q,
+        "203.0.113.9".parse().unwrap(),
+        Transport::Udp,
+    );
+    (bytes.expect("an answer"), o)
+}
+
+/// `gslb.example.com.` on the wire.
+const APEX: &str = "0467736c62076578616d706c6503636f6d00";
+/// An OPT record: UDP size 1232, version 0, no flags or options (dig's and ours).
+const OPT: &str = "00002904d0000000000000";
+
+#[test]
+fn other_opcodes_get_notimp_with_the_header_echoed_as_knot_does() {
+    for op in [1u8, 2, 3, 4, 5, 6, 7, 15] {
+        // dig +header-only +opcode=N: RD and AD set, no question. Knot echoes the ID, the
+        // opcode and RD.
+        let (a, o) = raw(&[0xbe, 0xef, op << 3 | 1, 0x20, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(o, Outcome::NotImp, "opcode {op}");
+        assert_eq!(
+            a,
+            [0xbe, 0xef, 0x80 | op << 3 | 1, 4, 0, 0, 0, 0, 0, 0, 0, 0],
+            "opcode {op}"
+        );
+    }
+    // With a question and OPT, both echoed: Knot's answer byte for byte.
+    let (a, o) = raw(&unhex(&format!(
+        "123409000001000000000001{APEX}00060001{OPT}"
+    )));
+    assert_eq!(o, Outcome::NotImp);
+    assert_eq!(
+        a,
+        unhex(&format!("123489040001000000000001{APEX}00060001{OPT}"))
+    );
+    // TC and Z in the query are not echoed (Knot: f9 04).
+    let (a, _) = raw(&[0x12, 0x34, 0x7b, 0x40, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(a[2..4], [0xf9, 0x04]);
+    // What follows the header need not read as a query's: NOTIMP from the header alone.
+    let (a, o) = raw(&[0x12, 0x34, 0x09, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+    assert_eq!(
+        (o, &a[..]),
+        (
+            Outcome::NotImp,
+            &[0x12, 0x34, 0x89, 4, 0, 0, 0, 0, 0, 0, 0, 0][..]
+        )
+    );
+    // Slipped out by the rate limit, it keeps its opcode.
+    let (a, _) = raw(&unhex(&format!("123431000001000000000000{APEX}00060001")));
+    let short = truncated(&a).expect("a truncated answer");
+    assert_eq!(short[2..4], [0xb3, 0x04]);
+}
+
+#[test]
+fn type_0_gets_notimp_whatever_the_zone_or_class() {
+    // Knot's answer byte for byte: the question and OPT echoed, not authoritative.
+    let (a, o) = raw(&unhex(&format!(
+        "123401000001000000000001{APEX}00000001{OPT}"
+    )));
+    assert_eq!(o, Outcome::NotImp);
+    assert_eq!(
+        a,
+        unhex(&format!("123481040001000000000001{APEX}00000001{OPT}"))
+    );
+    for (name, t) in [
+        ("www.gslb.example.com.", RecordType::ZERO),
+        ("nope.gslb.example.com.", RecordType::ZERO),
+        ("example.org.", RecordType::ZERO),
+    ] {
+        let (m, o) = udp(name, t);
+        assert_eq!(
+            (
+                o,
+                m.response_code(),
+                m.authoritative(),
+                m.name_servers().len()
+            ),
+            (Outcome::NotImp, ResponseCode::NotImp, false, 0),
+            "{name}"
+        );
+    }
+    let mut ch = query("gslb.example.com.", RecordType::ZERO, None);
+    let len = ch.len();
+    ch[len - 1] = 3;
+    assert_eq!(raw(&ch).1, Outcome::NotImp);
+}
+
+/// A TSIG record under `unknown-key.` (hmac-sha256, signed at 1800000000, fudge 300, a
+/// 32-byte MAC, original ID 0x1234): what `dig -y hmac-sha256:unknown-key.:...` sends.
+const TSIG: &str = "0b756e6b6e6f776e2d6b65790000fa00ff00000000003d0b686d61632d7368613235360000006b49d200012c0020aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa123400000000";
+
+#[test]
+fn tsig_under_an_unknown_key_gets_notauth_and_badkey() {
+    // Knot's answer byte for byte: NOTAUTH, not authoritative, the question and OPT, and
+    // an unsigned TSIG record (same key and algorithm, MAC size 0, the ID, error 17).
+    let (a, o) = raw(&unhex(&format!(
+        "123401000001000000000002{APEX}00060001{OPT}{TSIG}"
+    )));
+    assert_eq!(
+        a,
+        unhex(&format!(
+            "123481090001000000000002{APEX}00060001{OPT}\
+             0b756e6b6e6f776e2d6b65790000fa00ff00000000001d0b686d61632d7368613235360000\
+             006b49d200012c0000123400110000"
+        ))
+    );
+    assert_ne!(o, Outcome::Answered);
+    // Without EDNS, for a service name, for a name not there: the same.
+    for name in ["03777777", "046e6f7065"] {
+        let q = unhex(&format!(
+            "123401000001000000000001{name}{APEX}00010001{TSIG}"
+        ));
+        let (a, _) = raw(&q);
+        let m = Message::from_vec(&a).unwrap();
+        assert_eq!(
+            (m.response_code(), m.authoritative()),
+            (ResponseCode::NotAuth, false)
+        );
+        assert!(m.answers().is_empty() && m.name_servers().is_empty());
+        assert_eq!(a[a.len() - 6..], [0x12, 0x34, 0, 17, 0, 0]);
+    }
+    // Another zone is refused, unsigned, as Knot does.
+    let (a, o) = raw(&unhex(&format!(
+        "123401000001000000000001076578616d706c65036f72670000060001{TSIG}"
+    )));
+    assert_eq!((o, a[3], a[11]), (Outcome::Refused, 5, 0));
+    // TSIG before OPT: FORMERR (RFC 8945 §5.2).
+    let (a, o) = raw(&unhex(&format!(
+        "123401000001000000000002{APEX}00060001{TSIG}{OPT}"
+    )));
+    assert_eq!((o, a[3] & 0xf), (Outcome::FormErr, 1));
+}
