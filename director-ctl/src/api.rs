@@ -389,6 +389,9 @@ pub enum Event {
     /// (SIGUSR1, or `--accept-removal` at start); `removed` says what, e.g. "1 of 2 services
     /// (b.example.com)".
     Accepted { removed: Vec<String> },
+    /// DNSSEC: the signed zones were signed anew for a new daily window; `expires` is the
+    /// earliest expiration of their signatures (Unix seconds).
+    Resigned { zones: Vec<String>, expires: u64 },
     /// Fleet: this publisher leads (`--role publisher`); it alone publishes.
     Leading { publisher: String },
     /// Fleet: a version is current. `new_chunks` of its `chunks` were not in the store;

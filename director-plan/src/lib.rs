@@ -17,6 +17,7 @@ pub mod config;
 pub mod data;
 pub mod decide;
 pub mod demand;
+pub mod dnssec;
 pub mod engine;
 pub mod explain;
 pub mod fleet;

@@ -209,6 +209,9 @@ pub(super) enum Cmd {
     /// for `serve`.
     #[command(subcommand)]
     Zone(ZoneCmd),
+    /// DNSSEC for the zones: keys, the DS for the parent, every signed RRset.
+    #[command(subcommand)]
+    Dnssec(DnssecCmd),
     /// Answer the zones of a zones file on their listen addresses (UDP and TCP port 53),
     /// with the services the CLI wrote to the kernel: `run`'s DNS listeners for setups
     /// without a config. Follows changes to the file and to the services; stops on Ctrl-C.
@@ -334,6 +337,41 @@ pub(super) enum ZoneCmd {
         config: PathBuf,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(super) enum DnssecCmd {
+    /// Make a zone's key (ECDSA P-256, algorithm 13, flags 257): writes
+    /// K<zone>.+013+<tag>.private (mode 0600; name it in `[[zone]] dnssec.keys`) and .key
+    /// (its DNSKEY) into DIR, and prints the DS for the parent.
+    Keygen {
+        /// The zone's origin.
+        #[arg(long)]
+        zone: String,
+        /// Where the key files go.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Print the DS records (SHA-256) the parent publishes for each signed zone's keys.
+    Ds {
+        /// A config or zones file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Only this zone.
+        #[arg(long)]
+        zone: Option<String>,
+    },
+    /// Print every RRset a signed zone serves with its signatures, as a zone file
+    /// (kzonecheck and ldns-verify-zone read it): SOA, NS, glue, records, DNSKEY, CDS,
+    /// CDNSKEY and the NSEC chain.
+    Dump {
+        /// A config or zones file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Only this zone.
+        #[arg(long)]
+        zone: Option<String>,
     },
 }
 

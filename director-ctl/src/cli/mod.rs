@@ -17,8 +17,8 @@ use director_common::rrl::{DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 
 pub use args::Cli;
 use args::{
-    AddressCmd, Cmd, DecapCmd, ExemptCmd, FleetArgs, FleetCmd, FlowsCmd, Role, RouteCmd, RrlCmd,
-    ServerCmd, ServiceCmd, ZoneCmd,
+    AddressCmd, Cmd, DecapCmd, DnssecCmd, ExemptCmd, FleetArgs, FleetCmd, FlowsCmd, Role, RouteCmd,
+    RrlCmd, ServerCmd, ServiceCmd, ZoneCmd,
 };
 
 use crate::checked;
@@ -68,6 +68,54 @@ fn zone(c: ZoneCmd) -> Result<()> {
             let f = ZoneFile::load(&config)?;
             let list = crate::dns::zone_list(&f.build(&[])?);
             show(json, &list, print::zones)?;
+        }
+    }
+    Ok(())
+}
+
+/// The zones of a config (signed as `run` signs them) or of a zones file (as `serve` does).
+fn signed_zones(path: &std::path::Path) -> Result<crate::dns::Zones> {
+    let f = crate::dns::file::ZoneFile::load(path)?;
+    if f.services.is_empty() {
+        return f.build_signed(&[]);
+    }
+    let cfg = controller::config::Config::load(path)?;
+    cfg.build_zones(cfg.zone_serial())
+}
+
+fn dnssec(c: DnssecCmd) -> Result<()> {
+    let pick = |zones: crate::dns::Zones, only: Option<String>, path: &std::path::Path| {
+        let wanted = only.map(|o| crate::dns::zone::absolute(&o)).transpose()?;
+        let list: Vec<crate::dns::zone::Zone> = zones
+            .all()
+            .iter()
+            .filter(|z| z.signed.is_some() && wanted.as_ref().is_none_or(|w| *w == z.origin))
+            .cloned()
+            .collect();
+        if list.is_empty() {
+            anyhow::bail!(
+                "{} has no such signed zone (one with `dnssec`)",
+                path.display()
+            );
+        }
+        anyhow::Ok(list)
+    };
+    match c {
+        DnssecCmd::Keygen { zone, dir } => {
+            let (private, public, ds) = crate::dns::keys::generate(&zone, &dir)?;
+            println!("{}\n{}\n{ds}", private.display(), public.display());
+        }
+        DnssecCmd::Ds { config, zone } => {
+            let zones = signed_zones(&config)?;
+            for z in pick(zones, zone, &config)? {
+                print!("{}", crate::dns::keys::ds_lines(&z)?);
+            }
+        }
+        DnssecCmd::Dump { config, zone } => {
+            let zones = signed_zones(&config)?;
+            for z in pick(zones, zone, &config)? {
+                print!("{}", crate::dns::keys::dump(&z));
+            }
         }
     }
     Ok(())
@@ -436,6 +484,7 @@ fn run(cli: Cli) -> Result<()> {
             show(json, &s, print::fleet_status)?;
         }
         Cmd::Zone(c) => zone(c)?,
+        Cmd::Dnssec(c) => dnssec(c)?,
         Cmd::Serve { zones } => crate::dns::serve(&dir, &zones)?,
         Cmd::Agent {
             site,

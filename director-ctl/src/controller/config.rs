@@ -684,21 +684,73 @@ impl Config {
         Ok(())
     }
 
-    /// The `[[zone]]`s built, with `serial` where they give none; every error names its
-    /// zone.
-    pub fn build_zones(&self, serial: u32) -> Result<crate::dns::Zones> {
+    /// The `[[zone]]`s built, with `serial` where they give none, and those with `dnssec`
+    /// signed in the validity window of `now` (Unix seconds); every error names its zone.
+    pub fn build_zones_at(&self, serial: u32, now: u64) -> Result<crate::dns::Zones> {
         let services: Vec<String> = self.services.iter().map(|s| s.name.clone()).collect();
         let mut origins = HashSet::new();
         let mut zones = Vec::new();
+        let dir = self
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         for (i, z) in self.zones.iter().enumerate() {
             let at = || format!("[[zone]] #{} ({:?})", i + 1, z.origin);
-            let built = z.build(&services, serial).with_context(at)?;
+            let mut built = z.build(&services, serial).with_context(at)?;
+            if let Some(d) = &z.dnssec {
+                let keys = d.load_keys(&dir).with_context(at)?;
+                let types = self.service_types(&built.origin)?;
+                built.signed = Some(
+                    crate::dns::signed::Signed::sign(&mut built, &keys, d.validity()?, now, &types)
+                        .with_context(at)?,
+                );
+            }
             if !origins.insert(built.origin.clone()) {
                 bail!("{}: another [[zone]] has that origin", at());
             }
             zones.push(built);
         }
         Ok(crate::dns::Zones::new(zones))
+    }
+
+    /// [`Config::build_zones_at`] now.
+    pub fn build_zones(&self, serial: u32) -> Result<crate::dns::Zones> {
+        self.build_zones_at(serial, crate::dns::signed::unix_now())
+    }
+
+    /// The service names under `origin`, with the types their answers can have: A where
+    /// a server (or the origin fallback) has an IPv4 address, AAAA where one has IPv6. A
+    /// fallback CNAME is not listed: an NSEC that listed it would deny every NODATA.
+    fn service_types(
+        &self,
+        origin: &hickory_proto::rr::Name,
+    ) -> Result<BTreeMap<hickory_proto::rr::Name, Vec<hickory_proto::rr::RecordType>>> {
+        use hickory_proto::rr::RecordType;
+        let mut out = BTreeMap::new();
+        for s in &self.services {
+            let n = crate::dns::zone::absolute(&s.name)?;
+            if !origin.zone_of(&n) {
+                continue;
+            }
+            let addrs: Vec<IpAddr> = self
+                .servers
+                .iter()
+                .filter(|v| s.servers.contains(&v.name))
+                .flat_map(|v| [v.ipv4.map(IpAddr::V4), v.ipv6.map(IpAddr::V6)])
+                .flatten()
+                .chain(s.origin.iter().copied())
+                .collect();
+            let mut t = Vec::new();
+            if addrs.iter().any(IpAddr::is_ipv4) {
+                t.push(RecordType::A);
+            }
+            if addrs.iter().any(IpAddr::is_ipv6) {
+                t.push(RecordType::AAAA);
+            }
+            out.insert(n, t);
+        }
+        Ok(out)
     }
 
     /// The zones' serial when they give none: the time of the last change to the config,

@@ -362,6 +362,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         demand: Demand::new(pin_dir, &cfg_demand, log),
         held: Held::new(),
         atlas: Default::default(),
+        resign_failed: None,
     };
     state.note_table(compute_s);
     let mut seen = stamps(&state.files);
@@ -423,6 +424,7 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
                 );
             }
             hops.follow(&mut m, pin_dir, log, Duration::ZERO);
+            state.follow_signatures(log);
             if let Err(e) = state.follow_server_states(&mut m) {
                 log.event(
                     Event::Refused {
@@ -585,6 +587,8 @@ struct State {
     held: Held,
     /// The map page's cells, until the table changes.
     atlas: super::atlas::Cache,
+    /// When signing the zones anew last failed (tried again a minute later).
+    resign_failed: Option<Instant>,
 }
 
 /// Starts the HTTP redirector when the config has `[http]` (its listen addresses are read
@@ -1390,10 +1394,83 @@ fn recompute(path: &Path, state: &mut State, m: &mut Maps, share: Option<f64>) -
         held: std::mem::take(&mut state.held),
         // New inputs may place clients elsewhere with the same table.
         atlas: Default::default(),
+        resign_failed: None,
     };
     state.demand.reconfigure(&state.cfg.demand);
     state.note_table(state.computed.seconds);
     Ok(())
+}
+
+impl State {
+    /// Signs the signed zones anew when their next daily window has begun, and says so
+    /// (or why not: the signatures served stay until they expire, and `run` warns while
+    /// they hold for less than three days).
+    fn follow_signatures(&mut self, log: Log) {
+        let Some(server) = &self.dns else { return };
+        let now = dns::signed::unix_now();
+        let zones = server.zones();
+        let signed: Vec<&dns::signed::Signed> = zones
+            .all()
+            .iter()
+            .filter_map(|z| z.signed.as_ref())
+            .collect();
+        if !signed.iter().any(|s| now >= s.next_at)
+            || self
+                .resign_failed
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
+        {
+            return;
+        }
+        match self.cfg.build_zones_at(self.cfg.zone_serial(), now) {
+            Ok(z) => {
+                let names: Vec<String> = z
+                    .all()
+                    .iter()
+                    .filter(|z| z.signed.is_some())
+                    .map(|z| z.origin.to_string())
+                    .collect();
+                let expires = z
+                    .all()
+                    .iter()
+                    .filter_map(|z| z.signed.as_ref())
+                    .map(|s| u64::from(s.window.expiration))
+                    .min()
+                    .unwrap_or(0);
+                server.set_zones(z);
+                self.resign_failed = None;
+                log.event(
+                    Event::Resigned {
+                        zones: names.clone(),
+                        expires,
+                    },
+                    format!("zones signed anew for today's window: {}", names.join(", ")),
+                );
+            }
+            Err(e) => {
+                self.resign_failed = Some(Instant::now());
+                let left = signed
+                    .iter()
+                    .map(|s| i64::from(s.window.expiration) - now as i64)
+                    .min()
+                    .unwrap_or(0);
+                let warn = if left < 3 * 86_400 {
+                    ": WARNING, under 3 days"
+                } else {
+                    ""
+                };
+                log.event(
+                    Event::Refused {
+                        error: format!("{e:#}"),
+                    },
+                    format!(
+                        "signing the zones anew failed, the signatures served hold {:.1} \
+                         more days{warn}: {e:#}",
+                        left as f64 / 86_400.0
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// Serves the reloaded config's zones from the next query on (the SOA serial follows the

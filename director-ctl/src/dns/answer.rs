@@ -215,6 +215,9 @@ pub fn respond_for(
             &mut resp,
             (&mut scope, &mut service),
         );
+        if let (Some(signed), true) = (&zone.signed, edns.is_some_and(Edns::dnssec_ok)) {
+            super::prove::prove(zone, signed, &qname, outcome, &mut resp);
+        }
         if let (Some(o), Some(c)) = (opt.as_mut(), ecs) {
             o.options_mut()
                 .insert(EdnsOption::Subnet(ClientSubnet::new(c.addr, c.bits, scope)));

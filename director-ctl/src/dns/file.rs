@@ -75,6 +75,48 @@ impl ZoneFile {
     }
 }
 
+impl ZoneFile {
+    /// [`ZoneFile::build`], with the zones that have `dnssec` signed now (keys relative to
+    /// the file). The file does not say which families a service answers, so each
+    /// service name's NSEC lists A and AAAA.
+    pub fn build_signed(&self, services: &[String]) -> Result<Zones> {
+        let mut zones: Vec<super::zone::Zone> = self.build(services)?.all().to_vec();
+        let dir = self
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let mut all = self.services.clone();
+        all.extend(services.iter().cloned());
+        for z in zones.iter_mut() {
+            let Some(c) = self
+                .zones
+                .iter()
+                .find(|c| c.origin_name().is_ok_and(|o| o == z.origin))
+            else {
+                continue;
+            };
+            let Some(d) = &c.dnssec else { continue };
+            let at = || format!("{}: [[zone]] {:?}", self.path.display(), c.origin);
+            let keys = d.load_keys(&dir).with_context(at)?;
+            let mut types = std::collections::BTreeMap::new();
+            for s in &all {
+                let n = super::zone::absolute(s)?;
+                if z.origin.zone_of(&n) {
+                    use hickory_proto::rr::RecordType;
+                    types.insert(n, vec![RecordType::A, RecordType::AAAA]);
+                }
+            }
+            let now = super::signed::unix_now();
+            z.signed = Some(
+                super::signed::Signed::sign(z, &keys, d.validity()?, now, &types)
+                    .with_context(at)?,
+            );
+        }
+        Ok(Zones::new(zones))
+    }
+}
+
 /// Seconds of the file's mtime: the time of its last change.
 pub fn mtime_serial(path: &Path) -> u32 {
     std::fs::metadata(path)

@@ -213,6 +213,14 @@ impl Server {
     }
 
     /// Serves `zones` from the next query on.
+    /// The zones answered now.
+    pub fn zones(&self) -> Arc<Zones> {
+        self.zones
+            .read()
+            .map(|z| Arc::clone(&z))
+            .unwrap_or_default()
+    }
+
     pub fn set_zones(&self, zones: Zones) {
         if let Ok(mut z) = self.zones.write() {
             *z = Arc::new(zones);

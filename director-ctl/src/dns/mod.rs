@@ -6,7 +6,10 @@
 
 pub mod answer;
 pub mod file;
+pub mod keys;
 pub mod listen;
+mod prove;
+pub mod signed;
 mod tsig;
 pub mod zone;
 

@@ -60,6 +60,9 @@ pub struct ZoneConfig {
     pub ttl: u32,
     #[serde(default)]
     pub records: Vec<StaticRecord>,
+    /// DNSSEC: the zone's keys and signatures' validity; without it, answers are unsigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dnssec: Option<super::signed::DnssecConfig>,
 }
 
 #[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
@@ -104,6 +107,8 @@ pub struct Zone {
     /// the apex.
     pub exists: BTreeSet<Name>,
     pub listen: Vec<IpAddr>,
+    /// Its signatures, when it is signed (see [`super::signed`]).
+    pub signed: Option<super::signed::Signed>,
 }
 
 fn name_in(text: &str, origin: &Name) -> Result<Name> {
@@ -144,6 +149,7 @@ impl ZoneConfig {
             serial: None,
             ttl: hour(),
             records: Vec::new(),
+            dnssec: None,
         }
     }
 
@@ -332,6 +338,7 @@ impl ZoneConfig {
             data,
             exists,
             listen,
+            signed: None,
         })
     }
 }
@@ -429,8 +436,8 @@ impl Zone {
 }
 
 /// One record in master-file syntax. TXT strings are quoted and escaped here: hickory's
-/// `Display` runs them together.
-fn zone_line(r: &Record) -> String {
+/// `Display` runs them together; DNSSEC records (held as raw RDATA) are written here too.
+pub(crate) fn zone_line(r: &Record) -> String {
     let data = match r.data() {
         Some(RData::TXT(t)) => t
             .iter()
@@ -451,6 +458,9 @@ fn zone_line(r: &Record) -> String {
             })
             .collect::<Vec<_>>()
             .join(" "),
+        Some(RData::Unknown { code, rdata }) => {
+            super::keys::rdata_text(u16::from(*code), rdata.anything()).unwrap_or_default()
+        }
         Some(d) => d.to_string(),
         None => String::new(),
     };
