@@ -17,8 +17,9 @@ use director_tests::netns::{Controller, Lab};
 use director_tests::nginx::Nginx;
 use director_tests::tempdir::{replace_file, TempDir};
 
-const X: &str = "198.51.100.50";
-const Y: &str = "198.51.100.60";
+/// The servers, below the edges' addresses (198.51.100.21 and up).
+const X: &str = "198.51.100.10";
+const Y: &str = "198.51.100.11";
 /// etcd's default backend quota.
 const QUOTA: f64 = 2.0 * 1024.0 * 1024.0 * 1024.0;
 
