@@ -21,6 +21,7 @@ pub mod peers;
 pub mod rrl;
 pub mod rtt;
 pub mod select;
+pub mod signed;
 pub mod steer;
 
 #[cfg(feature = "host")]

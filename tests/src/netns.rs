@@ -550,6 +550,17 @@ impl Lab {
     /// served at 192.0.2.1, a stub zone for `zone`; everything below it is found by
     /// following its delegations. Waits until it answers `probe`.
     pub fn start_validating_unbound(&mut self, zone: &str, trust_anchor: &str, probe: &str) {
+        self.start_validating_unbound_at(zone, trust_anchor, probe, EDGE_V4);
+    }
+
+    /// Like [`Lab::start_validating_unbound`], with the stub zone's server at `server`.
+    pub fn start_validating_unbound_at(
+        &mut self,
+        zone: &str,
+        trust_anchor: &str,
+        probe: &str,
+        server: &str,
+    ) {
         let anchors: String = trust_anchor
             .lines()
             .filter(|l| !l.trim().is_empty())
@@ -558,7 +569,7 @@ impl Lab {
         let conf = format!(
             "\x20 module-config: \"validator iterator\"\n{anchors}\
              \x20 val-log-level: 2\n\
-             stub-zone:\n  name: \"{zone}\"\n  stub-addr: {EDGE_V4}\n"
+             stub-zone:\n  name: \"{zone}\"\n  stub-addr: {server}\n"
         );
         self.start_unbound_with(&conf, probe);
     }

@@ -747,3 +747,107 @@ fn the_listeners_hold_a_flood_from_one_prefix_to_the_rate() {
     let tcp = dig_at(&lab, NS1, &["+tcp", &name, "A"]);
     assert_eq!(tcp.data("A"), ["192.0.2.25"], "{}", tcp.text);
 }
+
+/// A signed zone: a key made with `dnssec keygen`, its DS the resolver's trust anchor.
+/// Returns the lab, run, the config's directory and the DS line.
+fn start_signed() -> (Lab, Controller, TempDir, TempDir, String) {
+    let keys = TempDir::new("zone", "keys");
+    let lab0 = std::process::Command::new(director_tests::netns::ctl_binary())
+        .args(["dnssec", "keygen", "--zone", ZONE, "--dir"])
+        .arg(keys.root())
+        .output()
+        .unwrap();
+    assert!(lab0.status.success(), "keygen: {}", describe(&lab0));
+    let printed = String::from_utf8_lossy(&lab0.stdout).into_owned();
+    let private = printed.lines().next().unwrap().to_string();
+    let ds = printed
+        .lines()
+        .find(|l| l.contains(" DS "))
+        .unwrap()
+        .to_string();
+    let (lab, ctl, dir) = start_with(&format!("dnssec = {{ keys = [{private:?}] }}\n"));
+    (lab, ctl, dir, keys, ds)
+}
+
+#[test]
+fn a_validating_resolver_authenticates_the_signed_zone() {
+    let (mut lab, ctl, dir, _keys, ds) = start_signed();
+    // The DS `dnssec ds` prints for the config is the one keygen printed.
+    let cfg = dir.path("director.toml").display().to_string();
+    let printed = lab.ctl_ok(&["dnssec", "ds", "--config", &cfg]);
+    assert_eq!(printed.trim(), ds.trim());
+    lab.start_validating_unbound_at(ZONE, &ds, &format!("mail.{ZONE}"), NS1);
+    for (name, rtype, status) in [
+        (ZONE.to_string(), "SOA", "NOERROR"),
+        (ZONE.to_string(), "DNSKEY", "NOERROR"),
+        (ZONE.to_string(), "MX", "NOERROR"),
+        (format!("info.{ZONE}"), "TXT", "NOERROR"),
+        (format!("MaIl.{ZONE}"), "A", "NOERROR"),
+        (format!("mail.{ZONE}"), "TXT", "NOERROR"),
+        (format!("nope.{ZONE}"), "A", "NXDOMAIN"),
+        (format!("deep.nope.{ZONE}"), "MX", "NXDOMAIN"),
+    ] {
+        let r = resolve(&lab, &name, rtype);
+        assert_eq!(
+            r.status.as_deref(),
+            Some(status),
+            "{name} {rtype}:\n{}\n{}\n{}",
+            r.text,
+            lab.unbound_log(),
+            ctl.log()
+        );
+        assert!(
+            r.has_flag("ad"),
+            "{name} {rtype}: not authenticated:\n{}\n{}",
+            r.text,
+            lab.unbound_log()
+        );
+    }
+}
+
+#[test]
+fn the_signed_zone_dumps_and_checks_now_and_six_days_on_not_eight() {
+    let (lab, _ctl, dir, _keys, _ds) = start_signed();
+    let cfg = dir.path("director.toml").display().to_string();
+    let text = lab.ctl_ok(&["dnssec", "dump", "--config", &cfg]);
+    let file = dir.path("signed.zone");
+    std::fs::write(&file, &text).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let check = |days: u64| {
+        let at = (now + days * 86_400).to_string();
+        let k = std::process::Command::new("kzonecheck")
+            .args(["-o", ZONE, "-d", "on", "-t", &at])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let l = std::process::Command::new("ldns-verify-zone")
+            .args(["-t", &format!("+{}", days * 86_400)])
+            .arg(&file)
+            .output()
+            .unwrap();
+        (k, l)
+    };
+    for days in [0, 6] {
+        let (k, l) = check(days);
+        assert!(
+            k.status.success(),
+            "kzonecheck +{days}d: {}\n{text}",
+            describe(&k)
+        );
+        assert!(
+            l.status.success(),
+            "ldns-verify-zone +{days}d: {}\n{text}",
+            describe(&l)
+        );
+    }
+    let (k, l) = check(8);
+    assert!(!k.status.success(), "kzonecheck passed 8 days on:\n{text}");
+    assert!(
+        !l.status.success(),
+        "ldns-verify-zone passed 8 days on:\n{text}"
+    );
+    assert!(text.contains(" DNSKEY ") && text.contains(" NSEC ") && text.contains(" CDS "));
+}

@@ -25,6 +25,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("curl", "curl"),
     // Checks the zone `director-ctl zone export` writes.
     ("knot-dnssecutils", "kzonecheck"),
+    // Checks the signatures `director-ctl dnssec dump` writes, with time moved on.
+    ("ldnsutils", "ldns-verify-zone"),
     // SYN steering: the tests' capture of what reaches the edge, and the bench's peers
     // (an nftables DNAT balancer, a userspace TCP proxy) and load.
     ("tcpdump", "tcpdump"),

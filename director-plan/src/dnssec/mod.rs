@@ -6,5 +6,6 @@
 
 pub mod key;
 pub mod nsec;
+pub mod sets;
 pub mod sign;
 pub mod wire;
