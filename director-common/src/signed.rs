@@ -89,12 +89,9 @@ mod tests {
 
     #[test]
     fn layout_has_no_holes() {
-        assert_eq!(core::mem::size_of::<SignedKey>(), 8);
-        assert_eq!(
-            core::mem::size_of::<SignedSet>(),
-            8 + 16 * MAX_SET + RRSIG_RECORD_MAX
-        );
-        assert_eq!(core::mem::size_of::<SignedSet>() % 8, 0);
+        assert_eq!(size_of::<SignedKey>(), 8);
+        assert_eq!(size_of::<SignedSet>(), 8 + 16 * MAX_SET + RRSIG_RECORD_MAX);
+        assert_eq!(size_of::<SignedSet>() % 8, 0);
         assert_eq!(MAX_SIGNER, 130);
     }
 

@@ -702,8 +702,14 @@ impl Config {
                 let keys = d.load_keys(&dir).with_context(at)?;
                 let types = self.service_types(&built.origin)?;
                 built.signed = Some(
-                    crate::dns::signed::Signed::sign(&mut built, &keys, d.validity()?, now, &types)
-                        .with_context(at)?,
+                    crate::dns::signed::Signed::sign(
+                        built.apex(),
+                        &keys,
+                        d.validity()?,
+                        now,
+                        &types,
+                    )
+                    .with_context(at)?,
                 );
             }
             if !origins.insert(built.origin.clone()) {

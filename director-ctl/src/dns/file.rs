@@ -109,7 +109,7 @@ impl ZoneFile {
             }
             let now = super::signed::unix_now();
             z.signed = Some(
-                super::signed::Signed::sign(z, &keys, d.validity()?, now, &types)
+                super::signed::Signed::sign(z.apex(), &keys, d.validity()?, now, &types)
                     .with_context(at)?,
             );
         }

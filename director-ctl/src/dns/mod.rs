@@ -5,9 +5,12 @@
 //! `listen` runs the sockets. Started by `run` (zones from its config) and by `serve`.
 
 pub mod answer;
+mod dnssec_config;
 pub mod file;
 pub mod keys;
 pub mod listen;
+mod outcome;
+mod presentation;
 mod prove;
 pub mod signed;
 mod tsig;

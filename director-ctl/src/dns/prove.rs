@@ -9,7 +9,7 @@ use hickory_proto::op::Message;
 use hickory_proto::rr::rdata::CNAME;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-use super::answer::Outcome;
+use super::outcome::Outcome;
 use super::signed::Signed;
 use super::zone::Zone;
 

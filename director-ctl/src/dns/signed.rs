@@ -4,7 +4,6 @@
 //! what a DO query's answer needs from here; nothing is signed while answering.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use director_plan::dnssec::{
@@ -16,54 +15,8 @@ use director_plan::dnssec::{
 use hickory_proto::rr::rdata::NULL;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
-use serde::Deserialize;
 
-use super::zone::Zone;
-
-/// `[[zone]] dnssec = { keys = [...], validity = 604800 }`: the zone's keys (key files,
-/// relative to the config; every one is published, the first signs) and how long a
-/// signature holds.
-#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct DnssecConfig {
-    pub keys: Vec<PathBuf>,
-    /// Seconds a signature holds (7 days); signatures are made anew each day.
-    pub validity: Option<u32>,
-}
-
-impl DnssecConfig {
-    pub fn validity(&self) -> Result<Validity> {
-        let mut v = Validity::default();
-        if let Some(s) = self.validity {
-            if !(2 * 86_400..=90 * 86_400).contains(&s) {
-                bail!("dnssec validity {s} s: from 2 to 90 days (they are made anew daily)");
-            }
-            v.validity_s = s;
-        }
-        Ok(v)
-    }
-
-    /// The keys' files read, relative to `dir`; every error names its file.
-    pub fn load_keys(&self, dir: &std::path::Path) -> Result<Vec<ZoneKey>> {
-        if self.keys.is_empty() {
-            bail!("dnssec: keys is empty (make one with `director-ctl dnssec keygen`)");
-        }
-        self.keys
-            .iter()
-            .map(|p| {
-                let p = if p.is_relative() {
-                    dir.join(p)
-                } else {
-                    p.clone()
-                };
-                let text = std::fs::read_to_string(&p)
-                    .with_context(|| format!("dnssec key {}", p.display()))?;
-                ZoneKey::from_file_text(&text)
-                    .with_context(|| format!("dnssec key {}", p.display()))
-            })
-            .collect()
-    }
-}
+pub use super::dnssec_config::DnssecConfig;
 
 /// What a signed zone adds to its answers.
 #[derive(Debug, Clone)]
@@ -164,13 +117,21 @@ fn rrsig_record(set: &[Record], key: &ZoneKey, origin: &wire::Name, w: Window) -
     Ok(raw(set[0].name(), rtype::RRSIG, ttl, rdata))
 }
 
+/// What signing needs of a zone: its origin and SOA, and its data, which gains the
+/// apex's key sets (a view, so the zone's module and this one depend one way).
+pub struct Apex<'a> {
+    pub origin: &'a Name,
+    pub soa: &'a Record,
+    pub data: &'a mut BTreeMap<Name, Vec<Record>>,
+}
+
 impl Signed {
     /// Signs `zone` at `now` with `keys` (the first signs every set; all sign the apex's
     /// key sets, so a resolver that trusts either key during a roll finds a path), and adds
     /// the DNSKEY, CDS, CDNSKEY and NSEC records to its data. `services` are the zone's
     /// service names with the types they answer (A, AAAA, CNAME for a fallback).
     pub fn sign(
-        zone: &mut Zone,
+        zone: Apex<'_>,
         keys: &[ZoneKey],
         validity: Validity,
         now: u64,
@@ -179,7 +140,7 @@ impl Signed {
         let Some(active) = keys.first() else {
             bail!("no key to sign with");
         };
-        let origin = wire_name(&zone.origin)?;
+        let origin = wire_name(zone.origin)?;
         let w = validity.window(now);
         let ttl = zone.soa.ttl();
         let apex = zone.origin.clone();
@@ -193,7 +154,7 @@ impl Signed {
 
         // The chain: every owner of data and every service name, with its types.
         let mut names: BTreeMap<wire::Name, Vec<u16>> = BTreeMap::new();
-        for (owner, set) in &zone.data {
+        for (owner, set) in zone.data.iter() {
             let types = names.entry(wire_name(owner)?).or_default();
             types.extend(set.iter().map(|r| u16::from(r.record_type())));
         }
@@ -216,7 +177,7 @@ impl Signed {
         }
 
         let mut sigs: HashMap<(Name, RecordType), Vec<Record>> = HashMap::new();
-        for (owner, set) in &zone.data {
+        for (owner, set) in zone.data.iter() {
             let mut by_type: BTreeMap<u16, Vec<Record>> = BTreeMap::new();
             for r in set {
                 by_type

@@ -62,7 +62,7 @@ pub struct ZoneConfig {
     pub records: Vec<StaticRecord>,
     /// DNSSEC: the zone's keys and signatures' validity; without it, answers are unsigned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dnssec: Option<super::signed::DnssecConfig>,
+    pub dnssec: Option<super::dnssec_config::DnssecConfig>,
 }
 
 #[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
@@ -109,6 +109,17 @@ pub struct Zone {
     pub listen: Vec<IpAddr>,
     /// Its signatures, when it is signed (see [`super::signed`]).
     pub signed: Option<super::signed::Signed>,
+}
+
+impl Zone {
+    /// The parts signing reads and adds to.
+    pub fn apex(&mut self) -> super::signed::Apex<'_> {
+        super::signed::Apex {
+            origin: &self.origin,
+            soa: &self.soa,
+            data: &mut self.data,
+        }
+    }
 }
 
 fn name_in(text: &str, origin: &Name) -> Result<Name> {
@@ -459,7 +470,7 @@ pub(crate) fn zone_line(r: &Record) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         Some(RData::Unknown { code, rdata }) => {
-            super::keys::rdata_text(u16::from(*code), rdata.anything()).unwrap_or_default()
+            super::presentation::rdata_text(u16::from(*code), rdata.anything()).unwrap_or_default()
         }
         Some(d) => d.to_string(),
         None => String::new(),

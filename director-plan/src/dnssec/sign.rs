@@ -239,7 +239,7 @@ mod tests {
         let now = 1_800_000_000;
         check(&[y.clone(), x.clone()], &s, &k.public(), now).unwrap();
         // A member less, another TTL, a flipped bit, out of the window: refused.
-        assert!(check(&[x.clone()], &s, &k.public(), now).is_err());
+        assert!(check(std::slice::from_ref(&x), &s, &k.public(), now).is_err());
         let mut x60 = x.clone();
         x60.ttl = 60;
         assert!(check(&[x60, y.clone()], &s, &k.public(), now).is_err());

@@ -44,7 +44,7 @@ records = [
     let mut z = c.build(&[], 1).unwrap();
     z.signed = Some(
         Signed::sign(
-            &mut z,
+            z.apex(),
             &[key()],
             sign::Validity::default(),
             NOW,
