@@ -463,8 +463,8 @@ controller = {:?}
     let client =
         || Client::new(Some(pki.ca.as_path()), None, Credential::Bearer(TOKEN.into())).unwrap();
     // a is 40 ms from the client, b 60 ms; no client ever connects: only probes measure.
-    let a = site_with("a", 20, 20.0, Some((&web, client())));
-    let b = site_with("b", 30, 20.0, Some((&web, client())));
+    let a = site_with("a", 20, 20.0, Some((web.as_path(), client())));
+    let b = site_with("b", 30, 20.0, Some((web.as_path(), client())));
     let mut forwards = Vec::new();
     let mut urls = Vec::new();
     for s in [&a, &b] {

@@ -187,6 +187,7 @@ pub fn post_run<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
 
     #[test]
     fn a_report_is_fetched_from_a_local_server() {
