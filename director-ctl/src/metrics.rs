@@ -28,10 +28,8 @@ pub struct MetricsConfig {
 
 /// Where `[metrics]`, `[ui]` and an edge's `--metrics-listen` listen when they are not told:
 /// loopback, the port the Debian package's config uses.
-pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(
-    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-    9273,
-);
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9273);
 
 pub fn default_listen() -> SocketAddr {
     DEFAULT_LISTEN
@@ -614,7 +612,10 @@ pub fn render(src: &Sources) -> Result<String> {
              [bgp] bmp_allow; over_cap: bmp_max_sessions reached).",
             &["reason"],
         )?;
-        for (reason, n) in [("not_allowed", l.bmp_refused.0), ("over_cap", l.bmp_refused.1)] {
+        for (reason, n) in [
+            ("not_allowed", l.bmp_refused.0),
+            ("over_cap", l.bmp_refused.1),
+        ] {
             refused.with_label_values(&[reason]).inc_by(n);
         }
         single(

@@ -16,8 +16,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use director_common::select::Mode;
-use serde::Deserialize;
 use ipnet::IpNet;
+use serde::Deserialize;
 
 use crate::engine::{Metric, Policy};
 

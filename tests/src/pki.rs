@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
-    IsCa, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
 };
 
 /// The PEM files one test uses.
@@ -44,7 +44,10 @@ fn leaf(
     p.extended_key_usages = vec![usage];
     let key = KeyPair::generate().expect("a key");
     let cert = p.signed_by(&key, issuer).expect("signing");
-    let (c, k) = (dir.join(format!("{stem}.pem")), dir.join(format!("{stem}.key")));
+    let (c, k) = (
+        dir.join(format!("{stem}.pem")),
+        dir.join(format!("{stem}.key")),
+    );
     std::fs::write(&c, cert.pem()).expect("writing a certificate");
     std::fs::write(&k, key.serialize_pem()).expect("writing a key");
     (c, k)
@@ -58,8 +61,13 @@ impl Pki {
         let other = ca("another CA");
         let mut names = vec!["127.0.0.1", "::1"];
         names.extend_from_slice(addresses);
-        let (server_cert, server_key) =
-            leaf(&main, &names, ExtendedKeyUsagePurpose::ServerAuth, dir, "server");
+        let (server_cert, server_key) = leaf(
+            &main,
+            &names,
+            ExtendedKeyUsagePurpose::ServerAuth,
+            dir,
+            "server",
+        );
         let (client_cert, client_key) = leaf(
             &main,
             &[],
@@ -104,7 +112,10 @@ pub fn hash_password(password: &str) -> String {
     writeln!(child.stdin.take().expect("its stdin"), "{password}").expect("writing");
     let out = child.wait_with_output().expect("its output");
     assert!(out.status.success(), "web hash-password failed");
-    let h = String::from_utf8(out.stdout).expect("text").trim().to_string();
+    let h = String::from_utf8(out.stdout)
+        .expect("text")
+        .trim()
+        .to_string();
     assert!(h.starts_with("$2b$04$") && !h.contains(password), "{h}");
     h
 }

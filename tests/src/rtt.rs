@@ -510,7 +510,13 @@ pub fn request_with_in(
     std::thread::spawn(move || {
         enter(&ns).map_err(|e| e.to_string())?;
         client
-            .request(agent, &method, &path, body.as_bytes(), Duration::from_secs(5))
+            .request(
+                agent,
+                &method,
+                &path,
+                body.as_bytes(),
+                Duration::from_secs(5),
+            )
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .map_err(|e| format!("{e:#}"))
     })

@@ -358,13 +358,15 @@ fn a_session_from_an_address_not_allowed_is_closed_unread_and_counted() {
         1,
         Duration::from_secs(5),
     );
-    let samples = director_tests::metrics::scrape(
-        &s.lab.edge_ns,
-        &format!("127.0.0.1:{}", s.metrics_port),
-    )
-    .unwrap();
+    let samples =
+        director_tests::metrics::scrape(&s.lab.edge_ns, &format!("127.0.0.1:{}", s.metrics_port))
+            .unwrap();
     let refused = |reason| {
-        director_tests::metrics::value(&samples, "director_bmp_refused_total", &[("reason", reason)])
+        director_tests::metrics::value(
+            &samples,
+            "director_bmp_refused_total",
+            &[("reason", reason)],
+        )
     };
     assert_eq!(refused("not_allowed"), Some(1.0));
     assert_eq!(refused("over_cap"), Some(0.0));
@@ -374,7 +376,10 @@ fn a_session_from_an_address_not_allowed_is_closed_unread_and_counted() {
         .flat_map(|(_, l, _)| l.iter().map(|(_, v)| v))
         .collect();
     assert!(
-        routers.len() == 1 && !routers.iter().any(|r| *r == "intruder" || *r == "127.0.0.1"),
+        routers.len() == 1
+            && !routers
+                .iter()
+                .any(|r| *r == "intruder" || *r == "127.0.0.1"),
         "only the listed router has a session: {routers:?}"
     );
     assert_eq!(answer(&s.lab, CLIENT), Y_V4, "no route taken");

@@ -21,11 +21,11 @@ use director_ctl::web::{Client, Credential};
 use director_tests::config::Doc;
 use director_tests::delay::{enter, DelayLink};
 use director_tests::netns::{Controller, Lab};
+use director_tests::pki::{hash_password, Pki};
 use director_tests::rtt::{
     agent_in, assert_published_near, explain, explain_text, free_port, into_next_window, live_rtt,
     report_in, request_in, request_with_in, spawn_agent, wait_served, Cgroup, Process,
 };
-use director_tests::pki::{hash_password, Pki};
 use director_tests::tempdir::{replace_file, TempDir};
 
 const CLIENT: &str = "203.0.113.1";
@@ -456,12 +456,21 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
     let web = pki.web_config(
         dir.root(),
         "agent-web.toml",
-        &format!("[bearer_tokens]
+        &format!(
+            "[bearer_tokens]
 controller = {:?}
-", hash_password(TOKEN)),
+",
+            hash_password(TOKEN)
+        ),
     );
-    let client =
-        || Client::new(Some(pki.ca.as_path()), None, Credential::Bearer(TOKEN.into())).unwrap();
+    let client = || {
+        Client::new(
+            Some(pki.ca.as_path()),
+            None,
+            Credential::Bearer(TOKEN.into()),
+        )
+        .unwrap()
+    };
     // a is 40 ms from the client, b 60 ms; no client ever connects: only probes measure.
     let a = site_with("a", 20, 20.0, Some((web.as_path(), client())));
     let b = site_with("b", 30, 20.0, Some((web.as_path(), client())));
@@ -586,12 +595,18 @@ fn nft_in(ns: &str, rules: &str) {
         .write_all(rules.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "nft: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn nft_count(ns: &str, table: &str, name: &str) -> u64 {
     let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "counter", "inet", table, name])
+        .args([
+            "netns", "exec", ns, "nft", "list", "counter", "inet", table, name,
+        ])
         .output()
         .expect("nft list counter");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -622,13 +637,23 @@ fn an_agent_beyond_loopback_needs_credentials_and_probes_only_global_units() {
 
     // Beyond loopback without credentials: refused at start, with the reason.
     let log = dir.path("plain.log");
-    let mut plain = spawn_agent(agent_command(&link, "auth", &cgroup, 10.0), listen, WINDOW, 250, log);
+    let mut plain = spawn_agent(
+        agent_command(&link, "auth", &cgroup, 10.0),
+        listen,
+        WINDOW,
+        250,
+        log,
+    );
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(st) = plain.child.try_wait().unwrap() {
             break st;
         }
-        assert!(Instant::now() < deadline, "the agent started: {}", plain.log());
+        assert!(
+            Instant::now() < deadline,
+            "the agent started: {}",
+            plain.log()
+        );
         sleep(Duration::from_millis(50));
     };
     assert!(!status.success());
@@ -669,11 +694,14 @@ fn an_agent_beyond_loopback_needs_credentials_and_probes_only_global_units() {
     // No token, a wrong one, plain HTTP: refused, and nothing probed.
     for (what, c) in [
         ("no token", with(Credential::None)),
-        ("a wrong token", with(Credential::Bearer("agent-token-4f1e9c".into()))),
+        (
+            "a wrong token",
+            with(Credential::Bearer("agent-token-4f1e9c".into())),
+        ),
     ] {
         for (method, path, body) in [("GET", "/rtt", ""), ("POST", "/probe", valid.as_str())] {
-            let e = request_with_in(&s.link.server_ns, listen, &c, method, path, body)
-                .expect_err(what);
+            let e =
+                request_with_in(&s.link.server_ns, listen, &c, method, path, body).expect_err(what);
             assert!(e.contains("401"), "{what}: {method} {path}: {e}");
         }
     }
@@ -759,13 +787,22 @@ fn an_agent_beyond_loopback_needs_credentials_and_probes_only_global_units() {
     });
     let theirs = Client::new(
         Some(pki.ca.as_path()),
-        Some((pki.other_client_cert.as_path(), pki.other_client_key.as_path())),
+        Some((
+            pki.other_client_cert.as_path(),
+            pki.other_client_key.as_path(),
+        )),
         Credential::None,
     )
     .unwrap();
-    for (what, c) in [("no certificate", with(Credential::None)), ("another CA's", theirs)] {
+    for (what, c) in [
+        ("no certificate", with(Credential::None)),
+        ("another CA's", theirs),
+    ] {
         let e = request_with_in(&ns, listen, &c, "POST", "/probe", &valid).expect_err(what);
-        assert!(!e.contains("HTTP status"), "{what}: got an HTTP answer: {e}");
+        assert!(
+            !e.contains("HTTP status"),
+            "{what}: got an HTTP answer: {e}"
+        );
     }
     let s = Site {
         link,

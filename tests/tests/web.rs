@@ -179,8 +179,24 @@ fn every_surface_needs_basic_auth_over_tls_when_web_asks_for_it() {
     let pw = dir.path("password");
     std::fs::write(&pw, format!("{PASSWORD}\n")).unwrap();
     let pw = pw.display().to_string();
-    let auth = ["--web-ca", &ca, "--web-user", USER, "--web-password-file", &pw];
-    let mut explain = vec!["explain", "--run", LISTEN, "--service", WWW, "--client", "198.51.100.7", "--json"];
+    let auth = [
+        "--web-ca",
+        &ca,
+        "--web-user",
+        USER,
+        "--web-password-file",
+        &pw,
+    ];
+    let mut explain = vec![
+        "explain",
+        "--run",
+        LISTEN,
+        "--service",
+        WWW,
+        "--client",
+        "198.51.100.7",
+        "--json",
+    ];
     explain.extend(auth);
     let out = ctl(&lab, &explain, &[]);
     assert!(out.status.success(), "explain: {}", describe(&out));
@@ -209,10 +225,21 @@ fn client_certificates_from_another_ca_or_none_are_refused_at_the_handshake() {
     for path in ["/metrics", &explain_path(), "/demand", "/"] {
         let u = url(path);
         let (code, body, exit) = curl(&lab, &["--cacert", &ca, &u]);
-        assert!(code == 0 && exit != 0, "{path} without a certificate: {code} {body}");
+        assert!(
+            code == 0 && exit != 0,
+            "{path} without a certificate: {code} {body}"
+        );
         let (code, body, exit) = curl(
             &lab,
-            &["--cacert", &ca, "--cert", &other_cert, "--key", &other_key, &u],
+            &[
+                "--cacert",
+                &ca,
+                "--cert",
+                &other_cert,
+                "--key",
+                &other_key,
+                &u,
+            ],
         );
         assert!(
             code == 0 && exit != 0,

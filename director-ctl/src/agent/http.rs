@@ -11,8 +11,8 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::probe::Prober;
-use crate::web::Guard;
 use crate::api::{ProbeRequest, RttReport, VERSION};
+use crate::web::Guard;
 
 /// The largest `POST /probe` body taken: [`super::probe::MAX_REQUEST`] targets are a few
 /// tens of kB.

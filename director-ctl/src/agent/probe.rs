@@ -575,10 +575,15 @@ mod tests {
 
     #[test]
     fn the_queue_takes_each_address_once_and_refuses_past_its_bounds() {
-        let lab: Vec<IpNet> = ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"]
-            .iter()
-            .map(|p| p.parse().unwrap())
-            .collect();
+        let lab: Vec<IpNet> = [
+            "192.0.2.0/24",
+            "198.51.100.0/24",
+            "203.0.113.0/24",
+            "2001:db8::/32",
+        ]
+        .iter()
+        .map(|p| p.parse().unwrap())
+        .collect();
         let mut q = Queue::new(3, lab.clone());
         let a = q.offer(&[
             target("192.0.2.0/24", "192.0.2.1"),
@@ -612,11 +617,19 @@ mod tests {
         q.done(&first);
         assert_eq!(q.offer(&[target("192.0.2.0/24", "192.0.2.1")]).accepted, 1);
         let many: Vec<ProbeTarget> = (0..MAX_REQUEST + 10)
-            .map(|i| target(&format!("198.51.{}.0/24", i / 250), &format!("198.51.{}.{}", i / 250, i % 250 + 1)))
+            .map(|i| {
+                target(
+                    &format!("198.51.{}.0/24", i / 250),
+                    &format!("198.51.{}.{}", i / 250, i % 250 + 1),
+                )
+            })
             .collect();
         let mut big = Queue::new(10_000, vec!["198.51.0.0/16".parse().unwrap()]);
         let a = big.offer(&many);
-        assert_eq!((a.accepted, a.refused, a.refused_bound), (MAX_REQUEST, 10, 10));
+        assert_eq!(
+            (a.accepted, a.refused, a.refused_bound),
+            (MAX_REQUEST, 10, 10)
+        );
         // Without the lab's override the documentation ranges are not probed.
         let mut strict = Queue::new(10, Vec::new());
         let a = strict.offer(&[target("192.0.2.0/24", "192.0.2.1")]);

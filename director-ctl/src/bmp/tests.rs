@@ -130,7 +130,10 @@ fn bmp_listener_feeds_the_collector_and_marks_stale_on_disconnect() {
 fn sessions_from_addresses_not_allowed_or_past_the_cap_are_closed_unread() {
     let collector = Arc::new(Mutex::new(Collector::new(Settings::default())));
     let admit = Admit {
-        allow: vec!["127.0.0.1/32".parse().unwrap(), "127.0.0.2/32".parse().unwrap()],
+        allow: vec![
+            "127.0.0.1/32".parse().unwrap(),
+            "127.0.0.2/32".parse().unwrap(),
+        ],
         max_sessions: 1,
     };
     let listener = Listener::start(

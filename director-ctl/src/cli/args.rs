@@ -403,10 +403,7 @@ pub(super) struct FleetArgs {
 /// A listener's address: ADDR:PORT, or PORT alone for loopback (127.0.0.1:PORT).
 pub(super) fn listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     if let Ok(port) = s.parse::<u16>() {
-        return Ok(std::net::SocketAddr::new(
-            Ipv4Addr::LOCALHOST.into(),
-            port,
-        ));
+        return Ok(std::net::SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port));
     }
     s.parse()
         .map_err(|_| format!("{s:?}: give ADDR:PORT ([ADDR]:PORT for IPv6) or a port alone"))

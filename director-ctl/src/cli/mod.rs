@@ -120,7 +120,9 @@ fn run_fleet(
     match a.role {
         Some(Role::Publisher) => {
             if a.web_config.is_some() {
-                anyhow::bail!("--web-config is for --role edge: a publisher takes [web] from its config");
+                anyhow::bail!(
+                    "--web-config is for --role edge: a publisher takes [web] from its config"
+                );
             }
             let Some(config) = config else {
                 anyhow::bail!("--role publisher needs --config");

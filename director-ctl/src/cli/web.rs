@@ -21,10 +21,20 @@ pub(super) struct WebClientArgs {
     #[arg(long, env = "DIRECTOR_WEB_CA", value_name = "FILE")]
     web_ca: Option<PathBuf>,
     /// A client certificate (PEM) for a listener with `[web] client_ca`; with --web-key.
-    #[arg(long, env = "DIRECTOR_WEB_CERT", value_name = "FILE", requires = "web_key")]
+    #[arg(
+        long,
+        env = "DIRECTOR_WEB_CERT",
+        value_name = "FILE",
+        requires = "web_key"
+    )]
     web_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).
-    #[arg(long, env = "DIRECTOR_WEB_KEY", value_name = "FILE", requires = "web_cert")]
+    #[arg(
+        long,
+        env = "DIRECTOR_WEB_KEY",
+        value_name = "FILE",
+        requires = "web_cert"
+    )]
     web_key: Option<PathBuf>,
     /// A `[web] basic_auth` user; the password comes from --web-password-file or the
     /// DIRECTOR_WEB_PASSWORD environment variable.
@@ -61,9 +71,7 @@ impl WebClientArgs {
                     password,
                 }
             }
-            (None, Some(f)) => {
-                Credential::Bearer(secret_file(f).context("--web-token-file")?)
-            }
+            (None, Some(f)) => Credential::Bearer(secret_file(f).context("--web-token-file")?),
             (None, None) => {
                 if self.web_password_file.is_some() {
                     bail!("--web-password-file needs --web-user");

@@ -1220,11 +1220,17 @@ priority = { geo = 1 }
         assert_eq!(c.plan.bgp.bmp_max_sessions, 64);
         let by_name = bmp.replace("lon = 8.68\n", "lon = 8.68\nbmp_router = \"edge-r1\"\n");
         let e = format!("{:#}", Config::parse(&by_name).unwrap_err());
-        assert!(e.contains("set bmp_allow") && e.contains("\"edge-r1\""), "{e}");
+        assert!(
+            e.contains("set bmp_allow") && e.contains("\"edge-r1\""),
+            "{e}"
+        );
         let listed = format!("{by_name}bmp_allow = [\"192.0.2.254\", \"2001:db8:ff::/64\"]\n");
         let c = Config::parse(&listed).unwrap();
         assert_eq!(c.plan.bgp.allowed(&c.plan.sites).unwrap().len(), 2);
-        let e = format!("{:#}", Config::parse(&format!("{by_name}bmp_allow = [\"r1\"]\n")).unwrap_err());
+        let e = format!(
+            "{:#}",
+            Config::parse(&format!("{by_name}bmp_allow = [\"r1\"]\n")).unwrap_err()
+        );
         assert!(e.contains("\"r1\" is not an address or prefix"), "{e}");
     }
 
@@ -1251,8 +1257,12 @@ priority = { geo = 1 }
         .unwrap();
         let e = format!(
             "{:#}",
-            Config::parse(&format!("{GOOD}\n[web]\n[web.basic_auth]\nprom = \"pw\"\n")).unwrap_err()
+            Config::parse(&format!("{GOOD}\n[web]\n[web.basic_auth]\nprom = \"pw\"\n"))
+                .unwrap_err()
         );
-        assert!(e.contains("[web]") && e.contains("never a plain password"), "{e}");
+        assert!(
+            e.contains("[web]") && e.contains("never a plain password"),
+            "{e}"
+        );
     }
 }

@@ -45,7 +45,9 @@ fn presented(header: Option<&hyper::header::HeaderValue>) -> Option<Presented> {
     let (scheme, rest) = v.split_once(' ')?;
     let rest = rest.trim();
     if scheme.eq_ignore_ascii_case("basic") {
-        let raw = base64::engine::general_purpose::STANDARD.decode(rest).ok()?;
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()?;
         let text = String::from_utf8(raw).ok()?;
         let (user, password) = text.split_once(':')?;
         Some(Presented::Basic(user.to_string(), password.to_string()))
@@ -174,11 +176,23 @@ mod tests {
         let a = Auth::new(users, vec![bcrypt::hash("tok-1", 4).unwrap()]);
         rt.block_on(async {
             assert_eq!(a.check(None).await, Verdict::Refused);
-            assert_eq!(a.check(Some(&basic("prom", "s3cret"))).await, Verdict::Allowed);
+            assert_eq!(
+                a.check(Some(&basic("prom", "s3cret"))).await,
+                Verdict::Allowed
+            );
             // Remembered, and still exact: another password is not.
-            assert_eq!(a.check(Some(&basic("prom", "s3cret"))).await, Verdict::Allowed);
-            assert_eq!(a.check(Some(&basic("prom", "s3cret!"))).await, Verdict::Refused);
-            assert_eq!(a.check(Some(&basic("root", "s3cret"))).await, Verdict::Refused);
+            assert_eq!(
+                a.check(Some(&basic("prom", "s3cret"))).await,
+                Verdict::Allowed
+            );
+            assert_eq!(
+                a.check(Some(&basic("prom", "s3cret!"))).await,
+                Verdict::Refused
+            );
+            assert_eq!(
+                a.check(Some(&basic("root", "s3cret"))).await,
+                Verdict::Refused
+            );
             let bearer = |t: &str| HeaderValue::from_str(&format!("Bearer {t}")).unwrap();
             assert_eq!(a.check(Some(&bearer("tok-1"))).await, Verdict::Allowed);
             assert_eq!(a.check(Some(&bearer("tok-2"))).await, Verdict::Refused);

@@ -105,8 +105,8 @@ impl Client {
             Some(cfg) => {
                 // The certificate must name the address dialled (an IP SAN).
                 let name = ServerName::IpAddress(addr.ip().into());
-                let conn = rustls::ClientConnection::new(Arc::clone(cfg), name)
-                    .context("starting TLS")?;
+                let conn =
+                    rustls::ClientConnection::new(Arc::clone(cfg), name).context("starting TLS")?;
                 exchange(rustls::StreamOwned::new(conn, tcp), &head)
                     .context("over TLS (the certificate must have the address as an IP SAN)")?
             }

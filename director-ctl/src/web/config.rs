@@ -42,8 +42,7 @@ impl WebConfig {
             .with_context(|| path.display().to_string())?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         w.resolve_paths(&dir);
-        w.validate()
-            .with_context(|| path.display().to_string())?;
+        w.validate().with_context(|| path.display().to_string())?;
         Ok(w)
     }
 
@@ -135,7 +134,10 @@ mod tests {
         let e = parse("tls_cert = \"a.pem\"").unwrap_err();
         assert!(format!("{e:#}").contains("tls_cert needs tls_key"), "{e:#}");
         let e = parse("client_ca = \"ca.pem\"").unwrap_err();
-        assert!(format!("{e:#}").contains("client_ca needs tls_cert"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("client_ca needs tls_cert"),
+            "{e:#}"
+        );
         let e = parse(&format!("[bearer_tokens]\nc = \"{HASH}\"")).unwrap_err();
         assert!(format!("{e:#}").contains("never taken in clear"), "{e:#}");
         let w = parse(&format!("[basic_auth]\nprom = \"{HASH}\"")).unwrap();

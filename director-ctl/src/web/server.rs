@@ -100,7 +100,12 @@ where
     R: Fn(Request<Bytes>) -> Response<Full<Bytes>> + Clone + Send + Sync + 'static,
 {
     crate::runtime::accept(listener, move |stream, _| {
-        Some(connection(stream, Arc::clone(&guard), limit, respond.clone()))
+        Some(connection(
+            stream,
+            Arc::clone(&guard),
+            limit,
+            respond.clone(),
+        ))
     })
     .await;
 }
