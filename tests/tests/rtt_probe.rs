@@ -674,7 +674,9 @@ fn an_agent_beyond_loopback_needs_credentials_and_probes_only_global_units() {
     let good = with(Credential::Bearer(TOKEN.into()));
     let ns = link.server_ns.clone();
     wait_served(&mut agent, || {
-        request_with_in(&ns, listen, &good, "GET", "/rtt", "").map_err(std::io::Error::other)
+        request_with_in(&ns, listen, &good, "GET", "/rtt", "")
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+            .map_err(std::io::Error::other)
     });
     let s = Site {
         link,
@@ -783,7 +785,9 @@ fn an_agent_beyond_loopback_needs_credentials_and_probes_only_global_units() {
     .unwrap();
     let ns = link.server_ns.clone();
     wait_served(&mut agent, || {
-        request_with_in(&ns, listen, &mine, "GET", "/rtt", "").map_err(std::io::Error::other)
+        request_with_in(&ns, listen, &mine, "GET", "/rtt", "")
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+            .map_err(std::io::Error::other)
     });
     let theirs = Client::new(
         Some(pki.ca.as_path()),
