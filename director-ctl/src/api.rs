@@ -479,6 +479,10 @@ pub enum Event {
         router: IpAddr,
         name: Option<String>,
     },
+    /// A BMP session was closed before its first message was read: `reason` is
+    /// `not_allowed` (its address is not in `[bgp] bmp_allow`) or `over_cap`
+    /// (`bmp_max_sessions` reached).
+    BmpRefused { router: IpAddr, reason: String },
     /// A router's BMP session ended (`error` says why, unless it closed cleanly); its routes
     /// are stale until it comes back or the hold time passes.
     BmpDown {
@@ -676,6 +680,24 @@ pub struct RttCounters {
     pub probe_failed: u64,
     #[serde(default)]
     pub probe_refused: u64,
+    /// Of `probe_refused`, why: a prefix that is not a /24 (/48); an address outside its
+    /// prefix; not global unicast (private, loopback, link-local, multicast, reserved,
+    /// documentation space, unless `--probe-allow` names it); past a request's or the
+    /// queue's bound.
+    #[serde(default)]
+    pub probe_refused_not_unit: u64,
+    #[serde(default)]
+    pub probe_refused_outside: u64,
+    #[serde(default)]
+    pub probe_refused_not_global: u64,
+    #[serde(default)]
+    pub probe_refused_bound: u64,
+    /// Requests to the agent's listener refused for want of a valid credential (401), and
+    /// TLS handshakes that failed (no client certificate, or one no `client_ca` signed).
+    #[serde(default)]
+    pub unauthorized: u64,
+    #[serde(default)]
+    pub handshakes_refused: u64,
 }
 
 /// `POST /probe` to `director-ctl agent`: hosts to probe for their prefixes, from the
@@ -700,8 +722,17 @@ pub struct ProbeAccepted {
     pub accepted: usize,
     /// Already queued (or being probed).
     pub duplicate: usize,
-    /// Refused: past the per-request bound or the queue's.
+    /// Refused: past the per-request bound or the queue's, or not to be probed.
     pub refused: usize,
+    /// Of `refused`, why (as the report's `probe_refused_*` counters).
+    #[serde(default)]
+    pub refused_not_unit: usize,
+    #[serde(default)]
+    pub refused_outside: usize,
+    #[serde(default)]
+    pub refused_not_global: usize,
+    #[serde(default)]
+    pub refused_bound: usize,
     /// Targets waiting after this request.
     pub queued: usize,
 }

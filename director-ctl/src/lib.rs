@@ -22,6 +22,7 @@ pub mod redirect;
 pub mod rrl;
 pub mod runtime;
 pub mod ui;
+pub mod web;
 
 /// The XDP object, built by build.rs from director-ebpf.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("DIRECTOR_EBPF_OBJ"));

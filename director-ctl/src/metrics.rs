@@ -21,7 +21,18 @@ use crate::kernel::Maps;
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
+    /// Loopback unless given: who may scrape from elsewhere is `[web]`'s to say.
+    #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+}
+
+/// Where `[metrics]`, `[ui]` and an edge's `--metrics-listen` listen when they are not told:
+/// loopback, the port the Debian package's config uses.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9273);
+
+pub fn default_listen() -> SocketAddr {
+    DEFAULT_LISTEN
 }
 
 /// What `run` knows of its table, for the metrics.
@@ -51,6 +62,8 @@ pub struct LiveTable {
     pub rtt: Vec<(String, usize)>,
     /// Agents whose last poll failed.
     pub agents_failing: usize,
+    /// BMP sessions refused: (from an address not in `bmp_allow`, past `bmp_max_sessions`).
+    pub bmp_refused: (u64, u64),
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -173,9 +186,6 @@ fn impact_query(req: &Request<Bytes>) -> Result<RunQuery, String> {
     })
 }
 
-/// How long a client may take to send a request's head.
-const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Largest candidate config `POST /impact` takes (a full-scale config is a few KiB).
 pub const IMPACT_BODY_LIMIT: usize = 1 << 20;
 
@@ -281,29 +291,27 @@ pub struct Serves {
     pub ui: Option<f64>,
 }
 
-/// Binds `listen` now (so a taken port is an error at start) and serves from a thread.
-pub fn serve(listen: SocketAddr, src: Sources, serves: Serves) -> Result<()> {
+/// Binds `listen` now (so a taken port is an error at start) and serves from a thread,
+/// each connection through `guard` (`[web]`: TLS, credentials).
+pub fn serve(
+    listen: SocketAddr,
+    src: Sources,
+    serves: Serves,
+    guard: Arc<crate::web::Guard>,
+) -> Result<()> {
     let section = if serves.metrics { "[metrics]" } else { "[ui]" };
     let std_listener = std::net::TcpListener::bind(listen)
         .with_context(|| format!("{section} listen {listen}: cannot bind"))?;
     std_listener.set_nonblocking(true)?;
+    if let Some(w) = guard.exposure(&format!("{section} listen"), listen) {
+        log::warn!("{w}");
+    }
     let name = if serves.metrics { "metrics" } else { "ui" };
-    crate::runtime::spawn(name, name, move || accept(std_listener, src, serves))?;
-    Ok(())
-}
-
-async fn accept(l: std::net::TcpListener, src: Sources, serves: Serves) {
-    crate::runtime::accept(l, move |stream, _| {
-        let src = src.clone();
+    crate::runtime::spawn(name, name, move || {
         let respond = move |req: Request<Bytes>| respond(&req, &src, serves);
-        Some(crate::runtime::http1_with_body(
-            stream,
-            HEAD_TIMEOUT,
-            IMPACT_BODY_LIMIT,
-            respond,
-        ))
-    })
-    .await;
+        crate::web::server::serve(std_listener, guard, IMPACT_BODY_LIMIT, respond)
+    })?;
+    Ok(())
 }
 
 fn respond(req: &Request<Bytes>, src: &Sources, serves: Serves) -> Response<Full<Bytes>> {
@@ -596,6 +604,19 @@ pub fn render(src: &Sources) -> Result<String> {
                 .with_label_values(&[name.as_str()])
                 .set(f64::from(u8::from(*s)));
             routes.with_label_values(&[name.as_str()]).set(*n as f64);
+        }
+        let refused = counter(
+            &reg,
+            "director_bmp_refused_total",
+            "BMP sessions closed before their first message, by reason (not_allowed: not in \
+             [bgp] bmp_allow; over_cap: bmp_max_sessions reached).",
+            &["reason"],
+        )?;
+        for (reason, n) in [
+            ("not_allowed", l.bmp_refused.0),
+            ("over_cap", l.bmp_refused.1),
+        ] {
+            refused.with_label_values(&[reason]).inc_by(n);
         }
         single(
             &reg,

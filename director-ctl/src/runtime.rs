@@ -76,37 +76,3 @@ where
     }
     let _ = b.serve_connection(io, svc).await;
 }
-
-/// Like [`http1`], over any stream (TLS or not), for a `respond` that takes the request's
-/// body too: read whole before it is called, and refused (413) past `limit` bytes, so a
-/// client cannot make the listener hold more than that per request.
-pub async fn http1_with_body<S, R>(stream: S, head_timeout: Duration, limit: usize, respond: R)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    R: Fn(Request<Bytes>) -> Response<Full<Bytes>> + Clone + Send + 'static,
-{
-    use http_body_util::BodyExt;
-    let io = hyper_util::rt::TokioIo::new(stream);
-    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let respond = respond.clone();
-        async move {
-            let (parts, body) = req.into_parts();
-            let r = match http_body_util::Limited::new(body, limit).collect().await {
-                Ok(b) => respond(Request::from_parts(parts, b.to_bytes())),
-                Err(_) => {
-                    let mut r = Response::new(Full::new(Bytes::from(format!(
-                        "the request's body is over {limit} bytes, or was cut off\n"
-                    ))));
-                    *r.status_mut() = hyper::StatusCode::PAYLOAD_TOO_LARGE;
-                    r
-                }
-            };
-            Ok::<_, Infallible>(r)
-        }
-    });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(head_timeout)
-        .serve_connection(io, svc)
-        .await;
-}

@@ -16,6 +16,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use director_common::select::Mode;
+use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::engine::{Metric, Policy};
@@ -76,6 +77,27 @@ pub struct Bgp {
     /// (GoBGP) counts as synced.
     #[serde(default = "Bgp::default_quiet")]
     pub quiet: u64,
+    /// Routers (addresses or prefixes) whose BMP sessions are taken; any other is closed
+    /// before its first message is read. Default: the sites' `bmp_router` addresses.
+    #[serde(default, deserialize_with = "nets")]
+    pub bmp_allow: Vec<IpNet>,
+    /// BMP sessions at once at most; past it a new router's session is closed.
+    #[serde(default = "Bgp::default_max_sessions")]
+    pub bmp_max_sessions: usize,
+}
+
+/// Addresses or prefixes: an address alone is its /32 or /128.
+fn nets<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<IpNet>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| {
+            t.parse::<IpNet>()
+                .map(|n| n.trunc())
+                .or_else(|_| t.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| serde::de::Error::custom(format!("{t:?} is not an address or prefix")))
+        })
+        .collect()
 }
 
 impl Bgp {
@@ -85,6 +107,38 @@ impl Bgp {
     fn default_quiet() -> u64 {
         5
     }
+    fn default_max_sessions() -> usize {
+        64
+    }
+
+    /// The routers whose sessions are taken: `bmp_allow`, else every site's `bmp_router`
+    /// when each is an address. A site naming its router by sysName (known only once the
+    /// session is open) leaves no address to allow: then `bmp_allow` must be given.
+    pub fn allowed(&self, sites: &[Site]) -> Result<Vec<IpNet>> {
+        if !self.bmp_allow.is_empty() {
+            return Ok(self.bmp_allow.clone());
+        }
+        let mut nets = Vec::new();
+        for s in sites {
+            let Some(r) = &s.bmp_router else { continue };
+            match r.parse::<IpAddr>() {
+                Ok(a) => nets.push(IpNet::from(a.to_canonical())),
+                Err(_) => bail!(
+                    "[bgp]: set bmp_allow (the routers' addresses or prefixes): site {:?} \
+                     names its bmp_router {r:?} by name, so its address is not known",
+                    s.name
+                ),
+            }
+        }
+        if nets.is_empty() {
+            bail!(
+                "[bgp]: set bmp_allow (the routers' addresses or prefixes): bmp_listen takes \
+                 sessions only from the routers it lists, or from the sites' bmp_router \
+                 addresses, and no site names one"
+            );
+        }
+        Ok(nets)
+    }
 }
 
 impl Default for Bgp {
@@ -93,6 +147,8 @@ impl Default for Bgp {
             bmp_listen: None,
             hold: Bgp::default_hold(),
             quiet: Bgp::default_quiet(),
+            bmp_allow: Vec::new(),
+            bmp_max_sessions: Bgp::default_max_sessions(),
         }
     }
 }
@@ -126,6 +182,17 @@ pub struct Rtt {
     /// `prefix,address` lines: the host to probe for a prefix (else its first host).
     #[serde(default)]
     pub probe_targets: Option<PathBuf>,
+    /// CA certificates (PEM) the `https://` agents' certificates are verified against.
+    #[serde(default)]
+    pub agent_ca: Option<PathBuf>,
+    /// This controller's client certificate and key (PEM) for agents that require one.
+    #[serde(default)]
+    pub agent_cert: Option<PathBuf>,
+    #[serde(default)]
+    pub agent_key: Option<PathBuf>,
+    /// A file whose first line is the bearer token the agents take (sent only over TLS).
+    #[serde(default)]
+    pub agent_token_file: Option<PathBuf>,
 }
 
 /// The most prefixes `[rtt] probe` may ask of the agents per poll (an agent takes at most
@@ -155,6 +222,10 @@ impl Default for Rtt {
             expire: Rtt::default_expire(),
             probe: 0,
             probe_targets: None,
+            agent_ca: None,
+            agent_cert: None,
+            agent_key: None,
+            agent_token_file: None,
         }
     }
 }
@@ -310,6 +381,17 @@ impl Config {
         }
         self.rtt.files.iter_mut().for_each(fix);
         self.rtt.probe_targets.iter_mut().for_each(fix);
+        for p in [
+            &mut self.rtt.agent_ca,
+            &mut self.rtt.agent_cert,
+            &mut self.rtt.agent_key,
+            &mut self.rtt.agent_token_file,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            fix(p);
+        }
     }
 
     /// Every data file the config reads (after [`Config::resolve_paths`]).
@@ -374,6 +456,25 @@ impl Config {
         }
         for url in &self.rtt.agents {
             agent_url(url).with_context(|| format!("[rtt] agents: {url:?}"))?;
+            let tls = url.starts_with("https://");
+            if tls && self.rtt.agent_ca.is_none() {
+                bail!("[rtt] agents: {url:?} is https: give agent_ca to verify it by");
+            }
+            if !tls && self.rtt.agent_token_file.is_some() {
+                bail!(
+                    "[rtt] agents: {url:?} is plain http, and agent_token_file is set: a token \
+                     is sent only over TLS (https://)"
+                );
+            }
+        }
+        if self.rtt.agent_cert.is_some() != self.rtt.agent_key.is_some() {
+            bail!("[rtt]: agent_cert and agent_key go together");
+        }
+        if self.bgp.bmp_listen.is_some() {
+            self.bgp.allowed(&self.sites)?;
+            if self.bgp.bmp_max_sessions == 0 {
+                bail!("[bgp]: bmp_max_sessions is at least 1");
+            }
         }
         if !(self.rtt.poll >= 0.1 && self.rtt.poll <= 3600.0) {
             bail!(
@@ -439,7 +540,8 @@ impl Config {
 pub fn agent_url(url: &str) -> Result<(SocketAddr, String)> {
     let rest = url
         .strip_prefix("http://")
-        .context("give http://address:port/path")?;
+        .or_else(|| url.strip_prefix("https://"))
+        .context("give http://address:port/path (or https://)")?;
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/rtt"),

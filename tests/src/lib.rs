@@ -11,6 +11,7 @@ pub mod netns;
 pub mod nginx;
 pub mod packets;
 pub mod pins;
+pub mod pki;
 pub mod routers;
 pub mod rtt;
 pub mod tempdir;

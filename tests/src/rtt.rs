@@ -488,3 +488,38 @@ pub fn assert_published_near(server: &str, published_ms: f64, path_ms: f64) {
         "{server}: {published_ms} ms published over a {path_ms} ms path"
     );
 }
+
+/// One request with `client` (TLS and a credential, as the controller sends them) from
+/// inside the namespace `ns`: the body of a 200 answer, else the error (the status, or
+/// the failed handshake).
+pub fn request_with_in(
+    ns: &str,
+    agent: SocketAddr,
+    client: &director_ctl::web::Client,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Result<String, String> {
+    let (ns, client, method, path, body) = (
+        ns.to_string(),
+        client.clone(),
+        method.to_string(),
+        path.to_string(),
+        body.to_string(),
+    );
+    std::thread::spawn(move || {
+        enter(&ns).map_err(|e| e.to_string())?;
+        client
+            .request(
+                agent,
+                &method,
+                &path,
+                body.as_bytes(),
+                Duration::from_secs(5),
+            )
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| format!("{e:#}"))
+    })
+    .join()
+    .map_err(|_| "the requesting thread panicked".to_string())?
+}

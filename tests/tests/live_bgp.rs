@@ -311,3 +311,80 @@ fn a_slice_of_the_real_table_is_taken_and_decided() {
     );
     s.run.assert_alive();
 }
+
+/// A BMP session from an address not in `bmp_allow` (by default the sites' `bmp_router`
+/// addresses) is closed before its first message is read, logged and counted; nothing it
+/// sent reaches the routes, and the listed router still syncs and steers.
+#[test]
+fn a_session_from_an_address_not_allowed_is_closed_unread_and_counted() {
+    use director_plan::inputs::bmp::encode::{ann, eor, initiation, peer, peer_up, route};
+    use director_plan::inputs::bmp::Policy;
+    use std::io::{Read, Write};
+
+    let mut s = setup("allow", RouterKind::Gobgp, 300);
+    // An intruder in the edge namespace, from 127.0.0.1: a whole dump of its own.
+    let p = peer("192.0.2.66", 64666, Policy::Pre);
+    let dump = [
+        initiation("intruder"),
+        peer_up(&p, 64666, &[1]),
+        route(&p, &ann(&[CLIENT], &[64666])),
+        eor(&p, false),
+    ]
+    .concat();
+    let ns = s.lab.edge_ns.clone();
+    let closed = std::thread::spawn(move || {
+        director_tests::delay::enter(&ns).expect("entering the edge namespace");
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("a socket");
+        sock.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .expect("binding 127.0.0.1");
+        let to = std::net::SocketAddr::new(COLLECTOR.parse().unwrap(), BMP_PORT);
+        sock.connect(&to.into()).expect("connecting to bmp_listen");
+        let mut c: std::net::TcpStream = sock.into();
+        let _ = c.write_all(&dump);
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 16];
+        match c.read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    })
+    .join()
+    .expect("the intruder's thread");
+    assert!(closed, "the session from 127.0.0.1 was not closed");
+    s.run.wait_for(
+        "BMP session from 127.0.0.1 refused: not in [bgp] bmp_allow",
+        1,
+        Duration::from_secs(5),
+    );
+    let samples =
+        director_tests::metrics::scrape(&s.lab.edge_ns, &format!("127.0.0.1:{}", s.metrics_port))
+            .unwrap();
+    let refused = |reason| {
+        director_tests::metrics::value(
+            &samples,
+            "director_bmp_refused_total",
+            &[("reason", reason)],
+        )
+    };
+    assert_eq!(refused("not_allowed"), Some(1.0));
+    assert_eq!(refused("over_cap"), Some(0.0));
+    let routers: Vec<&String> = samples
+        .iter()
+        .filter(|(m, _, _)| m == "director_bmp_session_up")
+        .flat_map(|(_, l, _)| l.iter().map(|(_, v)| v))
+        .collect();
+    assert!(
+        routers.len() == 1
+            && !routers
+                .iter()
+                .any(|r| *r == "intruder" || *r == "127.0.0.1"),
+        "only the listed router has a session: {routers:?}"
+    );
+    assert_eq!(answer(&s.lab, CLIENT), Y_V4, "no route taken");
+    // The listed router still steers.
+    s.routers.announce(PREFIX, &[64501], None, None);
+    until(&s.lab, CLIENT, X_V4, Duration::from_secs(5));
+    s.run.assert_alive();
+}

@@ -9,6 +9,7 @@
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,12 +17,14 @@ use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
 use director_ctl::api::{ProbeAccepted, RttCounters, RttReport};
+use director_ctl::web::{Client, Credential};
 use director_tests::config::Doc;
 use director_tests::delay::{enter, DelayLink};
 use director_tests::netns::{Controller, Lab};
+use director_tests::pki::{hash_password, Pki};
 use director_tests::rtt::{
     agent_in, assert_published_near, explain, explain_text, free_port, into_next_window, live_rtt,
-    report_in, request_in, spawn_agent, wait_served, Cgroup, Process,
+    report_in, request_in, request_with_in, spawn_agent, wait_served, Cgroup, Process,
 };
 use director_tests::tempdir::{replace_file, TempDir};
 
@@ -65,35 +68,86 @@ struct Site {
     agent: Process,
     listen: SocketAddr,
     _cgroup: Cgroup,
+    /// How the test reaches an agent with `--web-config` (TLS, a credential).
+    client: Option<Client>,
 }
 
-fn site(tag: &str, one_way_ms: u64, rate: f64) -> Site {
-    let link = DelayLink::new(
-        &[CLIENT.parse().unwrap(), CLIENT6.parse().unwrap()],
-        &[SERVER.parse().unwrap(), SERVER6.parse().unwrap()],
-        Duration::from_millis(one_way_ms),
-    );
-    let cgroup = Cgroup::new(&format!("rp-{tag}"));
-    let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let log = std::env::temp_dir().join(format!("rp-agent-{}-{tag}.log", std::process::id()));
-    let mut agent = agent_in(&link.server_ns, tag, &cgroup);
+/// The documentation ranges the tests' clients are in: not global unicast, so the agents
+/// probe them only by the lab's override.
+const LAB_RANGES: [&str; 4] = [
+    "192.0.2.0/24",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "2001:db8::/32",
+];
+
+fn agent_command(link: &DelayLink, tag: &str, cgroup: &Cgroup, rate: f64) -> Command {
+    let mut agent = agent_in(&link.server_ns, tag, cgroup);
     agent
         .args(["--probe-rate", &rate.to_string()])
         .args(["--probe-timeout-ms", &TIMEOUT_MS.to_string()]);
+    for r in LAB_RANGES {
+        agent.args(["--probe-allow", r]);
+    }
+    agent
+}
+
+fn delay_line(one_way_ms: u64) -> DelayLink {
+    DelayLink::new(
+        &[CLIENT.parse().unwrap(), CLIENT6.parse().unwrap()],
+        &[SERVER.parse().unwrap(), SERVER6.parse().unwrap()],
+        Duration::from_millis(one_way_ms),
+    )
+}
+
+fn site(tag: &str, one_way_ms: u64, rate: f64) -> Site {
+    site_with(tag, one_way_ms, rate, None)
+}
+
+/// [`site`], the agent given `--web-config` and reached with `client` when `web` says so.
+fn site_with(tag: &str, one_way_ms: u64, rate: f64, web: Option<(&Path, Client)>) -> Site {
+    let link = delay_line(one_way_ms);
+    let cgroup = Cgroup::new(&format!("rp-{tag}"));
+    let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let log = std::env::temp_dir().join(format!("rp-agent-{}-{tag}.log", std::process::id()));
+    let mut agent = agent_command(&link, tag, &cgroup, rate);
+    if let Some((file, _)) = &web {
+        agent.arg("--web-config").arg(file);
+    }
+    let client = web.map(|w| w.1);
     let mut agent = spawn_agent(agent, listen, WINDOW, 250, log);
-    wait_served(&mut agent, || report_in(&link.server_ns, listen));
+    let ns = link.server_ns.clone();
+    match &client {
+        None => wait_served(&mut agent, || report_in(&ns, listen)),
+        Some(c) => wait_served(&mut agent, || {
+            request_with_in(&ns, listen, c, "GET", "/rtt", "")
+                .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+                .map_err(std::io::Error::other)
+        }),
+    }
     Site {
         link,
         agent,
         listen,
         _cgroup: cgroup,
+        client,
     }
 }
 
 impl Site {
+    fn get(&self, method: &str, path: &str, body: &str) -> Result<String, String> {
+        match &self.client {
+            None => request_in(&self.link.server_ns, self.listen, method, path, body)
+                .map_err(|e| e.to_string()),
+            Some(c) => request_with_in(&self.link.server_ns, self.listen, c, method, path, body),
+        }
+    }
+
     fn report(&self) -> RttReport {
-        report_in(&self.link.server_ns, self.listen)
-            .unwrap_or_else(|e| panic!("GET /rtt failed: {e}: {}", self.agent.log()))
+        let text = self
+            .get("GET", "/rtt", "")
+            .unwrap_or_else(|e| panic!("GET /rtt failed: {e}: {}", self.agent.log()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"))
     }
 
     fn ask(&self, targets: &[(&str, &str)]) -> ProbeAccepted {
@@ -102,7 +156,8 @@ impl Site {
             .map(|(p, a)| format!(r#"{{"prefix":"{p}","address":"{a}"}}"#))
             .collect();
         let body = format!(r#"{{"targets":[{}]}}"#, t.join(","));
-        let got = request_in(&self.link.server_ns, self.listen, "POST", "/probe", &body)
+        let got = self
+            .get("POST", "/probe", &body)
             .unwrap_or_else(|e| panic!("agent {}: {e}", self.listen));
         serde_json::from_str(&got).unwrap_or_else(|e| panic!("{got}: {e}"))
     }
@@ -394,9 +449,31 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
     let dir = TempDir::new("dlrp", "e2e");
     let lab = Lab::new();
     lab.attach();
+    // The agents take requests over TLS with a bearer token only, as the controller sends
+    // them (`[rtt] agent_ca`, `agent_token_file`).
+    let pki = Pki::new(dir.root(), &[]);
+    const TOKEN: &str = "e2e-token-8c2f0d4b7a61";
+    let web = pki.web_config(
+        dir.root(),
+        "agent-web.toml",
+        &format!(
+            "[bearer_tokens]
+controller = {:?}
+",
+            hash_password(TOKEN)
+        ),
+    );
+    let client = || {
+        Client::new(
+            Some(pki.ca.as_path()),
+            None,
+            Credential::Bearer(TOKEN.into()),
+        )
+        .unwrap()
+    };
     // a is 40 ms from the client, b 60 ms; no client ever connects: only probes measure.
-    let a = site("a", 20, 20.0);
-    let b = site("b", 30, 20.0);
+    let a = site_with("a", 20, 20.0, Some((web.as_path(), client())));
+    let b = site_with("b", 30, 20.0, Some((web.as_path(), client())));
     let mut forwards = Vec::new();
     let mut urls = Vec::new();
     for s in [&a, &b] {
@@ -408,15 +485,21 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
             &s.link.server_ns,
             s.listen,
         ));
-        urls.push(format!("http://{listen}/rtt"));
+        urls.push(format!("https://{listen}/rtt"));
     }
+    let token_file = dir.path("agent-token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let metrics = "127.0.0.1:19190";
     let mut c = Doc::two_sites();
     c.add(&format!(
-        "[rtt]\nagents = [{:?}, {:?}]\npoll = 0.5\nmin_samples = 3\nexpire = 30\nprobe = 8\n\n\
+        "[rtt]\nagents = [{:?}, {:?}]\npoll = 0.5\nmin_samples = 3\nexpire = 30\nprobe = 8\n\
+         agent_ca = {:?}\nagent_token_file = {:?}\n\n\
          [demand]\ninterval = 1.0\nsample = 1\n\n\
          [metrics]\nlisten = {metrics:?}\n",
-        urls[0], urls[1]
+        urls[0],
+        urls[1],
+        pki.ca.display().to_string(),
+        token_file.display().to_string()
     ));
     let cfg = dir.path("director.toml");
     replace_file(&cfg, &c.text());
@@ -482,4 +565,257 @@ fn run_asks_the_agents_to_probe_where_demand_is_and_decides_by_it() {
         "only the client /24, re-asked at most every 15 s: {c:?}"
     );
     run.assert_alive();
+}
+
+/// nftables in the agent's (server) namespace: every probe the agent would send (a TCP SYN,
+/// an ICMP echo request) is counted; those not to the client's addresses are dropped as
+/// well, so that nothing could leave the test's namespaces even if a refusal failed.
+const GUARD_OUT: &str = "table inet rpguard {\n counter to_client { }\n counter elsewhere { }\n \
+    chain out {\n  type filter hook output priority 0; policy accept;\n  \
+    ip daddr 203.0.113.1 tcp flags & (syn | ack) == syn counter name to_client\n  \
+    ip daddr 203.0.113.1 icmp type echo-request counter name to_client\n  \
+    ip6 daddr 2001:db8:5::1 tcp flags & (syn | ack) == syn counter name to_client\n  \
+    tcp flags & (syn | ack) == syn ip daddr != 203.0.113.1 tcp dport { 80, 443 } counter name elsewhere drop\n  \
+    tcp flags & (syn | ack) == syn ip6 daddr != 2001:db8:5::1 tcp dport { 80, 443 } counter name elsewhere drop\n  \
+    icmp type echo-request ip daddr != 203.0.113.1 counter name elsewhere drop\n  \
+    icmpv6 type echo-request counter name elsewhere drop\n }\n}\n";
+
+fn nft_in(ns: &str, rules: &str) {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running nft");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rules.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn nft_count(ns: &str, table: &str, name: &str) -> u64 {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "nft", "list", "counter", "inet", table, name,
+        ])
+        .output()
+        .expect("nft list counter");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no packets in {text:?}"))
+}
+
+/// The report's counters once the window under way has closed (they are published then):
+/// what the agent counted up to now.
+fn counters_after_a_window(s: &Site) -> RttCounters {
+    let w = WINDOW * 1000;
+    let now = director_tests::rtt::now_ms();
+    sleep(Duration::from_millis((now / w + 1) * w - now + 600));
+    s.report().counters
+}
+
+#[test]
+fn an_agent_beyond_loopback_needs_credentials_and_probes_only_global_units() {
+    let dir = TempDir::new("dlrp", "auth");
+    let pki = Pki::new(dir.root(), &[SERVER]);
+    const TOKEN: &str = "agent-token-4f1e9b";
+    let link = delay_line(5);
+    let cgroup = Cgroup::new("rp-auth");
+    let listen: SocketAddr = (SERVER.parse::<IpAddr>().unwrap(), free_port()).into();
+
+    // Beyond loopback without credentials: refused at start, with the reason.
+    let log = dir.path("plain.log");
+    let mut plain = spawn_agent(
+        agent_command(&link, "auth", &cgroup, 10.0),
+        listen,
+        WINDOW,
+        250,
+        log,
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = plain.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent started: {}",
+            plain.log()
+        );
+        sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    assert!(plain.log().contains("is not loopback"), "{}", plain.log());
+    drop(plain);
+
+    // TLS and a bearer token.
+    let web = pki.web_config(
+        dir.root(),
+        "token.toml",
+        &format!("[bearer_tokens]\ncontroller = {:?}\n", hash_password(TOKEN)),
+    );
+    nft_in(&link.server_ns, GUARD_OUT);
+    let with = |credential| Client::new(Some(pki.ca.as_path()), None, credential).unwrap();
+    let mut cmd = agent_command(&link, "auth", &cgroup, 10.0);
+    cmd.arg("--web-config").arg(&web);
+    let mut agent = spawn_agent(cmd, listen, WINDOW, 250, dir.path("token.log"));
+    let good = with(Credential::Bearer(TOKEN.into()));
+    let ns = link.server_ns.clone();
+    wait_served(&mut agent, || {
+        request_with_in(&ns, listen, &good, "GET", "/rtt", "")
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+            .map_err(std::io::Error::other)
+    });
+    let s = Site {
+        link,
+        agent,
+        listen,
+        _cgroup: cgroup,
+        client: Some(good),
+    };
+    let probe_body = |targets: &[(&str, &str)]| {
+        let t: Vec<String> = targets
+            .iter()
+            .map(|(p, a)| format!(r#"{{"prefix":"{p}","address":"{a}"}}"#))
+            .collect();
+        format!(r#"{{"targets":[{}]}}"#, t.join(","))
+    };
+    let valid = probe_body(&[(CLIENT_NET, CLIENT)]);
+    // No token, a wrong one, plain HTTP: refused, and nothing probed.
+    for (what, c) in [
+        ("no token", with(Credential::None)),
+        (
+            "a wrong token",
+            with(Credential::Bearer("agent-token-4f1e9c".into())),
+        ),
+    ] {
+        for (method, path, body) in [("GET", "/rtt", ""), ("POST", "/probe", valid.as_str())] {
+            let e =
+                request_with_in(&s.link.server_ns, listen, &c, method, path, body).expect_err(what);
+            assert!(e.contains("401"), "{what}: {method} {path}: {e}");
+        }
+    }
+    let e = request_in(&s.link.server_ns, listen, "POST", "/probe", &valid).expect_err("plain");
+    assert!(!e.to_string().contains("accepted"), "{e}");
+    let c = counters_after_a_window(&s);
+    assert_eq!(c.probed, 0, "{c:?}");
+    assert!(c.unauthorized >= 4, "{c:?}");
+    assert!(c.handshakes_refused >= 1, "{c:?}");
+
+    // With the token: what is not a global unicast /24 or /48 is refused and counted, and
+    // no packet goes out for it.
+    let forbidden = [
+        ("10.0.0.0/8", "10.0.0.1"),
+        ("10.1.2.0/24", "10.1.2.3"),
+        ("192.168.1.0/24", "192.168.1.1"),
+        ("fe80::/10", "fe80::1"),
+        ("fe80::/48", "fe80::1"),
+        ("203.0.0.0/16", "203.0.113.1"),
+        ("127.0.0.0/24", "127.0.0.1"),
+        ("224.0.0.0/24", "224.0.0.1"),
+        ("8.8.8.0/24", "8.8.4.4"),
+    ];
+    let a = s.ask(&forbidden);
+    assert_eq!(
+        (
+            a.accepted,
+            a.refused,
+            a.refused_not_unit,
+            a.refused_not_global,
+            a.refused_outside
+        ),
+        (0, 9, 3, 5, 1),
+        "{a:?}"
+    );
+    sleep(Duration::from_millis(500));
+    assert_eq!(nft_count(&s.link.server_ns, "rpguard", "elsewhere"), 0);
+    assert_eq!(nft_count(&s.link.server_ns, "rpguard", "to_client"), 0);
+    let c = counters_after_a_window(&s);
+    assert_eq!(c.probed, 0, "{c:?}");
+    assert_eq!(
+        (
+            c.probe_refused,
+            c.probe_refused_not_unit,
+            c.probe_refused_not_global,
+            c.probe_refused_outside
+        ),
+        (9, 3, 5, 1),
+        "{c:?}"
+    );
+    // The lab's own /24, by --probe-allow: probed (so the counters above would see one).
+    let a = s.ask(&[(CLIENT_NET, CLIENT)]);
+    assert_eq!(a.accepted, 1, "{a:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while nft_count(&s.link.server_ns, "rpguard", "to_client") == 0 {
+        assert!(Instant::now() < deadline, "the allowed probe never left");
+        sleep(Duration::from_millis(50));
+    }
+    assert_eq!(nft_count(&s.link.server_ns, "rpguard", "elsewhere"), 0);
+    drop(s);
+
+    // Mutual TLS: no certificate, or one from another CA, fails the handshake.
+    let link = delay_line(5);
+    let cgroup = Cgroup::new("rp-mtls");
+    let listen: SocketAddr = (SERVER.parse::<IpAddr>().unwrap(), free_port()).into();
+    let web = pki.web_config(
+        dir.root(),
+        "mtls.toml",
+        &format!("client_ca = {:?}\n", pki.ca.display().to_string()),
+    );
+    let mut cmd = agent_command(&link, "mtls", &cgroup, 10.0);
+    cmd.arg("--web-config").arg(&web);
+    let mut agent = spawn_agent(cmd, listen, WINDOW, 250, dir.path("mtls.log"));
+    let mine = Client::new(
+        Some(pki.ca.as_path()),
+        Some((pki.client_cert.as_path(), pki.client_key.as_path())),
+        Credential::None,
+    )
+    .unwrap();
+    let ns = link.server_ns.clone();
+    wait_served(&mut agent, || {
+        request_with_in(&ns, listen, &mine, "GET", "/rtt", "")
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+            .map_err(std::io::Error::other)
+    });
+    let theirs = Client::new(
+        Some(pki.ca.as_path()),
+        Some((
+            pki.other_client_cert.as_path(),
+            pki.other_client_key.as_path(),
+        )),
+        Credential::None,
+    )
+    .unwrap();
+    for (what, c) in [
+        ("no certificate", with(Credential::None)),
+        ("another CA's", theirs),
+    ] {
+        let e = request_with_in(&ns, listen, &c, "POST", "/probe", &valid).expect_err(what);
+        assert!(
+            !e.contains("HTTP status"),
+            "{what}: got an HTTP answer: {e}"
+        );
+    }
+    let s = Site {
+        link,
+        agent,
+        listen,
+        _cgroup: cgroup,
+        client: Some(mine),
+    };
+    let c = counters_after_a_window(&s);
+    assert_eq!(c.probed, 0, "{c:?}");
+    assert!(c.handshakes_refused >= 2, "{c:?}");
 }

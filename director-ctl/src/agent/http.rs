@@ -2,17 +2,17 @@
 //! (the shared runtime: tokio, hyper), so a slow poller never delays a drain; and
 //! `POST /probe`, the controller's prefixes to probe ([`super::probe`]).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use anyhow::{bail, Context, Result};
+use http_body_util::Full;
+use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::probe::Prober;
 use crate::api::{ProbeRequest, RttReport, VERSION};
+use crate::web::Guard;
 
 /// The largest `POST /probe` body taken: [`super::probe::MAX_REQUEST`] targets are a few
 /// tens of kB.
@@ -34,36 +34,45 @@ pub fn empty(site: &str, window_s: u64) -> Shared {
     }))
 }
 
-/// Binds `listen` now (a taken port is an error at start) and serves from a thread;
-/// `POST /probe` goes to `prober` (`None`: probes are off, 404).
-pub fn serve(listen: SocketAddr, shared: Shared, prober: Option<Arc<Prober>>) -> Result<()> {
+/// Refuses `listen` beyond loopback unless `guard` takes a client certificate or a
+/// credential over TLS.
+pub fn exposed(listen: SocketAddr, guard: &Guard) -> Result<()> {
+    if !listen.ip().is_loopback() && !guard.authenticates_over_tls() {
+        bail!(
+            "--listen {listen} is not loopback: beyond it the agent answers only over TLS \
+             with a client certificate or a bearer token; give --web-config FILE with \
+             tls_cert, tls_key and client_ca or bearer_tokens (docs/security.md), or listen \
+             on 127.0.0.1"
+        );
+    }
+    Ok(())
+}
+
+/// Binds `listen` now (a taken port is an error at start) and serves from a thread, each
+/// connection through `guard` (`--web-config`); `POST /probe` goes to `prober` (`None`:
+/// probes are off, 404). Beyond loopback the agent serves only over TLS with a client
+/// certificate or a credential: whoever reaches it could otherwise read what its site
+/// measures and make it probe.
+pub fn serve(
+    listen: SocketAddr,
+    shared: Shared,
+    prober: Option<Arc<Prober>>,
+    guard: Arc<Guard>,
+) -> Result<()> {
+    exposed(listen, &guard)?;
     let l = std::net::TcpListener::bind(listen)
         .with_context(|| format!("--listen {listen}: cannot bind"))?;
     l.set_nonblocking(true)?;
     crate::runtime::spawn("agent-http", "the agent's HTTP server", move || {
-        crate::runtime::accept(l, move |stream, _| {
-            Some(connection(stream, shared.clone(), prober.clone()))
-        })
-    })
-}
-
-/// One connection; unlike `runtime::http1`, a request's body is read (`POST /probe`).
-async fn connection(stream: tokio::net::TcpStream, shared: Shared, prober: Option<Arc<Prober>>) {
-    let io = hyper_util::rt::TokioIo::new(stream);
-    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let (shared, prober) = (shared.clone(), prober.clone());
-        async move {
-            let r = if req.uri().path() == "/probe" && req.method() == Method::POST {
-                probe(req, prober.as_deref()).await
+        let respond = move |req: Request<Bytes>| {
+            if req.uri().path() == "/probe" && req.method() == Method::POST {
+                probe(req.body(), prober.as_deref())
             } else {
                 respond(&req, &shared)
-            };
-            Ok::<_, Infallible>(r)
-        }
-    });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .serve_connection(io, svc)
-        .await;
+            }
+        };
+        crate::web::server::serve(l, guard, MAX_PROBE_BODY, respond)
+    })
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
@@ -72,21 +81,14 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     r
 }
 
-async fn probe(req: Request<Incoming>, prober: Option<&Prober>) -> Response<Full<Bytes>> {
+fn probe(body: &Bytes, prober: Option<&Prober>) -> Response<Full<Bytes>> {
     let Some(p) = prober else {
         return text(
             StatusCode::NOT_FOUND,
             "probes are off (--probe-rate 0)\n".into(),
         );
     };
-    let body = match Limited::new(req.into_body(), MAX_PROBE_BODY)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("the body: {e}\n")),
-    };
-    let asked: ProbeRequest = match serde_json::from_slice(&body) {
+    let asked: ProbeRequest = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("{NOT_A_REQUEST}: {e}\n")),
     };
@@ -105,7 +107,7 @@ fn json(body: String) -> Response<Full<Bytes>> {
     r
 }
 
-fn respond(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
+fn respond(req: &Request<Bytes>, shared: &Shared) -> Response<Full<Bytes>> {
     let (status, body) = if req.uri().path() != "/rtt" || req.method() != Method::GET {
         (
             StatusCode::NOT_FOUND,

@@ -9,11 +9,14 @@
 
 pub mod http;
 pub mod probe;
+pub mod scope;
 pub mod store;
 pub mod window;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -47,6 +50,10 @@ pub struct Options {
     /// Active probes: targets per second (0: `POST /probe` is refused) and each try's wait.
     pub probe_rate: f64,
     pub probe_timeout_ms: u64,
+    /// `--probe-allow`: special-purpose prefixes a lab may probe all the same.
+    pub probe_allow: Vec<ipnet::IpNet>,
+    /// `--web-config`: TLS and credentials for the listener.
+    pub web: crate::web::WebConfig,
 }
 
 /// Targets waiting to be probed at most (a minute at a high rate; the controller asks
@@ -89,6 +96,8 @@ fn check(o: &Options) -> Result<()> {
 
 pub fn run(o: &Options) -> Result<()> {
     check(o)?;
+    let guard = crate::web::Guard::new(&o.web).context("--web-config")?;
+    http::exposed(o.listen, &guard)?;
     let watch = if !o.observe.is_empty() {
         Watch::Interfaces {
             names: o.observe.clone(),
@@ -112,15 +121,23 @@ pub fn run(o: &Options) -> Result<()> {
             rate: o.probe_rate,
             timeout: Duration::from_millis(o.probe_timeout_ms),
             queue: PROBE_QUEUE,
+            allow: o.probe_allow.clone(),
         };
         Some(probe::Prober::start(&p, stopping).context("starting the prober")?)
     } else {
         None
     };
-    http::serve(o.listen, shared.clone(), prober.clone())?;
+    http::serve(o.listen, shared.clone(), prober.clone(), Arc::clone(&guard))?;
     eprintln!(
-        "director-ctl agent: site {}: measuring {watch}; GET http://{}/rtt",
-        o.site, o.listen
+        "director-ctl agent: site {}: measuring {watch}; GET {}://{}/rtt{}",
+        o.site,
+        guard.scheme(),
+        o.listen,
+        if guard.authenticates() {
+            " (credentials required)"
+        } else {
+            ""
+        }
     );
     let mut windows = Windows::new(
         o.window_s * 1000,
@@ -149,6 +166,8 @@ pub fn run(o: &Options) -> Result<()> {
         counters.no_entry = d.counted.no_entry;
         counters.syn_acks = d.counted.syn_acks;
         counters.lost += d.lost;
+        counters.unauthorized = guard.refused.unauthorized.load(Ordering::Relaxed);
+        counters.handshakes_refused = guard.refused.handshakes.load(Ordering::Relaxed);
         if let Some(p) = &prober {
             for r in p.take() {
                 windows.add_probe(r.prefix, r.rtt_us);

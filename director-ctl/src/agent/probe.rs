@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use ipnet::IpNet;
 
+use super::scope::{self, Refusal};
 use crate::api::{ProbeAccepted, ProbeTarget, RttCounters};
 
 /// Targets one request may name (the controller sends at most `[rtt] probe`).
@@ -38,6 +39,8 @@ pub struct Options {
     pub timeout: Duration,
     /// Targets waiting at most; more are refused.
     pub queue: usize,
+    /// `--probe-allow`: special-purpose prefixes that may be probed all the same.
+    pub allow: Vec<IpNet>,
 }
 
 /// How a probe got its RTT.
@@ -105,16 +108,6 @@ pub fn prefix_of(a: IpAddr) -> IpNet {
     IpNet::new(a, len).map_or_else(|_| IpNet::from(a), |n| n.trunc())
 }
 
-/// Whether `t` may be probed: a unicast host outside this machine, inside its prefix.
-fn acceptable(t: &ProbeTarget) -> bool {
-    let a = t.address;
-    let special = a.is_unspecified()
-        || a.is_loopback()
-        || a.is_multicast()
-        || matches!(a, IpAddr::V4(v) if v.is_broadcast());
-    !special && t.prefix.contains(&a)
-}
-
 /// Targets waiting, and every address queued or under way (asked again, it is not taken
 /// twice).
 #[derive(Debug)]
@@ -122,23 +115,35 @@ pub struct Queue {
     waiting: VecDeque<IpAddr>,
     busy: HashSet<IpAddr>,
     max: usize,
+    /// `--probe-allow`: special-purpose prefixes a lab may probe.
+    allow: Vec<IpNet>,
 }
 
 impl Queue {
-    pub fn new(max: usize) -> Queue {
+    pub fn new(max: usize, allow: Vec<IpNet>) -> Queue {
         Queue {
             waiting: VecDeque::new(),
             busy: HashSet::new(),
             max,
+            allow,
         }
     }
 
-    /// Queues what a request names, up to [`MAX_REQUEST`] of it and the queue's bound.
+    /// Queues what a request names, up to [`MAX_REQUEST`] of it and the queue's bound,
+    /// and only what [`scope::check`] lets be probed.
     pub fn offer(&mut self, targets: &[ProbeTarget]) -> ProbeAccepted {
         let mut a = ProbeAccepted::default();
         for (i, t) in targets.iter().enumerate() {
-            if i >= MAX_REQUEST || !acceptable(t) || self.waiting.len() >= self.max {
+            if let Err(why) = scope::check(t, &self.allow) {
                 a.refused += 1;
+                *match why {
+                    Refusal::NotAUnit => &mut a.refused_not_unit,
+                    Refusal::Outside => &mut a.refused_outside,
+                    Refusal::NotGlobal => &mut a.refused_not_global,
+                } += 1;
+            } else if i >= MAX_REQUEST || self.waiting.len() >= self.max {
+                a.refused += 1;
+                a.refused_bound += 1;
             } else if !self.busy.insert(t.address) {
                 a.duplicate += 1;
             } else {
@@ -174,6 +179,8 @@ pub struct Prober {
     echo: AtomicU64,
     failed: AtomicU64,
     refused: AtomicU64,
+    /// By reason: not a unit, outside its prefix, not global, past a bound.
+    refused_by: [AtomicU64; 4],
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -194,7 +201,7 @@ impl Prober {
             );
         }
         let p = Arc::new(Prober {
-            queue: Mutex::new(Queue::new(o.queue.max(1))),
+            queue: Mutex::new(Queue::new(o.queue.max(1), o.allow.clone())),
             results: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             probed: AtomicU64::new(0),
@@ -203,6 +210,7 @@ impl Prober {
             echo: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            refused_by: Default::default(),
         });
         let (me, rate, timeout) = (Arc::clone(&p), o.rate, o.timeout);
         std::thread::Builder::new()
@@ -215,6 +223,15 @@ impl Prober {
     pub fn offer(&self, targets: &[ProbeTarget]) -> ProbeAccepted {
         let a = lock(&self.queue).offer(targets);
         self.refused.fetch_add(a.refused as u64, Ordering::Relaxed);
+        let by = [
+            a.refused_not_unit,
+            a.refused_outside,
+            a.refused_not_global,
+            a.refused_bound,
+        ];
+        for (n, c) in by.iter().zip(&self.refused_by) {
+            c.fetch_add(*n as u64, Ordering::Relaxed);
+        }
         a
     }
 
@@ -231,6 +248,11 @@ impl Prober {
         c.probe_echo = self.echo.load(Ordering::Relaxed);
         c.probe_failed = self.failed.load(Ordering::Relaxed);
         c.probe_refused = self.refused.load(Ordering::Relaxed);
+        let by = |i: usize| self.refused_by[i].load(Ordering::Relaxed);
+        c.probe_refused_not_unit = by(0);
+        c.probe_refused_outside = by(1);
+        c.probe_refused_not_global = by(2);
+        c.probe_refused_bound = by(3);
     }
 
     /// Starts a probe per token while targets wait and fewer than [`IN_FLIGHT`] run.
@@ -553,12 +575,21 @@ mod tests {
 
     #[test]
     fn the_queue_takes_each_address_once_and_refuses_past_its_bounds() {
-        let mut q = Queue::new(3);
+        let lab: Vec<IpNet> = [
+            "192.0.2.0/24",
+            "198.51.100.0/24",
+            "203.0.113.0/24",
+            "2001:db8::/32",
+        ]
+        .iter()
+        .map(|p| p.parse().unwrap())
+        .collect();
+        let mut q = Queue::new(3, lab.clone());
         let a = q.offer(&[
             target("192.0.2.0/24", "192.0.2.1"),
             target("192.0.2.0/24", "192.0.2.1"),
             target("192.0.2.0/24", "198.51.100.1"),
-            target("192.0.2.0/24", "127.0.0.1"),
+            target("127.0.0.0/24", "127.0.0.1"),
             target("0.0.0.0/0", "0.0.0.0"),
             target("203.0.113.0/24", "203.0.113.1"),
             target("2001:db8::/48", "2001:db8::1"),
@@ -569,6 +600,16 @@ mod tests {
             (3, 1, 4, 3),
             "{a:?}"
         );
+        assert_eq!(
+            (
+                a.refused_outside,
+                a.refused_not_global,
+                a.refused_not_unit,
+                a.refused_bound
+            ),
+            (1, 1, 1, 1),
+            "{a:?}"
+        );
         let first = q.pop().unwrap();
         assert_eq!(first, "192.0.2.1".parse::<IpAddr>().unwrap());
         // Under way, it is still not taken twice; done, it may be asked again.
@@ -576,11 +617,23 @@ mod tests {
         q.done(&first);
         assert_eq!(q.offer(&[target("192.0.2.0/24", "192.0.2.1")]).accepted, 1);
         let many: Vec<ProbeTarget> = (0..MAX_REQUEST + 10)
-            .map(|i| target("10.0.0.0/8", &format!("10.0.{}.{}", i / 250, i % 250 + 1)))
+            .map(|i| {
+                target(
+                    &format!("198.51.{}.0/24", i / 250),
+                    &format!("198.51.{}.{}", i / 250, i % 250 + 1),
+                )
+            })
             .collect();
-        let mut big = Queue::new(10_000);
+        let mut big = Queue::new(10_000, vec!["198.51.0.0/16".parse().unwrap()]);
         let a = big.offer(&many);
-        assert_eq!((a.accepted, a.refused), (MAX_REQUEST, 10));
+        assert_eq!(
+            (a.accepted, a.refused, a.refused_bound),
+            (MAX_REQUEST, 10, 10)
+        );
+        // Without the lab's override the documentation ranges are not probed.
+        let mut strict = Queue::new(10, Vec::new());
+        let a = strict.offer(&[target("192.0.2.0/24", "192.0.2.1")]);
+        assert_eq!((a.accepted, a.refused_not_global), (0, 1));
     }
 
     #[test]

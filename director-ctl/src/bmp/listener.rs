@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use director_plan::inputs::bmp::{Collector, Framer};
+use ipnet::IpNet;
 
 use crate::api::{Event, Log};
 
@@ -28,6 +29,35 @@ struct Shared {
     /// reconnects replaces its old connection, which then ends without touching the session.
     conns: Mutex<HashMap<IpAddr, (u64, TcpStream)>>,
     next_id: AtomicU64,
+    admit: Admit,
+    /// Sessions refused: from an address not allowed, past the cap.
+    refused_not_allowed: AtomicU64,
+    refused_over_cap: AtomicU64,
+}
+
+/// Who may open a session: `[bgp] bmp_allow` (or the sites' `bmp_router` addresses) and
+/// `bmp_max_sessions`. BMP has no authentication of its own, so the address is all there
+/// is to go by; a router's routes decide answers, so nobody else may send any.
+#[derive(Clone, Debug)]
+pub struct Admit {
+    pub allow: Vec<IpNet>,
+    pub max_sessions: usize,
+}
+
+/// Why a session was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    NotAllowed,
+    OverCap,
+}
+
+impl Refused {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refused::NotAllowed => "not_allowed",
+            Refused::OverCap => "over_cap",
+        }
+    }
 }
 
 impl Shared {
@@ -80,6 +110,7 @@ impl Listener {
     /// authentication in BMP.
     pub fn start(
         addr: SocketAddr,
+        admit: Admit,
         collector: Arc<Mutex<Collector>>,
         on_change: impl Fn() + Send + Sync + 'static,
         log: Log,
@@ -94,6 +125,9 @@ impl Listener {
             stop: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            admit,
+            refused_not_allowed: AtomicU64::new(0),
+            refused_over_cap: AtomicU64::new(0),
         });
         let s = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
@@ -105,6 +139,14 @@ impl Listener {
             shared,
             accept: Some(accept),
         })
+    }
+
+    /// Sessions refused since the start: (from an address not allowed, past the cap).
+    pub fn refused(&self) -> (u64, u64) {
+        (
+            self.shared.refused_not_allowed.load(Ordering::Relaxed),
+            self.shared.refused_over_cap.load(Ordering::Relaxed),
+        )
     }
 
     /// The address bound (with the port chosen, if 0 was asked for).
@@ -169,6 +211,34 @@ fn accept_loop(socket: &TcpListener, shared: &Arc<Shared>) {
         }
         // An IPv4 router on a dual-stack socket shows as ::ffff:a.b.c.d; it is a.b.c.d.
         let router = from.ip().to_canonical();
+        if let Some(why) = refuse(shared, router) {
+            // Closed before a byte of it is read: nothing it sent reaches the collector.
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            drop(stream);
+            let (count, text) = match why {
+                Refused::NotAllowed => (
+                    &shared.refused_not_allowed,
+                    format!("BMP session from {router} refused: not in [bgp] bmp_allow"),
+                ),
+                Refused::OverCap => (
+                    &shared.refused_over_cap,
+                    format!(
+                        "BMP session from {router} refused: {} sessions already \
+                         ([bgp] bmp_max_sessions)",
+                        shared.admit.max_sessions
+                    ),
+                ),
+            };
+            count.fetch_add(1, Ordering::Relaxed);
+            shared.log.event(
+                Event::BmpRefused {
+                    router,
+                    reason: why.reason().into(),
+                },
+                text,
+            );
+            continue;
+        }
         if let Err(e) = super::socket::keepalive(&stream) {
             log::warn!("BMP router {router}: {e:#} (a dead router may go unnoticed)");
         }
@@ -193,6 +263,19 @@ fn accept_loop(socket: &TcpListener, shared: &Arc<Shared>) {
             shared.conns().remove(&router);
         }
     }
+}
+
+/// Why `router`'s new session is refused, if it is: its address is not allowed, or the
+/// cap is reached (a router replacing its own session does not count twice).
+fn refuse(shared: &Shared, router: IpAddr) -> Option<Refused> {
+    if !shared.admit.allow.iter().any(|n| n.contains(&router)) {
+        return Some(Refused::NotAllowed);
+    }
+    let conns = shared.conns();
+    if !conns.contains_key(&router) && conns.len() >= shared.admit.max_sessions {
+        return Some(Refused::OverCap);
+    }
+    None
 }
 
 /// One router's connection, from session up to session down.

@@ -13,4 +13,4 @@ mod socket;
 #[cfg(test)]
 mod tests;
 
-pub use listener::Listener;
+pub use listener::{Admit, Listener, Refused};

@@ -9,8 +9,37 @@ use std::time::{Duration, Instant};
 use director_plan::inputs::bmp::encode::{ann, eor, initiation, peer, peer_up, route};
 use director_plan::inputs::bmp::{Collector, Policy, Settings, ViewSpec};
 
-use super::Listener;
+use super::{Admit, Listener};
 use crate::api::Log;
+
+fn loopback() -> Admit {
+    Admit {
+        allow: vec!["127.0.0.1/32".parse().unwrap()],
+        max_sessions: 8,
+    }
+}
+
+/// A connection to `to` from the loopback address `from`.
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(from.parse().unwrap(), 0).into())
+        .unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+/// Whether the listener closed `s` without reading: the next read sees the end (or a
+/// reset), not a timeout.
+fn closed(mut s: TcpStream) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 16];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
 
 fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(10);
@@ -27,6 +56,7 @@ fn bmp_listener_feeds_the_collector_and_marks_stale_on_disconnect() {
     let seen = Arc::clone(&changes);
     let listener = Listener::start(
         "127.0.0.1:0".parse().unwrap(),
+        loopback(),
         Arc::clone(&collector),
         move || {
             seen.fetch_add(1, Ordering::SeqCst);
@@ -90,8 +120,59 @@ fn bmp_listener_feeds_the_collector_and_marks_stale_on_disconnect() {
     });
     // Binding an address in use names it.
     let taken: SocketAddr = listener.local_addr();
-    let e = Listener::start(taken, Arc::clone(&collector), || {}, Log::Text)
+    let e = Listener::start(taken, loopback(), Arc::clone(&collector), || {}, Log::Text)
         .err()
         .unwrap();
     assert!(format!("{e:#}").contains(&taken.to_string()), "{e:#}");
+}
+
+#[test]
+fn sessions_from_addresses_not_allowed_or_past_the_cap_are_closed_unread() {
+    let collector = Arc::new(Mutex::new(Collector::new(Settings::default())));
+    let admit = Admit {
+        allow: vec![
+            "127.0.0.1/32".parse().unwrap(),
+            "127.0.0.2/32".parse().unwrap(),
+        ],
+        max_sessions: 1,
+    };
+    let listener = Listener::start(
+        "127.0.0.1:0".parse().unwrap(),
+        admit,
+        Arc::clone(&collector),
+        || {},
+        Log::Text,
+    )
+    .unwrap();
+    let to = listener.local_addr();
+    let a = peer("10.0.0.1", 65001, Policy::Pre);
+    let dump = [
+        initiation("intruder"),
+        peer_up(&a, 65000, &[1]),
+        route(&a, &ann(&["10.9.0.0/24"], &[65000, 65001])),
+        eor(&a, false),
+    ]
+    .concat();
+    let lock = || collector.lock().unwrap();
+    // Not listed: closed, nothing of it reaches the collector.
+    let mut intruder = connect_from("127.0.0.3", to);
+    let _ = intruder.write_all(&dump);
+    assert!(closed(intruder), "a session not allowed stays open");
+    assert_eq!(listener.refused(), (1, 0));
+    assert!(lock().status(Instant::now()).is_empty());
+    // Listed: taken.
+    let mut first = connect_from("127.0.0.1", to);
+    first.write_all(&dump).unwrap();
+    let r1: IpAddr = "127.0.0.1".parse().unwrap();
+    wait_for("the listed router's End-of-RIB", || lock().synced(r1));
+    // Listed too, but past the cap of one session.
+    let second = connect_from("127.0.0.2", to);
+    assert!(closed(second), "a session past the cap stays open");
+    assert_eq!(listener.refused(), (1, 1));
+    // The same router reconnecting replaces its session: not past the cap.
+    let mut again = connect_from("127.0.0.1", to);
+    again.write_all(&dump).unwrap();
+    wait_for("the reconnected router's End-of-RIB", || lock().synced(r1));
+    assert_eq!(listener.refused(), (1, 1));
+    drop(first);
 }

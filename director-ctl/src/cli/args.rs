@@ -168,6 +168,8 @@ pub(super) enum Cmd {
         /// live BGP routes and agents' RTT included.
         #[arg(long, conflicts_with = "config")]
         run: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        web: super::web::WebClientArgs,
         #[arg(long)]
         service: String,
         #[arg(long)]
@@ -181,6 +183,8 @@ pub(super) enum Cmd {
         /// The `run` to ask (its `[metrics] listen` address).
         #[arg(long)]
         run: std::net::SocketAddr,
+        #[command(flatten)]
+        web: super::web::WebClientArgs,
         /// Only this service.
         #[arg(long)]
         service: Option<String>,
@@ -197,6 +201,8 @@ pub(super) enum Cmd {
         /// The `run` to ask (its `[metrics] listen` address).
         #[arg(long)]
         run: std::net::SocketAddr,
+        #[command(flatten)]
+        web: super::web::WebClientArgs,
         /// How many of the prefixes that move the most to list.
         #[arg(long, default_value_t = 20)]
         top: usize,
@@ -205,6 +211,9 @@ pub(super) enum Cmd {
     },
     /// Print the XDP program's log (needs `attach --log-level debug|info`) until Ctrl-C.
     Log,
+    /// The HTTP listeners' credentials (`[web]`, `--web-config`): make a password's hash.
+    #[command(subcommand)]
+    Web(super::web::WebCmd),
     /// The zones director answers in full: `[[zone]]` in `run`'s config, or a zones file
     /// for `serve`.
     #[command(subcommand)]
@@ -242,9 +251,16 @@ pub(super) enum Cmd {
         /// is forgotten).
         #[arg(long, default_value_t = director_common::rtt::MAX_PENDING_HANDSHAKES, requires = "observe")]
         max_pending: u32,
-        /// Where `GET /rtt` is served.
-        #[arg(long, default_value = "127.0.0.1:9470")]
+        /// Where `GET /rtt` and `POST /probe` are served: ADDR:PORT, or PORT alone for
+        /// 127.0.0.1:PORT. Beyond loopback only with --web-config giving TLS and a client
+        /// CA or bearer tokens.
+        #[arg(long, default_value = "127.0.0.1:9470", value_parser = listen_addr)]
         listen: std::net::SocketAddr,
+        /// TLS and credentials for --listen: a file with the keys of `[web]`
+        /// (docs/config.md): tls_cert, tls_key, and client_ca (mutual TLS) or
+        /// bearer_tokens.
+        #[arg(long, value_name = "FILE")]
+        web_config: Option<PathBuf>,
         /// Window length in seconds; windows start at multiples of it in Unix time.
         #[arg(long, default_value_t = 10)]
         window_s: u64,
@@ -283,6 +299,11 @@ pub(super) enum Cmd {
         /// the 1 s after which the kernel sends a SYN again).
         #[arg(long, default_value_t = 900)]
         probe_timeout_ms: u64,
+        /// Only global unicast /24s and /48s are probed; a lab may let this prefix be
+        /// probed too although it is private or documentation space (repeat for more; never
+        /// loopback, multicast or a wider unit). Off by default.
+        #[arg(long, value_name = "PREFIX")]
+        probe_allow: Vec<ipnet::IpNet>,
     },
     /// Print the completion script for a shell to stdout, e.g.
     /// `director-ctl completions bash > /etc/bash_completion.d/director-ctl`.
@@ -395,9 +416,14 @@ pub(super) struct FleetArgs {
     /// Edge: where its copy of the current version is kept.
     #[arg(long, default_value = "/var/lib/director/fleet")]
     pub(super) state_dir: PathBuf,
-    /// Edge: serve Prometheus text (GET /metrics) here.
-    #[arg(long)]
+    /// Edge: serve Prometheus text (GET /metrics) here: ADDR:PORT, or PORT alone for
+    /// 127.0.0.1:PORT; the flag alone: 127.0.0.1:9273. Credentials and TLS: --web-config.
+    #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, default_missing_value = "127.0.0.1:9273", value_parser = listen_addr)]
     pub(super) metrics_listen: Option<std::net::SocketAddr>,
+    /// Edge: TLS and credentials for --metrics-listen, a file with the keys of `[web]`
+    /// (docs/config.md); publishers and `run` take `[web]` from their config.
+    #[arg(long, value_name = "FILE")]
+    pub(super) web_config: Option<PathBuf>,
     /// Seconds a lease outlives its holder (leadership, liveness, votes).
     #[arg(long, default_value_t = 3)]
     pub(super) lease_seconds: i64,
@@ -410,6 +436,15 @@ pub(super) struct FleetArgs {
     /// Down votes that take a server out (default: a majority of its observers).
     #[arg(long)]
     pub(super) quorum: Option<usize>,
+}
+
+/// A listener's address: ADDR:PORT, or PORT alone for loopback (127.0.0.1:PORT).
+pub(super) fn listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(std::net::SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?}: give ADDR:PORT ([ADDR]:PORT for IPv6) or a port alone"))
 }
 
 /// What names a fleet in the store.

@@ -7,11 +7,12 @@ mod args;
 pub mod generate;
 pub mod print;
 pub mod text;
+mod web;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser};
 use director_common::rrl::{DEFAULT_V4_PREFIX, DEFAULT_V6_PREFIX};
 
@@ -166,6 +167,11 @@ fn run_fleet(
     fleet::store::parse_url(&o.store)?;
     match a.role {
         Some(Role::Publisher) => {
+            if a.web_config.is_some() {
+                anyhow::bail!(
+                    "--web-config is for --role edge: a publisher takes [web] from its config"
+                );
+            }
             let Some(config) = config else {
                 anyhow::bail!("--role publisher needs --config");
             };
@@ -180,11 +186,16 @@ fn run_fleet(
             if config.is_some() {
                 anyhow::bail!("--role edge takes its config from the fleet: no --config");
             }
+            let web = match &a.web_config {
+                Some(f) => crate::web::WebConfig::load(f).context("--web-config")?,
+                None => crate::web::WebConfig::default(),
+            };
             let e = fleet::edge::Edge {
                 pin_dir,
                 state_dir: a.state_dir,
                 site: a.site,
                 metrics: a.metrics_listen,
+                web,
             };
             fleet::block_on(fleet::edge::run(&o, &e))
         }
@@ -438,6 +449,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Log => kernel::log::follow(&dir)?,
+        Cmd::Web(cmd) => web::run(cmd)?,
         Cmd::Run {
             config,
             fleet,
@@ -469,6 +481,11 @@ fn run(cli: Cli) -> Result<()> {
             match fleet.store.clone() {
                 Some(store) => run_fleet(store, fleet, config, dir, poll_ms, log)?,
                 None => {
+                    if fleet.web_config.is_some() {
+                        anyhow::bail!(
+                            "--web-config is for --role edge: run takes [web] from its config"
+                        );
+                    }
                     // clap requires --config without --store.
                     let config = config.unwrap_or_default();
                     controller::run::run(&config, &dir, &options)?;
@@ -502,6 +519,8 @@ fn run(cli: Cli) -> Result<()> {
             name,
             probe_rate,
             probe_timeout_ms,
+            probe_allow,
+            web_config,
         } => crate::agent::run(&crate::agent::Options {
             site,
             cgroup,
@@ -520,6 +539,11 @@ fn run(cli: Cli) -> Result<()> {
             }),
             probe_rate,
             probe_timeout_ms,
+            probe_allow,
+            web: match &web_config {
+                Some(f) => crate::web::WebConfig::load(f).context("--web-config")?,
+                None => crate::web::WebConfig::default(),
+            },
         })?,
         Cmd::Completions { shell } => {
             generate::completions(Cli::command(), shell, &mut std::io::stdout())?;
@@ -535,6 +559,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Explain {
             config,
             run,
+            web,
             service,
             client,
             json,
@@ -542,14 +567,20 @@ fn run(cli: Cli) -> Result<()> {
             let e = match (config, run) {
                 (Some(config), _) => controller::explain(&config, &service, client)?,
                 (None, Some(addr)) => {
-                    controller::live::agents::explain_from(addr, &service, client)?
+                    controller::live::agents::explain_from(&web.client()?, addr, &service, client)?
                 }
                 (None, None) => anyhow::bail!("give --config or --run"),
             };
             show(json, &e, print::explain)?;
         }
-        Cmd::Demand { run, service, json } => {
-            let mut d: crate::api::Demand = controller::live::agents::ask_run(run, "/demand")?;
+        Cmd::Demand {
+            run,
+            web,
+            service,
+            json,
+        } => {
+            let mut d: crate::api::Demand =
+                controller::live::agents::ask_run(&web.client()?, run, "/demand")?;
             if let Some(s) = &service {
                 let want = s.trim_end_matches('.');
                 if !d
@@ -571,11 +602,13 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Impact {
             config,
             run,
+            web,
             top,
             json,
         } => {
             let text = controller::config::Config::candidate_text(&config)?;
             let i: crate::api::Impact = controller::live::agents::post_run(
+                &web.client()?,
                 run,
                 &format!("/impact?top={top}"),
                 text.as_bytes(),

@@ -308,6 +308,9 @@ struct File {
     metrics: Option<MetricsConfig>,
     /// The map page.
     ui: Option<crate::ui::UiConfig>,
+    /// TLS and credentials of the metrics and map page listeners.
+    #[serde(default)]
+    web: crate::web::WebConfig,
     /// Zones answered in full (SOA, NS, other types, TCP) by `run`'s own listeners.
     #[serde(default)]
     zone: Vec<crate::dns::ZoneConfig>,
@@ -340,6 +343,8 @@ pub struct Config {
     pub health: HealthDefaults,
     pub metrics: Option<MetricsConfig>,
     pub ui: Option<crate::ui::UiConfig>,
+    /// `[web]`: TLS and credentials for `[metrics]` and `[ui]`.
+    pub web: crate::web::WebConfig,
     pub zones: Vec<crate::dns::ZoneConfig>,
     pub http: Option<Http>,
     pub rrl: rrl::Defaults,
@@ -358,6 +363,7 @@ impl Config {
         c.plan.path = path.to_path_buf();
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         c.plan.resolve_paths(&dir);
+        c.web.resolve_paths(&dir);
         Ok(c)
     }
 
@@ -427,6 +433,7 @@ impl Config {
             health: f.health,
             metrics: f.metrics,
             ui: f.ui,
+            web: f.web,
             zones: f.zone,
             http: f.http,
             rrl: f.rrl,
@@ -668,6 +675,7 @@ impl Config {
         if let Some(u) = &self.ui {
             u.validate()?;
         }
+        self.web.validate().context("[web]")?;
         let Some(h) = &self.http else { return Ok(()) };
         let listen = h.addresses()?;
         h.trusted()?;
@@ -1249,5 +1257,70 @@ priority = { geo = 1 }
                 proptest::prop_assert!(!format!("{e:#}").is_empty(), "an error without a message");
             }
         }
+    }
+
+    #[test]
+    fn listeners_default_to_loopback_and_bmp_takes_only_listed_routers() {
+        let c = Config::parse(&format!("{GOOD}\n[metrics]\n[ui]\n")).unwrap();
+        let lo: SocketAddr = "127.0.0.1:9273".parse().unwrap();
+        assert_eq!(c.metrics.unwrap().listen, lo);
+        assert_eq!(c.ui.unwrap().listen, lo);
+        // The routers of bmp_listen: the sites' bmp_router addresses, unless listed.
+        let bmp = format!("{GOOD}\n[bgp]\nbmp_listen = \"192.0.2.1:5000\"\n");
+        let e = format!("{:#}", Config::parse(&bmp).unwrap_err());
+        assert!(e.contains("set bmp_allow"), "{e}");
+        let by_address = bmp.replace("lon = 8.68\n", "lon = 8.68\nbmp_router = \"192.0.2.254\"\n");
+        let c = Config::parse(&by_address).unwrap();
+        assert_eq!(
+            c.plan.bgp.allowed(&c.plan.sites).unwrap(),
+            vec!["192.0.2.254/32".parse::<ipnet::IpNet>().unwrap()]
+        );
+        assert_eq!(c.plan.bgp.bmp_max_sessions, 64);
+        let by_name = bmp.replace("lon = 8.68\n", "lon = 8.68\nbmp_router = \"edge-r1\"\n");
+        let e = format!("{:#}", Config::parse(&by_name).unwrap_err());
+        assert!(
+            e.contains("set bmp_allow") && e.contains("\"edge-r1\""),
+            "{e}"
+        );
+        let listed = format!("{by_name}bmp_allow = [\"192.0.2.254\", \"2001:db8:ff::/64\"]\n");
+        let c = Config::parse(&listed).unwrap();
+        assert_eq!(c.plan.bgp.allowed(&c.plan.sites).unwrap().len(), 2);
+        let e = format!(
+            "{:#}",
+            Config::parse(&format!("{by_name}bmp_allow = [\"r1\"]\n")).unwrap_err()
+        );
+        assert!(e.contains("\"r1\" is not an address or prefix"), "{e}");
+    }
+
+    #[test]
+    fn agents_over_https_need_a_ca_and_a_token_never_goes_in_clear() {
+        let rtt = |keys: &str| format!("{GOOD}\n[rtt]\n{keys}\n");
+        let e = format!(
+            "{:#}",
+            Config::parse(&rtt("agents = [\"https://192.0.2.5:9470/rtt\"]")).unwrap_err()
+        );
+        assert!(e.contains("give agent_ca"), "{e}");
+        let e = format!(
+            "{:#}",
+            Config::parse(&rtt(
+                "agents = [\"http://192.0.2.5:9470/rtt\"]\nagent_token_file = \"t\""
+            ))
+            .unwrap_err()
+        );
+        assert!(e.contains("sent only over TLS"), "{e}");
+        Config::parse(&rtt(
+            "agents = [\"https://192.0.2.5:9470/rtt\"]\nagent_ca = \"ca.pem\"\n\
+             agent_token_file = \"t\"",
+        ))
+        .unwrap();
+        let e = format!(
+            "{:#}",
+            Config::parse(&format!("{GOOD}\n[web]\n[web.basic_auth]\nprom = \"pw\"\n"))
+                .unwrap_err()
+        );
+        assert!(
+            e.contains("[web]") && e.contains("never a plain password"),
+            "{e}"
+        );
     }
 }

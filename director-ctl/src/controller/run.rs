@@ -320,25 +320,26 @@ pub fn run(path: &Path, pin_dir: &Path, o: &Options) -> Result<()> {
         ask: Some(run_ask),
     };
     let ui = cfg.ui.as_ref();
+    let guard = crate::web::Guard::new(&cfg.web).context("[web]")?;
     let shared_listener = matches!((&cfg.metrics, ui), (Some(m), Some(u)) if m.listen == u.listen);
     if let Some(mc) = &cfg.metrics {
         let serves = metrics::Serves {
             metrics: true,
             ui: ui.filter(|_| shared_listener).map(|u| u.refresh),
         };
-        metrics::serve(mc.listen, sources.clone(), serves)?;
+        metrics::serve(mc.listen, sources.clone(), serves, Arc::clone(&guard))?;
     }
     if let Some(u) = ui.filter(|_| !shared_listener) {
         let serves = metrics::Serves {
             metrics: false,
             ui: Some(u.refresh),
         };
-        metrics::serve(u.listen, sources, serves)?;
+        metrics::serve(u.listen, sources, serves, Arc::clone(&guard))?;
     }
     if let Some(u) = ui {
         log.event(
             Event::UiListening { listen: u.listen },
-            format!("the map page on http://{}/", u.listen),
+            format!("the map page on {}://{}/", guard.scheme(), u.listen),
         );
     }
     let cfg_demand = cfg.demand.clone();

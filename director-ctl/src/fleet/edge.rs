@@ -37,6 +37,8 @@ pub struct Edge {
     pub state_dir: PathBuf,
     pub site: String,
     pub metrics: Option<std::net::SocketAddr>,
+    /// TLS and credentials for `metrics` (`--web-config`).
+    pub web: crate::web::WebConfig,
 }
 
 /// `edges/<name>`: what an edge reports (kept after it goes: `fleet status` shows its age).
@@ -182,6 +184,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
                 metrics: true,
                 ui: None,
             },
+            crate::web::Guard::new(&e.web).context("--web-config")?,
         )?;
     }
     s.local();

@@ -133,6 +133,7 @@ impl Page {
                 metrics: false,
                 ui: Some(ui.refresh),
             },
+            crate::web::Guard::new(&cfg.web).context("[web]")?,
         )?;
         let mut answers = Answers {
             page: page.clone(),

@@ -11,7 +11,9 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct UiConfig {
-    /// May be `[metrics] listen`: then one listener serves both.
+    /// May be `[metrics] listen`: then one listener serves both. Loopback unless given
+    /// (the same as `[metrics]`'s default, so one listener serves both).
+    #[serde(default = "loopback")]
     pub listen: SocketAddr,
     /// Degrees per side of the grid cells clients are summed in.
     #[serde(default = "two")]
@@ -19,6 +21,11 @@ pub struct UiConfig {
     /// Seconds between the page's looks at the feed.
     #[serde(default = "two")]
     pub refresh: f64,
+}
+
+/// `[metrics]`'s default (loopback, 9273): ui may not use the metrics module.
+fn loopback() -> SocketAddr {
+    SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), 9273)
 }
 
 fn two() -> f64 {

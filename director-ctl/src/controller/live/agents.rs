@@ -2,17 +2,18 @@
 //! each report to `run`'s loop, which merges them (director-plan's `live::rtt`). A fleet's
 //! publisher may add a [`Feed`] of its own: the reports the agents wrote into its store.
 //!
-//! A plain HTTP/1.1 GET per poll, connection closed after it: agents are few, polls are
-//! seconds apart, and a client library would bring a second HTTP stack for one request.
+//! One HTTP/1.1 request per poll (`web::client`), over TLS with the controller's token or
+//! certificate for `https://` agents.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use director_plan::live::rtt::Record;
 use serde::Deserialize;
+
+use crate::web::{Client, Credential};
 
 /// What an agent serves at its URL (`director-ctl agent`'s `GET /rtt`); fields the merge
 /// does not use are ignored, so agents may say more.
@@ -37,10 +38,6 @@ pub type Feed = Box<dyn FnOnce(Sender<Polled>, Box<dyn Fn() + Send + Sync>) + Se
 /// `explain`, the log and a manifest's live sources.
 pub const FROM_STORE: &str = "store:";
 
-/// The largest report taken: 64 MiB is over a million records, far beyond what a site's
-/// agent holds for one window.
-const MAX_BODY: u64 = 64 << 20;
-
 /// Polls every agent each `every`, sending each outcome on `out` and calling `wake` after
 /// a round; ends when `out`'s receiver is gone. Before an agent's poll, what `probes` holds
 /// for it is posted to it (`POST /probe`).
@@ -50,17 +47,18 @@ pub fn start(
     out: Sender<Polled>,
     wake: impl Fn() + Send + 'static,
     probes: Option<super::probe::Pending>,
+    client: Client,
 ) {
     std::thread::Builder::new()
         .name("rtt-agents".into())
         .spawn(move || loop {
             for agent in &agents {
                 if let Some(t) = probes.as_ref().and_then(|p| super::probe::take(p, agent)) {
-                    if let Err(e) = ask_probes(agent, &t) {
+                    if let Err(e) = ask_probes(&client, agent, &t) {
                         log::warn!("{e:#}");
                     }
                 }
-                let report = fetch(agent);
+                let report = fetch(&client, agent);
                 if out
                     .send(Polled {
                         agent: agent.clone(),
@@ -78,15 +76,45 @@ pub fn start(
         .unwrap_or_else(|e| log::error!("cannot start the RTT agents' poller: {e}"));
 }
 
+/// How the controller reaches its agents (`[rtt] agent_ca`, `agent_cert`, `agent_key`,
+/// `agent_token_file`): over TLS for `https://` agents, with the client certificate and
+/// the token when given.
+pub fn client(rtt: &director_plan::config::Rtt) -> Result<Client> {
+    let identity = match (&rtt.agent_cert, &rtt.agent_key) {
+        (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+        _ => None,
+    };
+    let credential = match &rtt.agent_token_file {
+        Some(f) => Credential::Bearer(
+            crate::web::client::secret_file(f).context("[rtt] agent_token_file")?,
+        ),
+        None => Credential::None,
+    };
+    Client::new(rtt.agent_ca.as_deref(), identity, credential).context("[rtt] agent_ca")
+}
+
+/// The client for `url`: TLS for `https://`, plain (no credential sent) for `http://`.
+fn for_url<'a>(client: &'a Client, plain: &'a Client, url: &str) -> &'a Client {
+    if url.starts_with("https://") {
+        client
+    } else {
+        plain
+    }
+}
+
 /// GETs an agent's report.
-pub fn fetch(url: &str) -> Result<Report> {
+pub fn fetch(client: &Client, url: &str) -> Result<Report> {
     let (addr, path) = director_plan::config::agent_url(url)?;
-    let body = get(addr, &path).with_context(|| format!("agent {url}"))?;
+    let plain = Client::plain();
+    let body = for_url(client, &plain, url)
+        .request(addr, "GET", &path, &[], Duration::from_secs(3))
+        .with_context(|| format!("agent {url}"))?;
     serde_json::from_slice(&body).with_context(|| format!("agent {url}: not an RTT report"))
 }
 
 /// `POST /probe` to the agent whose report is at `url` (the same host and port).
 pub fn ask_probes(
+    client: &Client,
     url: &str,
     targets: &[crate::api::ProbeTarget],
 ) -> Result<crate::api::ProbeAccepted> {
@@ -94,18 +122,23 @@ pub fn ask_probes(
     let body = serde_json::to_vec(&crate::api::ProbeRequest {
         targets: targets.to_vec(),
     })?;
-    let got = request(addr, "POST", "/probe", &body, Duration::from_secs(3))
+    let plain = Client::plain();
+    let got = for_url(client, &plain, url)
+        .request(addr, "POST", "/probe", &body, Duration::from_secs(3))
         .with_context(|| format!("agent {url}: asking for {} probes", targets.len()))?;
     serde_json::from_slice(&got).with_context(|| format!("agent {url}: not a probe answer"))
 }
 
 /// `explain` as a running `run` decides it (its `/explain` on the metrics listener).
 pub fn explain_from(
+    client: &Client,
     addr: SocketAddr,
     service: &str,
-    client: std::net::IpAddr,
+    who: std::net::IpAddr,
 ) -> Result<crate::api::Explain> {
-    let body = get(addr, &format!("/explain?service={service}&client={client}"))
+    let path = format!("/explain?service={service}&client={who}");
+    let body = client
+        .request(addr, "GET", &path, &[], Duration::from_secs(3))
         .with_context(|| format!("asking run at {addr}"))?;
     serde_json::from_slice(&body).with_context(|| {
         format!(
@@ -116,9 +149,14 @@ pub fn explain_from(
 }
 
 /// A JSON document from a running `run`'s metrics listener (`/demand`, `/impact`).
-pub fn ask_run<T: serde::de::DeserializeOwned>(addr: SocketAddr, path: &str) -> Result<T> {
+pub fn ask_run<T: serde::de::DeserializeOwned>(
+    client: &Client,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<T> {
     // `impact` compiles a whole table first: seconds at full scale.
-    let body = get_within(addr, path, Duration::from_secs(120))
+    let body = client
+        .request(addr, "GET", path, &[], Duration::from_secs(120))
         .with_context(|| format!("asking run at {addr}"))?;
     serde_json::from_slice(&body).with_context(|| {
         format!(
@@ -130,11 +168,13 @@ pub fn ask_run<T: serde::de::DeserializeOwned>(addr: SocketAddr, path: &str) -> 
 
 /// A JSON document from a running `run`'s metrics listener for a POSTed body (`/impact`).
 pub fn post_run<T: serde::de::DeserializeOwned>(
+    client: &Client,
     addr: SocketAddr,
     path: &str,
     body: &[u8],
 ) -> Result<T> {
-    let body = request(addr, "POST", path, body, Duration::from_secs(120))
+    let body = client
+        .request(addr, "POST", path, body, Duration::from_secs(120))
         .with_context(|| format!("asking run at {addr}"))?;
     serde_json::from_slice(&body).with_context(|| {
         format!(
@@ -144,102 +184,10 @@ pub fn post_run<T: serde::de::DeserializeOwned>(
     })
 }
 
-fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>> {
-    get_within(addr, path, Duration::from_secs(3))
-}
-
-fn get_within(addr: SocketAddr, path: &str, wait: Duration) -> Result<Vec<u8>> {
-    request(addr, "GET", path, &[], wait)
-}
-
-fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: &[u8],
-    wait: Duration,
-) -> Result<Vec<u8>> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-    s.set_read_timeout(Some(wait))?;
-    s.set_write_timeout(Some(Duration::from_secs(1)))?;
-    let length = if method == "GET" {
-        String::new()
-    } else {
-        format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        )
-    };
-    // One write: `write!` on the socket itself sends each piece of the format as it
-    // comes, so the head would go out in a dozen small segments.
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n{length}Connection: close\r\n\r\n"
-    )
-    .into_bytes();
-    head.extend_from_slice(body);
-    s.write_all(&head)?;
-    let mut raw = Vec::new();
-    s.take(MAX_BODY + 65_536).read_to_end(&mut raw)?;
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut resp = httparse::Response::new(&mut headers);
-    let start = match resp.parse(&raw)? {
-        httparse::Status::Complete(n) => n,
-        httparse::Status::Partial => bail!("the response ended inside its headers"),
-    };
-    if resp.code != Some(200) {
-        bail!(
-            "HTTP status {}: {}",
-            resp.code.unwrap_or(0),
-            String::from_utf8_lossy(&raw[start..]).trim_end()
-        );
-    }
-    let chunked = resp.headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("transfer-encoding")
-            && String::from_utf8_lossy(h.value).contains("chunked")
-    });
-    let body = &raw[start..];
-    if chunked {
-        dechunk(body)
-    } else {
-        Ok(body.to_vec())
-    }
-}
-
-/// A chunked body's data (RFC 9112 §7.1), trailers ignored.
-fn dechunk(mut b: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            bail!("a chunk size line without its end");
-        };
-        let line = std::str::from_utf8(&b[..eol])?;
-        let size = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
-            .with_context(|| format!("bad chunk size {line:?}"))?;
-        b = &b[eol + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        if b.len() < size + 2 {
-            bail!("a chunk cut short");
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chunked_bodies_are_joined() {
-        assert_eq!(
-            dechunk(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n").unwrap(),
-            b"abcde"
-        );
-        assert!(dechunk(b"5\r\nab").is_err());
-        assert!(dechunk(b"zz\r\n").is_err());
-    }
+    use std::io::{Read, Write};
 
     #[test]
     fn a_report_is_fetched_from_a_local_server() {
@@ -265,11 +213,11 @@ mod tests {
             )
             .unwrap();
         });
-        let r = fetch(&format!("http://{addr}/rtt")).unwrap();
+        let r = fetch(&Client::plain(), &format!("http://{addr}/rtt")).unwrap();
         assert_eq!(r.site, "fra");
         assert_eq!(r.records.len(), 1);
         assert_eq!(r.records[0].samples, 12);
-        let e = fetch("http://127.0.0.1:1/rtt").unwrap_err();
+        let e = fetch(&Client::plain(), "http://127.0.0.1:1/rtt").unwrap_err();
         assert!(
             format!("{e:#}").contains("agent http://127.0.0.1:1/rtt"),
             "{e:#}"

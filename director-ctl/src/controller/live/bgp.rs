@@ -12,7 +12,7 @@ use ipnet::IpNet;
 
 use super::wake::Wake;
 use crate::api::Log;
-use crate::bmp::Listener;
+use crate::bmp::{Admit, Listener};
 
 pub struct Bgp {
     collector: Arc<Mutex<Collector>>,
@@ -50,8 +50,18 @@ impl Bgp {
             hold,
             quiet: Duration::from_secs(cfg.bgp.quiet),
         })));
-        let listener = Listener::start(addr, Arc::clone(&collector), move || wake.notify(), log)
-            .context("[bgp] bmp_listen")?;
+        let admit = Admit {
+            allow: cfg.bgp.allowed(&cfg.sites)?,
+            max_sessions: cfg.bgp.bmp_max_sessions,
+        };
+        let listener = Listener::start(
+            addr,
+            admit,
+            Arc::clone(&collector),
+            move || wake.notify(),
+            log,
+        )
+        .context("[bgp] bmp_listen")?;
         Ok(Some(Bgp {
             collector,
             listener,
@@ -94,6 +104,11 @@ impl Bgp {
     /// No connected router is in the middle of sending its table.
     pub fn settled(&self) -> bool {
         self.collector().all_synced()
+    }
+
+    /// Sessions refused since the start: (not allowed, past the cap).
+    pub fn refused(&self) -> (u64, u64) {
+        self.listener.refused()
     }
 
     /// Runs the collector's timers (about once a second).

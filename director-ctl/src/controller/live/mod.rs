@@ -228,6 +228,7 @@ impl Live {
                     tx.clone(),
                     move || w.notify(),
                     probing.as_ref().map(|p| Arc::clone(&p.pending)),
+                    agents::client(&cfg.rtt)?,
                 );
             }
             if let (true, Some(feed)) = (cfg.rtt.from_store, store) {
@@ -601,6 +602,7 @@ impl Live {
                 })
                 .collect();
             t.rib_bytes = b.size().1;
+            t.bmp_refused = b.refused();
         }
         if let Some(r) = &self.rtt {
             t.rtt = cfg
