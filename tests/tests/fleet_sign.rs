@@ -687,8 +687,9 @@ fn a_publisher_key_is_rotated_without_a_gap() {
     let mut f = Fleet::new("rotate", 2);
     let old = Keys::make(f.dir.root(), "old");
     // Each publisher its own key file, each edge its own trust file, as on real hosts.
-    let key_file = |p: usize| f.dir.path(&format!("p{p}.key"));
-    let trust_file = |n: usize| f.dir.path(&format!("e{n}.trust"));
+    let root = f.dir.root().to_path_buf();
+    let key_file = |p: usize| root.join(format!("p{p}.key"));
+    let trust_file = |n: usize| root.join(format!("e{n}.trust"));
     // A key file stays readable by its owner alone: copied (mode and all), then renamed.
     let install = |from: &Path, to: &Path| {
         let tmp = to.with_extension("new");

@@ -520,7 +520,32 @@ async fn publish(
 ) -> Result<()> {
     let t = Instant::now();
     let (current, _) = st.current(false).await?;
-    if let Some(v) = current {
+    // Publishers only move `current` forward: one below a version in the store was put back
+    // behind their backs (a rollback, which edges refuse), so the table is published again
+    // above every number there, and never under a number already signed.
+    let highest = st
+        .keys("versions/")
+        .await?
+        .iter()
+        .filter_map(|k| k.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let put_back = current.is_some_and(|v| v < highest);
+    if put_back {
+        o.log.event(
+            Event::Refused {
+                error: format!("current is below version {highest}"),
+            },
+            format!(
+                "publisher {}: current version {} is below version {highest} in the store \
+                 (put back): publishing again as version {}",
+                o.name,
+                current.unwrap_or(0),
+                highest + 1
+            ),
+        );
+    }
+    if let Some(v) = current.filter(|_| !put_back) {
         if let Some(env) = st.get(&st.version_key(v), true).await? {
             let same = |m: &Manifest| m.table == b.table && m.sources == b.sources;
             let mine = sealer
@@ -558,16 +583,6 @@ async fn publish(
             new_bytes += c.bytes.len() as u64;
         }
     }
-    // Above every number in the store, not only `current`: a pointer put back (a rollback
-    // written straight into the store) must not make this publisher sign a number again,
-    // which edges holding that number would take for the version they have.
-    let highest = st
-        .keys("versions/")
-        .await?
-        .iter()
-        .filter_map(|k| k.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0);
     let next = current.unwrap_or(0).max(highest) + 1;
     let m = b.manifest(next, &o.name);
     let sealed = sealer.seal(Kind::Manifest, &o.fleet, &m.to_json());
