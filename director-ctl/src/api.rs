@@ -427,6 +427,20 @@ pub enum Event {
     /// Fleet: the servers a quorum of observers found down (publisher: published; edge:
     /// taken).
     Overlay { down: Vec<ServiceServer> },
+    /// Fleet: an edge refused a `version`, an `overlay`, or at start its disk `copy`, for
+    /// `reason` (see [`Refusal`]); it answers on from what it holds. Each is refused once.
+    FleetRefused {
+        what: String,
+        version: Option<u64>,
+        reason: String,
+        error: String,
+    },
+    /// Fleet: the keys an edge takes versions and overlays from (its trust file, read at
+    /// start and again when it changes), by name and id; empty with `--insecure-unsigned`.
+    Trusting { keys: Vec<String> },
+    /// Fleet: the key id a publisher signs with (at start, when its key file changed, and
+    /// when it signs the current table again under it), or "unsigned".
+    Signing { key: String },
     /// Fleet: this edge's verdict on a server it observes, written for the quorum.
     Vote {
         service: String,
@@ -564,8 +578,17 @@ pub struct FleetStatus {
     /// Versions kept in the store.
     pub versions: Vec<u64>,
     pub edges: Vec<FleetEdge>,
+    /// The key ids the current version's envelope names as its signers (as the store
+    /// holds it: edges check; their reports say what they refused).
+    #[serde(default)]
+    pub signed_by: Vec<String>,
     /// Servers out by a quorum of their observers.
     pub overlay: Vec<ServiceServer>,
+    /// The overlay's serial (each overlay written has a higher one), and its signers.
+    #[serde(default)]
+    pub overlay_serial: u64,
+    #[serde(default)]
+    pub overlay_signed_by: Vec<String>,
     /// The answering member's database: file size and the part in use, in bytes.
     pub store_bytes: i64,
     pub store_bytes_in_use: i64,
@@ -605,6 +628,25 @@ pub struct FleetEdge {
     /// The program it runs (`director 0.1.0`), when its report says.
     #[serde(default)]
     pub program: Option<String>,
+    /// The last version or overlay it refused, when its report says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refusal>,
+}
+
+/// What an edge refused last: in its report (`edges/<edge>`), in `fleet status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Refusal {
+    /// `version`, `overlay`, or `copy` (its disk copy, at start).
+    pub what: String,
+    /// The version's number, or the overlay's serial, when it could be read.
+    pub version: Option<u64>,
+    /// `unsigned`, `unknown_key`, `bad_signature`, `other_fleet`, `wrong_type`,
+    /// `malformed`, `rollback` (older than what it holds) or `invalid` (a digest, the
+    /// config).
+    pub reason: String,
+    pub error: String,
+    /// Unix ms.
+    pub at_ms: u64,
 }
 
 impl FleetEdge {

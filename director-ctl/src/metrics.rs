@@ -49,6 +49,8 @@ pub struct Table {
     pub live: Option<LiveTable>,
     /// The last demand cycle's rates, when `run` has had one.
     pub demand: Option<crate::api::Demand>,
+    /// An edge of a fleet: what it refused, by (what, reason), since it started.
+    pub refused: std::collections::BTreeMap<(String, String), u64>,
 }
 
 /// BMP sessions and agents' measurements, as `run` last looked.
@@ -574,6 +576,21 @@ pub fn render(src: &Sources) -> Result<String> {
              one (it keeps answering from it meanwhile).",
             f.stale_seconds(),
         )?;
+    }
+    if !t.refused.is_empty() {
+        let refused = counter(
+            &reg,
+            "director_fleet_refused_total",
+            "Versions, overlays and disk copies this edge refused, by what and why (unsigned, \
+             unknown_key, bad_signature, other_fleet, wrong_type, malformed, rollback, \
+             invalid); it answers on from what it holds.",
+            &["what", "reason"],
+        )?;
+        for ((what, reason), n) in &t.refused {
+            refused
+                .with_label_values(&[what.as_str(), reason.as_str()])
+                .inc_by(*n);
+        }
     }
     if let Some(d) = &t.demand {
         demand_gauges(&reg, d)?;

@@ -550,3 +550,50 @@ fn clear_etcd_env(cmd: &mut Command) {
         }
     }
 }
+
+/// A publisher's signing key and the edges' trust file holding its line, made by the
+/// real `director-ctl fleet keygen` in `dir`: every fleet a test starts signs its versions
+/// and overlays, as a real one must.
+pub struct Keys {
+    /// The private key (`--sign-key`).
+    pub key: std::path::PathBuf,
+    /// The trust file (`--trust`): this key's line, more with [`Keys::trust_also`].
+    pub trust: std::path::PathBuf,
+    /// The key's trust file line.
+    pub line: String,
+}
+
+impl Keys {
+    /// `dir/<name>.key`, its line in `dir/<name>.pub`, and the trust file `dir/<name>.trust`.
+    pub fn make(dir: &std::path::Path, name: &str) -> Keys {
+        let key = dir.join(format!("{name}.key"));
+        let out = run(Command::new(crate::netns::ctl_binary())
+            .args(["fleet", "keygen", "--out"])
+            .arg(&key)
+            .args(["--name", name]));
+        assert!(out.status.success(), "fleet keygen: {}", describe(&out));
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            line.starts_with("ed25519 "),
+            "fleet keygen printed {line:?}"
+        );
+        let trust = dir.join(format!("{name}.trust"));
+        crate::tempdir::replace_file(&trust, &format!("{line}\n"));
+        Keys { key, trust, line }
+    }
+
+    /// The publisher's arguments.
+    pub fn sign_args(&self) -> [String; 2] {
+        ["--sign-key".into(), self.key.display().to_string()]
+    }
+
+    /// The edge's arguments.
+    pub fn trust_args(&self) -> [String; 2] {
+        ["--trust".into(), self.trust.display().to_string()]
+    }
+
+    /// Writes the trust file with these lines (a rotation adds and removes keys).
+    pub fn trust_lines(&self, lines: &[&str]) {
+        crate::tempdir::replace_file(&self.trust, &format!("{}\n", lines.join("\n")));
+    }
+}

@@ -18,7 +18,7 @@ use std::{
 
 use director_ctl::api::FleetStatus;
 use director_tests::{
-    fleet::{Etcd, Hub},
+    fleet::{Etcd, Hub, Keys},
     metrics,
     netns::{describe, Controller, Lab, EDGE_V4},
     nginx::Nginx,
@@ -55,6 +55,8 @@ struct Fleet {
     hub: Hub,
     dir: TempDir,
     config: PathBuf,
+    /// The publishers' key and the edges' trust file.
+    keys: Keys,
 }
 
 impl Fleet {
@@ -84,6 +86,7 @@ impl Fleet {
         );
         let config = dir.path("fleet.toml");
         replace_file(&config, &policy(10, 20));
+        let keys = Keys::make(&dir.path(""), "p");
         let mut labs = Vec::new();
         for n in 1..=3u8 {
             let lab = Lab::new();
@@ -100,6 +103,7 @@ impl Fleet {
             hub,
             dir,
             config,
+            keys,
         };
         for p in 1..=2 {
             let c = f.publisher(p);
@@ -115,11 +119,14 @@ impl Fleet {
     fn publisher(&self, p: usize) -> Controller {
         let (url, config) = (self.etcd.url(), self.config.display().to_string());
         let name = format!("p{p}");
+        let sign = self.keys.sign_args();
         Controller::start_in(
             self.hub.ns(),
             Path::new("/nonexistent"),
             &[
                 "run",
+                &sign[0],
+                &sign[1],
                 "--store",
                 &url,
                 "--role",
@@ -142,10 +149,13 @@ impl Fleet {
         let url = self.etcd.url();
         let state = self.dir.path(&format!("state-{n}")).display().to_string();
         let (name, site) = (format!("e{n}"), format!("s{n}"));
+        let trust = self.keys.trust_args();
         Controller::start_command(
             &self.labs[n - 1],
             &[
                 "run",
+                &trust[0],
+                &trust[1],
                 "--store",
                 &url,
                 "--role",
@@ -720,6 +730,48 @@ fn fleet_arguments_are_checked() {
             "--keep-versions 2",
         ),
         (vec!["run", "--role", "edge"], "required"),
+        // Signing: an edge trusts keys, a publisher signs, or a lab says it wants neither.
+        (
+            vec!["run", "--store", "etcd://h:2379", "--role", "edge"],
+            "--role edge needs --trust FILE",
+        ),
+        (
+            vec![
+                "run",
+                "--store",
+                "etcd://h:2379",
+                "--role",
+                "publisher",
+                "--config",
+                "x",
+            ],
+            "--role publisher needs --sign-key FILE",
+        ),
+        (
+            vec![
+                "run",
+                "--store",
+                "etcd://h:2379",
+                "--role",
+                "edge",
+                "--trust",
+                "/nonexistent/trust",
+            ],
+            "--trust /nonexistent/trust",
+        ),
+        (
+            vec![
+                "run",
+                "--store",
+                "etcd://h:2379",
+                "--role",
+                "edge",
+                "--trust",
+                "t",
+                "--insecure-unsigned",
+            ],
+            "cannot be used with",
+        ),
     ] {
         let out = Command::new(ctl)
             .args(&args)

@@ -35,7 +35,7 @@ use std::{
 
 use director_ctl::api::FleetStatus;
 use director_tests::config::Doc;
-use director_tests::fleet::{Etcd, Hub, PUBLISHER_V4};
+use director_tests::fleet::{Etcd, Hub, Keys, PUBLISHER_V4};
 use director_tests::netns::{describe, Controller, Lab};
 use director_tests::routers::{listen_in, Options, RouterKind, RouterLab};
 use director_tests::rtt::{agent_in, connect_until, spawn_agent, MeasuredSite};
@@ -76,6 +76,8 @@ struct Fleet {
     hub: Hub,
     dir: TempDir,
     config: PathBuf,
+    /// The publishers' key and the edge's trust file.
+    keys: Keys,
 }
 
 impl Fleet {
@@ -98,6 +100,8 @@ impl Fleet {
         let text = feed(&hub, &mut f0);
         let config = dir.path("fleet.toml");
         replace_file(&config, &text);
+        let keys = Keys::make(&dir.path(""), "p");
+        let trust = keys.trust_args();
         let mut f = Fleet {
             publisher: None,
             standby: None,
@@ -105,6 +109,8 @@ impl Fleet {
                 &lab,
                 &[
                     "run",
+                    &trust[0],
+                    &trust[1],
                     "--store",
                     &etcd.url(),
                     "--role",
@@ -130,17 +136,21 @@ impl Fleet {
             hub,
             dir,
             config,
+            keys,
         };
         f.publisher = Some(f.start_publisher("flv-p1", &f.config, "publisher.log"));
         f
     }
 
     fn start_publisher(&self, name: &str, config: &std::path::Path, log: &str) -> Controller {
+        let sign = self.keys.sign_args();
         Controller::start_in(
             self.hub.ns(),
             std::path::Path::new("/nonexistent"),
             &[
                 "run",
+                &sign[0],
+                &sign[1],
                 "--store",
                 &self.etcd.url(),
                 "--role",

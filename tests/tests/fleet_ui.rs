@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use director_ctl::api::{Atlas, FleetStatus};
 use director_tests::browser::{png_size, Browser};
-use director_tests::fleet::{Etcd, Hub};
+use director_tests::fleet::{Etcd, Hub, Keys};
 use director_tests::metrics;
 use director_tests::netns::{ctl_binary, describe, workspace_root, Controller, Lab};
 use director_tests::tempdir::{replace_file, TempDir};
@@ -53,6 +53,8 @@ struct Fleet {
     clients: PathBuf,
     url: String,
     dir: TempDir,
+    /// The publishers' key and the edges' trust file.
+    keys: Keys,
 }
 
 impl Fleet {
@@ -62,11 +64,14 @@ impl Fleet {
 
     fn publisher(&self, ns: &str, name: &str) -> Controller {
         let config = self.config.display().to_string();
+        let sign = self.keys.sign_args();
         Controller::start_in(
             ns,
             Path::new("/nonexistent"),
             &[
                 "run",
+                &sign[0],
+                &sign[1],
                 "--store",
                 &self.url,
                 "--role",
@@ -86,10 +91,13 @@ impl Fleet {
 
     fn edge(&self, lab: &Lab, n: usize, site: &str) -> Controller {
         let state = self.dir.path(&format!("state-{n}")).display().to_string();
+        let trust = self.keys.trust_args();
         Controller::start_command(
             lab,
             &[
                 "run",
+                &trust[0],
+                &trust[1],
                 "--store",
                 &self.url,
                 "--role",
@@ -234,6 +242,7 @@ fn the_publishers_page_shows_each_edge_and_the_version_it_applied() {
         config: dir.path("fleet.toml"),
         clients: dir.path("clients.csv"),
         url: etcd.url(),
+        keys: Keys::make(&dir.path(""), "p"),
         dir,
     };
     replace_file(&f.clients, CLIENTS);
@@ -459,6 +468,7 @@ fn a_standbys_page_draws_the_live_version_the_leader_published() {
         config: dir.path("p1.toml"),
         clients: dir.path("clients.csv"),
         url: etcd.url(),
+        keys: Keys::make(&dir.path(""), "p"),
         dir,
     };
     replace_file(&f.clients, CLIENTS);
@@ -468,11 +478,14 @@ fn a_standbys_page_draws_the_live_version_the_leader_published() {
     // The standby beside it, its config the same but for its page's port.
     let standby_config = f.dir.path("p2.toml");
     replace_file(&standby_config, &live_policy(&f.clients, STANDBY_PORT));
+    let sign = f.keys.sign_args();
     let mut p2 = Controller::start_in(
         hub.ns(),
         Path::new("/nonexistent"),
         &[
             "run",
+            &sign[0],
+            &sign[1],
             "--store",
             &f.url,
             "--role",

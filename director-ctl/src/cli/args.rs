@@ -436,6 +436,25 @@ pub(super) struct FleetArgs {
     /// Down votes that take a server out (default: a majority of its observers).
     #[arg(long)]
     pub(super) quorum: Option<usize>,
+    #[command(flatten)]
+    pub(super) signing: Signing,
+}
+
+/// Who signs what edges take, and whom edges believe (docs/fleet.md, "Signed versions").
+#[derive(clap::Args, Debug)]
+pub(super) struct Signing {
+    /// Publisher: the private key (PEM; `director-ctl fleet keygen`) that signs every
+    /// version and overlay. Read again when the file changes.
+    #[arg(long, value_name = "FILE")]
+    pub(super) sign_key: Option<PathBuf>,
+    /// Edge: the publishers' public keys, one `ed25519 <base64> <name>` a line, given out
+    /// of band (never read from the store). Read again when the file changes.
+    #[arg(long, value_name = "FILE")]
+    pub(super) trust: Option<PathBuf>,
+    /// Labs only: a publisher signs nothing, an edge takes versions and overlays nobody
+    /// signed (anyone who can write to the store decides its answers).
+    #[arg(long, conflicts_with_all = ["sign_key", "trust"])]
+    pub(super) insecure_unsigned: bool,
 }
 
 /// A listener's address: ADDR:PORT, or PORT alone for loopback (127.0.0.1:PORT).
@@ -471,6 +490,25 @@ pub(super) enum FleetCmd {
         common: FleetCommon,
         #[arg(long)]
         json: bool,
+    },
+    /// Make a publisher's signing key: the private key in FILE (mode 0600, never
+    /// overwritten) and its trust file line in FILE.pub, also printed, for the edges'
+    /// --trust files.
+    Keygen {
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// The name on the key's line (default: FILE's stem).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Print the trust file line of a private key (one made with `openssl genpkey
+    /// -algorithm ed25519`, or whose .pub was lost).
+    Pubkey {
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// The name on the line (default: FILE's stem).
+        #[arg(long)]
+        name: Option<String>,
     },
 }
 

@@ -175,8 +175,25 @@ fn run_fleet(
             let Some(config) = config else {
                 anyhow::bail!("--role publisher needs --config");
             };
+            let sign_key = match (a.signing.sign_key, a.signing.insecure_unsigned) {
+                (Some(k), _) => {
+                    // Refused now, with the reason, rather than after the campaign.
+                    fleet::keys::SignKey::load(&k)?;
+                    Some(k)
+                }
+                (None, true) => None,
+                (None, false) => anyhow::bail!(
+                    "--role publisher needs --sign-key FILE: edges take only versions signed by a \
+                     key of their --trust file (make one with `director-ctl fleet keygen --out \
+                     FILE`; see docs/fleet.md), or --insecure-unsigned in a lab"
+                ),
+            };
+            if a.signing.trust.is_some() {
+                anyhow::bail!("--trust is an edge's: a publisher signs with --sign-key");
+            }
             let p = fleet::publisher::Publisher {
                 config,
+                sign_key,
                 keep: a.keep_versions,
                 poll: Duration::from_millis(poll_ms),
             };
@@ -190,8 +207,24 @@ fn run_fleet(
                 Some(f) => crate::web::WebConfig::load(f).context("--web-config")?,
                 None => crate::web::WebConfig::default(),
             };
+            let trust = match (a.signing.trust, a.signing.insecure_unsigned) {
+                (Some(t), _) => {
+                    fleet::keys::TrustFile::load(Some(&t))?;
+                    Some(t)
+                }
+                (None, true) => None,
+                (None, false) => anyhow::bail!(
+                    "--role edge needs --trust FILE: the publishers' public keys, one line each \
+                     (`director-ctl fleet keygen --out FILE` makes a key and its line; see \
+                     docs/fleet.md), or --insecure-unsigned in a lab"
+                ),
+            };
+            if a.signing.sign_key.is_some() {
+                anyhow::bail!("--sign-key is a publisher's: an edge checks with --trust");
+            }
             let e = fleet::edge::Edge {
                 pin_dir,
+                trust,
                 state_dir: a.state_dir,
                 site: a.site,
                 metrics: a.metrics_listen,
@@ -499,6 +532,21 @@ fn run(cli: Cli) -> Result<()> {
         }) => {
             let s = fleet::block_on(fleet::status::status(&store, &common.fleet))?;
             show(json, &s, print::fleet_status)?;
+        }
+        Cmd::Fleet(FleetCmd::Keygen { out, name }) => {
+            let name = name.unwrap_or_else(|| fleet::keys::default_name(&out));
+            let line = fleet::keys::keygen(&out, &name)?;
+            eprintln!(
+                "private key in {} (mode 0600: give it to one publisher, --sign-key); its line \
+                 in {} (add it to every edge's --trust file):",
+                out.display(),
+                fleet::keys::public_path(&out).display()
+            );
+            println!("{line}");
+        }
+        Cmd::Fleet(FleetCmd::Pubkey { key, name }) => {
+            let name = name.unwrap_or_else(|| fleet::keys::default_name(&key));
+            println!("{}", fleet::keys::pubkey(&key, &name)?);
         }
         Cmd::Zone(c) => zone(c)?,
         Cmd::Dnssec(c) => dnssec(c)?,

@@ -600,6 +600,22 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
     if !standby.is_empty() {
         let _ = writeln!(o, "standing by: {}", standby.join(", "));
     }
+    let signers = |ids: &[String]| {
+        if ids.is_empty() {
+            "nobody".to_string()
+        } else {
+            ids.join(", ")
+        }
+    };
+    if s.current.is_some() {
+        let _ = writeln!(
+            o,
+            "signed by key {}; overlay serial {} signed by key {}",
+            signers(&s.signed_by),
+            s.overlay_serial,
+            signers(&s.overlay_signed_by)
+        );
+    }
     if let Some(l) = &s.live_inputs {
         let _ = writeln!(
             o,
@@ -644,6 +660,23 @@ pub fn fleet_status(s: &api::FleetStatus) -> String {
             e.version_age_s,
             e.program.as_deref().unwrap_or("-")
         );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    for e in &s.edges {
+        if let Some(r) = &e.refused {
+            let n = r.version.map_or(String::new(), |v| format!(" {v}"));
+            let _ = writeln!(
+                o,
+                "{} refused {}{n} ({}) {:.0} s ago: {}",
+                e.name,
+                r.what,
+                r.reason,
+                now.saturating_sub(r.at_ms) as f64 / 1e3,
+                r.error
+            );
+        }
     }
     if !s.overlay.is_empty() {
         let d: Vec<String> = s
@@ -1020,7 +1053,10 @@ mod tests {
             publishers: Vec::new(),
             versions: vec![2, 3, 4],
             edges: Vec::new(),
+            signed_by: Vec::new(),
             overlay: Vec::new(),
+            overlay_serial: 0,
+            overlay_signed_by: Vec::new(),
             store_bytes: 0,
             store_bytes_in_use: 0,
             live_inputs: None,

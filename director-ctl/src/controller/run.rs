@@ -796,6 +796,7 @@ impl State {
             fleet: None,
             live: self.live.as_ref().map(|l| l.stats(&self.cfg.plan)),
             demand: Some(self.demand.report().clone()),
+            refused: Default::default(),
         };
     }
 

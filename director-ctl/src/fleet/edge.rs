@@ -1,8 +1,13 @@
 //! `run --role edge`: answers from the fleet's current version. At start it applies its own
-//! copy (`--state-dir`), so a restart without the store answers as before; then it reads
-//! `current`, fetches the chunks its copy lacks (serializable reads: chunks never change),
-//! checks every digest and the table's, applies with `sync` (only the difference, in
-//! place), records the copy, and watches `current` and the overlay. Cut off from the store
+//! copy (`--state-dir`, checked against its trust file again), so a restart without the
+//! store answers as before; then it reads `current`, opens the version's envelope (signed
+//! by a key of its trust file, for this fleet, not older than what it holds: [`trusted`]),
+//! fetches the chunks its copy lacks (serializable reads: chunks never change), checks
+//! every digest and the table's, applies with `sync` (only the difference, in place),
+//! records the copy, and watches `current` and the overlay (signed too). What it refuses
+//! it says (log, metric, report) once, and answers on from what it holds.
+//!
+//! [`trusted`]: super::trusted Cut off from the store
 //! it keeps answering, indefinitely, and says so: a log line, `director_table_stale_seconds`
 //! and its report's age in `fleet status`. A watch cancelled by compaction, or any error,
 //! starts again from reading `current`.
@@ -16,16 +21,19 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use director_plan::decide::{Computed, Ids};
 use director_plan::fleet::chunks;
+use director_plan::fleet::envelope::Reason;
 use director_plan::fleet::manifest::Manifest;
 use etcd_client::{EventType, WatchOptions};
 use serde::{Deserialize, Serialize};
 
 use super::cache::Cache;
+use super::keys::TrustFile;
 use super::store::{now_ms, Busy, Store, REQUEST_TIMEOUT};
-use super::version::{computed_on, config_of};
+use super::trusted::{self, refusal, Refused};
+use super::version::{self, computed_on, config_of};
 use super::votes::{apply_overlay, live_edges, Observer, Overlay};
 use super::Options;
-use crate::api::Event;
+use crate::api::{Event, Refusal};
 use crate::controller::apply::{assign_ids, sync, update};
 use crate::controller::config::Config;
 use crate::controller::run::{follow_addresses, stopping, Hopper};
@@ -39,6 +47,8 @@ pub struct Edge {
     pub metrics: Option<std::net::SocketAddr>,
     /// TLS and credentials for `metrics` (`--web-config`).
     pub web: crate::web::WebConfig,
+    /// `--trust`: the publishers' public keys; `None` with `--insecure-unsigned`.
+    pub trust: Option<PathBuf>,
 }
 
 /// `edges/<name>`: what an edge reports (kept after it goes: `fleet status` shows its age).
@@ -54,6 +64,9 @@ pub struct Report {
     /// absent from an older edge's report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
+    /// The last version or overlay this edge refused (absent from an older edge's report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refusal>,
 }
 
 /// What the edge answers from now.
@@ -85,6 +98,14 @@ struct EdgeState<'a> {
     hops: Hopper,
     /// A version that failed its checks (not fetched again).
     refused: Option<u64>,
+    /// An overlay refused (its bytes: not said again when read again).
+    refused_overlay: Option<Vec<u8>>,
+    /// The last refusal, for the report.
+    last_refusal: Option<Refusal>,
+    /// The publishers' keys.
+    trust: TrustFile,
+    /// The trust file's last error, said once.
+    trust_error: String,
     /// Unix ms of the main loop's last turn (the lease is renewed only while it turns).
     progress: Arc<AtomicU64>,
     /// The live edges (`live/<name>` = site), from one listing per session and the watch.
@@ -97,18 +118,8 @@ struct EdgeState<'a> {
     results: Arc<super::votes::Results>,
 }
 
-/// Marks an error that is the version's own (a digest, its format, its config, the
-/// kernel refusing it), not the store's.
-#[derive(Debug)]
-struct Refused(u64);
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "refusing version {}", self.0)
-    }
-}
-
 pub async fn run(o: &Options, e: &Edge) -> Result<()> {
+    let trust = TrustFile::load(e.trust.as_deref())?;
     let maps = Maps::open(&e.pin_dir)?;
     let cache = Cache::open(&e.state_dir)?;
     let mut s = EdgeState {
@@ -130,44 +141,17 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
         observer: None,
         hops: Hopper::default(),
         refused: None,
+        refused_overlay: None,
+        last_refusal: None,
+        trust,
+        trust_error: String::new(),
         progress: Arc::new(AtomicU64::new(now_ms())),
         live: BTreeMap::new(),
         reported: None,
         results: Arc::default(),
     };
-    if let Some(m) = s.cache.manifest() {
-        let parts: Option<Vec<Vec<u8>>> = m.chunks.iter().map(|c| s.cache.chunk(c)).collect();
-        match (s.cache.chunk(&m.sources.config), parts) {
-            (Some(cfg), Some(parts)) => {
-                let v = m.version;
-                // The store said this version was current when the edge took it: stale
-                // since then at most, until the store says more.
-                s.confirmed = s.cache.taken_at().unwrap_or(0.0);
-                let took =
-                    tokio::task::block_in_place(|| s.take(m, cfg, parts, 0, 0, Instant::now()));
-                if let Err(err) = took {
-                    o.log.event(
-                        Event::Refused {
-                            error: format!("{err:#}"),
-                        },
-                        format!(
-                            "edge {}: its copy of version {v} is unusable: {err:#}",
-                            o.name
-                        ),
-                    );
-                }
-            }
-            _ => o.log.event(
-                Event::Refused {
-                    error: "incomplete copy".into(),
-                },
-                format!(
-                    "edge {}: its copy of version {} lacks chunks",
-                    o.name, m.version
-                ),
-            ),
-        }
-    }
+    s.trusting();
+    s.from_disk();
     if let Some(listen) = e.metrics {
         metrics::serve(
             listen,
@@ -459,6 +443,7 @@ impl EdgeState<'_> {
                         bail!("the store stopped renewing this edge's lease");
                     }
                     tokio::task::block_in_place(|| self.local());
+                    self.reread_trust(st).await?;
                     // The pointer read again: a missed event is caught here, and only a
                     // store that says the held version is current confirms it.
                     let (current, _) = st.current(false).await?;
@@ -479,6 +464,12 @@ impl EdgeState<'_> {
         if self.refused == Some(v) {
             return Ok(());
         }
+        // `current` put back below the version held: refused before anything is read.
+        if let Err(e) = trusted::older("version", v, held) {
+            self.refused = Some(v);
+            self.refuse(&e, None);
+            return self.report(st).await;
+        }
         if held == Some(v) {
             if self.held.verified {
                 return Ok(());
@@ -487,7 +478,9 @@ impl EdgeState<'_> {
             // store rebuilt or another fleet could reuse it).
             let b = st.get(&st.version_key(v), false).await?;
             let same = b
-                .and_then(|b| Manifest::parse(&b).ok())
+                .and_then(|b| {
+                    trusted::version(&self.trust, &self.o.fleet, "version", v, held, &b).ok()
+                })
                 .zip(self.held.manifest.as_ref())
                 .is_some_and(|(m, h)| m == *h);
             if same {
@@ -499,20 +492,157 @@ impl EdgeState<'_> {
             Ok(()) => self.held.verified = true,
             // A version that fails its checks is refused once, not fetched again and again:
             // the edge answers from what it has until the pointer moves on.
-            Err(e) if e.is::<Refused>() => {
+            Err(e) if refusal(&e).is_some() => {
                 self.refused = Some(v);
-                let at = held.map_or("its pinned maps".to_string(), |h| format!("version {h}"));
-                self.o.log.event(
-                    Event::Refused {
-                        error: format!("{e:#}"),
-                    },
-                    format!("edge {}: {e:#}; answering from {at}", self.o.name),
-                );
+                self.refuse(&e, None);
             }
             Err(e) => return Err(e),
         }
-        // `fleet status` shows the new version at once.
+        // `fleet status` shows the new version (or the refusal) at once.
         self.report(st).await
+    }
+
+    /// Says a refusal once: a log event, `director_fleet_refused_total{what,reason}`, and
+    /// the report's last refusal (`fleet status`). `what` overrides the refusal's own (a
+    /// disk copy's overlay is the copy's).
+    fn refuse(&mut self, e: &anyhow::Error, what: Option<&'static str>) {
+        let r = refusal(e).unwrap_or(Refused {
+            what: "version",
+            version: None,
+            reason: Reason::Invalid,
+        });
+        let what = what.unwrap_or(r.what);
+        let held = self.held.manifest.as_ref().map(|m| m.version);
+        let at = held.map_or("its pinned maps".to_string(), |h| format!("version {h}"));
+        let error = format!("{e:#}");
+        self.o.log.event(
+            Event::FleetRefused {
+                what: what.to_string(),
+                version: r.version,
+                reason: r.reason.as_str().to_string(),
+                error: error.clone(),
+            },
+            format!("edge {}: {error}; answering from {at}", self.o.name),
+        );
+        *self
+            .table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .refused
+            .entry((what.to_string(), r.reason.as_str().to_string()))
+            .or_default() += 1;
+        self.last_refusal = Some(Refusal {
+            what: what.to_string(),
+            version: r.version,
+            reason: r.reason.as_str().to_string(),
+            error,
+            at_ms: now_ms(),
+        });
+    }
+
+    /// Logs the keys taken from now on.
+    fn trusting(&self) {
+        let keys = self.trust.names();
+        let text = if keys.is_empty() {
+            "nothing is checked: --insecure-unsigned".to_string()
+        } else {
+            keys.join(", ")
+        };
+        self.o.log.event(
+            Event::Trusting { keys },
+            format!(
+                "edge {}: taking versions and overlays signed by {text}",
+                self.o.name
+            ),
+        );
+    }
+
+    /// The trust file read again when it changed: what was refused is tried again under
+    /// the new keys (a key added at last), the overlay read anew. A file that no longer
+    /// reads keeps the keys held, said once.
+    async fn reread_trust(&mut self, st: &mut Store) -> Result<()> {
+        match self.trust.reload() {
+            Ok(false) => Ok(()),
+            Ok(true) => {
+                self.trust_error.clear();
+                self.trusting();
+                self.refused = None;
+                self.refused_overlay = None;
+                let ov = st.get(&st.key("overlay"), false).await?;
+                self.overlay(ov)
+            }
+            Err(e) => {
+                let text = format!("{e:#}");
+                if text != self.trust_error {
+                    self.o.log.event(
+                        Event::Refused {
+                            error: text.clone(),
+                        },
+                        format!("edge {}: keeping the keys it trusts: {text}", self.o.name),
+                    );
+                    self.trust_error = text;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// At start: the overlay and the version this edge took last, from its copy, each
+    /// checked against the trust file again (what a key removed since signed is no longer
+    /// taken; the pinned maps answer meanwhile).
+    fn from_disk(&mut self) {
+        let o = self.o;
+        if let Some(b) = self.cache.overlay() {
+            match trusted::overlay(&self.trust, &o.fleet, &Overlay::default(), &b) {
+                Ok(ov) => self.held.overlay = ov.unwrap_or_default(),
+                Err(e) => self.refuse(&e, Some("copy")),
+            }
+        }
+        let Some(signed) = self.cache.signed() else {
+            if let Some(m) = self.cache.legacy() {
+                let e = trusted::refused(
+                    "copy",
+                    Some(m.version),
+                    Reason::Unsigned,
+                    "it was kept before versions were signed (manifest.json): not applied; \
+                     the pinned maps answer until the store's current version is taken"
+                        .into(),
+                );
+                self.refuse(&e, None);
+            }
+            return;
+        };
+        let v = version::manifest_unchecked(&signed).map_or(0, |m| m.version);
+        let m = match trusted::version(&self.trust, &o.fleet, "copy", v, None, &signed) {
+            Ok(m) => m,
+            Err(e) => return self.refuse(&e, None),
+        };
+        let parts: Option<Vec<Vec<u8>>> = m.chunks.iter().map(|c| self.cache.chunk(c)).collect();
+        let (Some(cfg), Some(parts)) = (self.cache.chunk(&m.sources.config), parts) else {
+            o.log.event(
+                Event::Refused {
+                    error: "incomplete copy".into(),
+                },
+                format!("edge {}: its copy of version {v} lacks chunks", o.name),
+            );
+            return;
+        };
+        // The store said this version was current when the edge took it: stale since then
+        // at most, until the store says more.
+        self.confirmed = self.cache.taken_at().unwrap_or(0.0);
+        let took =
+            tokio::task::block_in_place(|| self.take(m, signed, cfg, parts, 0, 0, Instant::now()));
+        if let Err(err) = took {
+            o.log.event(
+                Event::Refused {
+                    error: format!("{err:#}"),
+                },
+                format!(
+                    "edge {}: its copy of version {v} is unusable: {err:#}",
+                    o.name
+                ),
+            );
+        }
     }
 
     /// The observer's step: the live edges as the watch has them, the checks' results
@@ -541,7 +671,8 @@ impl EdgeState<'_> {
             table: self.held.manifest.as_ref().map(|m| m.table.clone()),
             since_ms: self.held.since_ms,
             reported_ms: 0,
-            program: Some(super::version::program()),
+            program: Some(version::program()),
+            refused: self.last_refusal.clone(),
         };
         if self.reported.as_ref() == Some(&r) {
             return Ok(());
@@ -558,34 +689,69 @@ impl EdgeState<'_> {
         Ok(())
     }
 
+    /// The store's overlay (`None`: deleted), taken when signed and newer than the one held;
+    /// anything else is refused once and the overlay held stays in the kernel.
     fn overlay(&mut self, v: Option<Vec<u8>>) -> Result<()> {
-        let ov: Overlay = match v {
-            Some(b) => serde_json::from_slice(&b).context("the overlay")?,
-            None => Overlay::default(),
+        let Some(b) = v else {
+            // Only a signed overlay replaces the one held: a deletion is no overlay at all.
+            if self.held.overlay != Overlay::default()
+                && self.refused_overlay.as_deref() != Some(&[])
+            {
+                self.refused_overlay = Some(Vec::new());
+                let e = trusted::refused(
+                    "overlay",
+                    None,
+                    Reason::Unsigned,
+                    "it was deleted from the store".into(),
+                );
+                self.refuse(&e, None);
+            }
+            return Ok(());
         };
-        if ov == self.held.overlay {
+        if self.refused_overlay.as_ref() == Some(&b) {
             return Ok(());
         }
-        if let (Some(cfg), Some(ids)) = (&self.held.cfg, &self.held.ids) {
-            let _lock = WriteLock::take(&self.e.pin_dir)?;
-            apply_overlay(&mut self.maps, cfg, ids, &ov)?;
+        let ov = match trusted::overlay(&self.trust, &self.o.fleet, &self.held.overlay, &b) {
+            Ok(None) => return Ok(()),
+            Ok(Some(ov)) => ov,
+            Err(e) => {
+                self.refused_overlay = Some(b);
+                self.refuse(&e, None);
+                return Ok(());
+            }
+        };
+        let changed = ov.down != self.held.overlay.down;
+        if changed {
+            if let (Some(cfg), Some(ids)) = (&self.held.cfg, &self.held.ids) {
+                let _lock = WriteLock::take(&self.e.pin_dir)?;
+                apply_overlay(&mut self.maps, cfg, ids, &ov)?;
+            }
+            let names: Vec<String> = ov
+                .down
+                .iter()
+                .map(|d| format!("{}/{}", d.service, d.server))
+                .collect();
+            self.o.log.event(
+                Event::Overlay {
+                    down: ov.down.clone(),
+                },
+                format!(
+                    "edge {}: servers down by quorum: [{}]",
+                    self.o.name,
+                    names.join(", ")
+                ),
+            );
         }
-        let names: Vec<String> = ov
-            .down
-            .iter()
-            .map(|d| format!("{}/{}", d.service, d.server))
-            .collect();
-        self.o.log.event(
-            Event::Overlay {
-                down: ov.down.clone(),
-            },
-            format!(
-                "edge {}: servers down by quorum: [{}]",
-                self.o.name,
-                names.join(", ")
-            ),
-        );
         self.held.overlay = ov;
+        // Kept for the next start; the kernel has it, so a disk that fails is said only.
+        if let Err(e) = self.cache.put_overlay(&b) {
+            self.o.log.event(
+                Event::Refused {
+                    error: format!("{e:#}"),
+                },
+                format!("edge {}: keeping its overlay failed: {e:#}", self.o.name),
+            );
+        }
         Ok(())
     }
 
@@ -596,12 +762,9 @@ impl EdgeState<'_> {
             .get(&st.version_key(v), true)
             .await?
             .with_context(|| format!("version {v} is current but has no manifest"))?;
-        let m = Manifest::parse(&b).context(Refused(v))?;
-        if m.version != v {
-            return Err(
-                anyhow::anyhow!("its manifest says version {}", m.version).context(Refused(v))
-            );
-        }
+        // Nothing of the version is read before its envelope is opened.
+        let held = self.held.manifest.as_ref().map(|m| m.version);
+        let m = trusted::version(&self.trust, &self.o.fleet, "version", v, held, &b)?;
         let (mut n, mut bytes) = (0, 0u64);
         let get = |r: director_plan::fleet::manifest::ChunkRef| {
             let cache = &self.cache;
@@ -618,7 +781,7 @@ impl EdgeState<'_> {
                     })?;
                 director_plan::fleet::manifest::check_chunk(&r, &b)
                     .with_context(|| format!("chunk {}", r.digest))
-                    .context(Refused(v))?;
+                    .context(Refused::invalid(v))?;
                 cache.put_chunk(&r.digest, &b)?;
                 Ok((b, true))
             }
@@ -639,7 +802,7 @@ impl EdgeState<'_> {
         }
         // Seconds at full scale: other tasks (the lease) run on the other worker meanwhile.
         let _busy = Busy::start(&self.progress);
-        tokio::task::block_in_place(|| self.take(m, config, parts, n, bytes, t))
+        tokio::task::block_in_place(|| self.take(m, b, config, parts, n, bytes, t))
     }
 
     /// Checks a whole version and brings the kernel to it. What fails the version's own
@@ -647,9 +810,11 @@ impl EdgeState<'_> {
     /// the disk failing is not (retried). Once writing began, a failure leaves the kernel
     /// between versions: the next apply then diffs against the kernel's table read back,
     /// never against a version it may no longer hold.
+    #[allow(clippy::too_many_arguments)]
     fn take(
         &mut self,
         m: Manifest,
+        signed: Vec<u8>,
         config: Vec<u8>,
         parts: Vec<Vec<u8>>,
         fetched_chunks: usize,
@@ -664,11 +829,11 @@ impl EdgeState<'_> {
             let tables = chunks::decode(refs.iter().copied())?;
             anyhow::Ok((cfg, tables))
         })();
-        let (cfg, tables) = checked.context(Refused(v))?;
+        let (cfg, tables) = checked.context(Refused::invalid(v))?;
         let lock = WriteLock::take(&self.e.pin_dir)?;
-        let ids = assign_ids(&self.maps, &cfg).context(Refused(v))?;
-        let c = computed_on(&cfg, tables, &ids).context(Refused(v))?;
-        c.fits().context(Refused(v))?;
+        let ids = assign_ids(&self.maps, &cfg).context(Refused::invalid(v))?;
+        let c = computed_on(&cfg, tables, &ids).context(Refused::invalid(v))?;
+        c.fits().context(Refused::invalid(v))?;
         // The difference to the version held when the kernel still has its ids (no CLI
         // writer changed servers or services since); else to the kernel's table read back.
         let before = self.held.computed.take();
@@ -707,7 +872,7 @@ impl EdgeState<'_> {
         self.held.computed = Some(c);
         self.held.since_ms = now_ms();
         // The kernel holds it now; a copy on disk that cannot be written is said, not fatal.
-        if let Err(e) = self.cache.applied(&m, &config) {
+        if let Err(e) = self.cache.applied(&m, &signed, &config) {
             self.o.log.event(
                 Event::Refused {
                     error: format!("{e:#}"),

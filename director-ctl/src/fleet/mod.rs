@@ -3,16 +3,19 @@
 //! fetches, checks and applies them and keeps answering through any store failure
 //! ([`edge`]), and health is decided by a quorum of observers ([`votes`]). [`store`] is the
 //! only code that speaks to etcd; [`version`] and [`cache`] hold a version's content;
+//! [`keys`] the signing keys and trust files, [`trusted`] what an edge takes under them;
 //! [`page`] is the map page a publisher serves with the fleet's edges on it; [`rtt`] reads
 //! the reports RTT agents write into the store.
 
 pub mod cache;
 pub mod edge;
+pub mod keys;
 pub mod page;
 pub mod publisher;
 pub mod rtt;
 pub mod status;
 pub mod store;
+pub mod trusted;
 pub mod version;
 pub mod votes;
 

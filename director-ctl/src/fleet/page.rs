@@ -28,11 +28,10 @@ use director_plan::decide::{Ids, Unavailable};
 use ipnet::IpNet;
 
 use director_plan::fleet::chunks;
-use director_plan::fleet::manifest::Manifest;
 
 use super::status::status_with;
 use super::store::Store;
-use super::version::{compile, config_of};
+use super::version::{self, compile, config_of};
 use super::Options;
 use crate::api::{self, Event};
 use crate::controller::atlas::{feed, Cache, Inputs};
@@ -450,7 +449,7 @@ async fn fetch(st: &mut Store, v: u64, before: Option<Current>) -> Result<Curren
         .get(&st.version_key(v), true)
         .await?
         .with_context(|| format!("version {v} is current but has no manifest"))?;
-    let m = Manifest::parse(&b).with_context(|| format!("version {v}"))?;
+    let m = version::manifest_unchecked(&b).with_context(|| format!("version {v}"))?;
     let mut have = before.map(|c| c.chunks).unwrap_or_default();
     let mut chunks = HashMap::new();
     for r in std::iter::once(&m.sources.config).chain(&m.chunks) {
@@ -542,6 +541,9 @@ mod tests {
             publishers: Vec::new(),
             versions: vec![1],
             edges: Vec::new(),
+            signed_by: Vec::new(),
+            overlay_serial: 0,
+            overlay_signed_by: Vec::new(),
             overlay: down
                 .iter()
                 .map(|(service, server)| api::ServiceServer {
@@ -595,6 +597,7 @@ mod tests {
             version_age_s: 10.0,
             state: String::new(),
             program: None,
+            refused: None,
         };
         assert_eq!(e.judge(), "current");
         let behind = api::FleetEdge {

@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use director_plan::data::Data;
+use director_plan::fleet::envelope::Kind;
 use director_plan::fleet::manifest::{Manifest, Sources};
 
+use super::keys::{Sealer, SignKey};
 use super::page::{Drawn, Page};
 use super::store::{now_ms, Busy, Deposed, Store};
 use super::version::{self, Built, LiveTable};
@@ -34,6 +36,9 @@ use crate::controller::run::{confirmation, stamps, stopping, watched, Stamp};
 
 pub struct Publisher {
     pub config: PathBuf,
+    /// `--sign-key`: the private key every manifest and overlay is signed with; `None`
+    /// with `--insecure-unsigned`.
+    pub sign_key: Option<PathBuf>,
     /// Versions kept in the store (the current one included).
     pub keep: u64,
     pub poll: Duration,
@@ -41,6 +46,17 @@ pub struct Publisher {
 
 /// Runs until SIGINT/SIGTERM: a lost store or lease starts the campaign again.
 pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
+    let mut sealer = Sealer::new(p.sign_key.as_deref().map(SignKey::load).transpose()?);
+    o.log.event(
+        Event::Signing {
+            key: sealer.id().to_string(),
+        },
+        format!(
+            "publisher {}: signing versions and overlays with key {}",
+            o.name,
+            sealer.id()
+        ),
+    );
     let page = Page::start(o, &p.config)?;
     // Before the campaign: a router sends to every publisher (BMP has one collector per
     // target, so each router is configured with one target per publisher), and a standby
@@ -49,7 +65,7 @@ pub async fn run(o: &Options, p: &Publisher) -> Result<()> {
     start_live(o, &p.config, &mut live);
     let mut last_error = String::new();
     while !stopping() {
-        let led = lead(o, p, page.as_ref(), &mut live).await;
+        let led = lead(o, p, page.as_ref(), &mut live, &mut sealer).await;
         if let Some(page) = &page {
             page.leading(false);
         }
@@ -122,6 +138,7 @@ async fn lead(
     p: &Publisher,
     page: Option<&Page>,
     live: &mut Option<Live>,
+    sealer: &mut Sealer,
 ) -> Result<()> {
     let mut st = Store::connect(&o.store, &o.fleet).await?;
     let lease = st.lease(o.lease_ttl).await?;
@@ -189,10 +206,47 @@ async fn lead(
     let mut compact = Compaction::default();
     // The map page's copy of the live table's data, and when it was made.
     let mut page_data: Option<(Arc<Data>, Instant)> = None;
+    let mut key_error = String::new();
     while !stopping() {
         progress.store(now_ms(), Ordering::Relaxed);
         if !alive.load(Ordering::Relaxed) {
             bail!("lost the lease: no longer leading");
+        }
+        // A key switched in place (a rotation): what is current is signed again under it,
+        // through the compile and publish below; a key file that no longer reads keeps
+        // the key held.
+        match sealer.reload() {
+            Ok(false) => {}
+            Ok(true) => {
+                key_error.clear();
+                o.log.event(
+                    Event::Signing {
+                        key: sealer.id().to_string(),
+                    },
+                    format!(
+                        "publisher {}: signing with key {} from now on",
+                        o.name,
+                        sealer.id()
+                    ),
+                );
+                seen = None;
+            }
+            Err(e) => {
+                let text = format!("{e:#}");
+                if text != key_error {
+                    o.log.event(
+                        Event::Refused {
+                            error: text.clone(),
+                        },
+                        format!(
+                            "publisher {}: still signing with key {}: {text}",
+                            o.name,
+                            sealer.id()
+                        ),
+                    );
+                    key_error = text;
+                }
+            }
         }
         if confirmation() {
             // SIGUSR1: the loss of every site's peers that was refused is taken.
@@ -343,14 +397,14 @@ async fn lead(
             let step = async {
                 if let Some((b, compile_s, _)) = &pending {
                     last_publish = Some(Instant::now());
-                    publish(o, p, &mut st, &leader, b, *compile_s, &mut compact).await?;
+                    publish(o, p, &mut st, &leader, b, *compile_s, &mut compact, sealer).await?;
                     published = Some(identity(b));
                 }
                 if let (Some(page), Some((_, _, Some(d)))) = (page, pending.take()) {
                     page.published(d);
                 }
                 if let Some(cfg) = &cfg {
-                    votes::tally(o, &mut st, cfg, &leader).await?;
+                    votes::tally(o, &mut st, cfg, &leader, sealer).await?;
                 }
                 compact.on_timer(&mut st).await?;
                 anyhow::Ok(())
@@ -450,7 +504,10 @@ async fn compile(path: &Path) -> Result<Compiled> {
     .context("the compile thread")?
 }
 
-/// Publishes `b` unless the current version already holds it.
+/// Publishes `b` unless the current version already holds it, signed by this publisher's
+/// key: one signed by another key (another publisher's, a rotated one) or none is signed
+/// again as the next version, so what edges hold is always under the key in use.
+#[allow(clippy::too_many_arguments)]
 async fn publish(
     o: &Options,
     p: &Publisher,
@@ -459,23 +516,60 @@ async fn publish(
     b: &Built,
     compile_s: f64,
     compact: &mut Compaction,
+    sealer: &Sealer,
 ) -> Result<()> {
     let t = Instant::now();
     let (current, _) = st.current(false).await?;
-    if let Some(v) = current {
-        let m = st
-            .get(&st.version_key(v), true)
-            .await?
-            .map(|b| Manifest::parse(&b))
-            .transpose()
-            .with_context(|| format!("version {v}"))?;
-        if let Some(m) = m {
-            if m.table == b.table && m.sources == b.sources {
+    // Publishers only move `current` forward: one below a version in the store was put back
+    // behind their backs (a rollback, which edges refuse), so the table is published again
+    // above every number there, and never under a number already signed.
+    let highest = st
+        .keys("versions/")
+        .await?
+        .iter()
+        .filter_map(|k| k.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let put_back = current.is_some_and(|v| v < highest);
+    if put_back {
+        o.log.event(
+            Event::Refused {
+                error: format!("current is below version {highest}"),
+            },
+            format!(
+                "publisher {}: current version {} is below version {highest} in the store \
+                 (put back): publishing again as version {}",
+                o.name,
+                current.unwrap_or(0),
+                highest + 1
+            ),
+        );
+    }
+    if let Some(v) = current.filter(|_| !put_back) {
+        if let Some(env) = st.get(&st.version_key(v), true).await? {
+            let same = |m: &Manifest| m.table == b.table && m.sources == b.sources;
+            let mine = sealer
+                .mine(&env, Kind::Manifest, &o.fleet)
+                .and_then(|p| Manifest::parse(&p).ok());
+            if mine.as_ref().is_some_and(same) {
                 o.log.event(
                     Event::Unchanged { version: v },
                     format!("publisher {}: version {v} is already this table", o.name),
                 );
                 return Ok(());
+            }
+            if version::manifest_unchecked(&env).is_ok_and(|m| same(&m)) {
+                o.log.event(
+                    Event::Signing {
+                        key: sealer.id().to_string(),
+                    },
+                    format!(
+                        "publisher {}: version {v} is this table but not signed by key {}: \
+                         signing it again as the next version",
+                        o.name,
+                        sealer.id()
+                    ),
+                );
             }
         }
     }
@@ -489,9 +583,10 @@ async fn publish(
             new_bytes += c.bytes.len() as u64;
         }
     }
-    let next = current.unwrap_or(0) + 1;
+    let next = current.unwrap_or(0).max(highest) + 1;
     let m = b.manifest(next, &o.name);
-    if !st.flip(current, next, m.to_json(), leader).await? {
+    let sealed = sealer.seal(Kind::Manifest, &o.fleet, &m.to_json());
+    if !st.flip(current, next, sealed, leader).await? {
         if st
             .get(&String::from_utf8_lossy(leader), false)
             .await?
@@ -583,7 +678,7 @@ async fn collect(
             .get(&st.version_key(v), false)
             .await?
             .with_context(|| format!("version {v} vanished during the clean-up"))?;
-        let m = Manifest::parse(&b).with_context(|| format!("version {v}"))?;
+        let m = version::manifest_unchecked(&b).with_context(|| format!("version {v}"))?;
         kept.extend(m.digests().map(str::to_string));
     }
     for d in st.keys("chunks/").await? {

@@ -3,10 +3,11 @@
 //! The map page of a publisher reads the same, on a connection it keeps.
 
 use anyhow::Result;
-use director_plan::fleet::manifest::Manifest;
+use director_plan::fleet::envelope;
 
 use super::edge::Report;
 use super::store::{now_ms, Store, RTT};
+use super::version::manifest_unchecked;
 use super::votes::Overlay;
 use crate::api::{FleetAgent, FleetEdge, FleetPublisher, FleetStatus};
 
@@ -18,13 +19,18 @@ pub async fn status(url: &str, fleet: &str) -> Result<FleetStatus> {
 /// [`status`] on a store already connected.
 pub async fn status_with(st: &mut Store, fleet: &str) -> Result<FleetStatus> {
     let (current, _) = st.current(false).await?;
-    let manifest = match current {
-        Some(v) => st
-            .get(&st.version_key(v), true)
-            .await?
-            .and_then(|b| Manifest::parse(&b).ok()),
+    // Read, not checked: status says what the store holds and who says they signed it;
+    // each edge's report says what it refused.
+    let signed = match current {
+        Some(v) => st.get(&st.version_key(v), true).await?,
         None => None,
     };
+    let manifest = signed.as_deref().and_then(|b| manifest_unchecked(b).ok());
+    let signed_by = signed
+        .as_deref()
+        .and_then(envelope::peek)
+        .map(|(_, ids)| ids)
+        .unwrap_or_default();
     let election = st.key("election");
     let leader = match crate::fleet::store::bounded(
         || "asking the leader".into(),
@@ -80,14 +86,20 @@ pub async fn status_with(st: &mut Store, fleet: &str) -> Result<FleetStatus> {
             name,
             state: String::new(),
             program: r.program,
+            refused: r.refused,
         };
         e.state = e.judge().to_string();
         edges.push(e);
     }
-    let overlay = st
-        .get(&st.key("overlay"), false)
-        .await?
-        .and_then(|b| serde_json::from_slice::<Overlay>(&b).ok())
+    let overlay_signed = st.get(&st.key("overlay"), false).await?;
+    let overlay_signed_by = overlay_signed
+        .as_deref()
+        .and_then(envelope::peek)
+        .map(|(_, ids)| ids)
+        .unwrap_or_default();
+    let overlay = overlay_signed
+        .as_deref()
+        .and_then(Overlay::unchecked)
         .unwrap_or_default();
     // Keys only: a report may be large, and presence is what its lease says.
     let agents = st
@@ -113,6 +125,9 @@ pub async fn status_with(st: &mut Store, fleet: &str) -> Result<FleetStatus> {
         publishers,
         versions,
         edges,
+        signed_by,
+        overlay_serial: overlay.serial,
+        overlay_signed_by,
         overlay: overlay.down,
         store_bytes,
         store_bytes_in_use,

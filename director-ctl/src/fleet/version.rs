@@ -10,6 +10,7 @@ use director_plan::compile::{diff, Table};
 use director_plan::data::Data;
 use director_plan::decide::{compute, Computed, Ids, Unavailable};
 use director_plan::fleet::chunks::{self, Chunk, ServiceTable};
+use director_plan::fleet::envelope;
 use director_plan::fleet::manifest::{ChunkRef, LiveSources, Manifest, Sources};
 
 use super::store::now_ms;
@@ -255,6 +256,17 @@ impl LiveTable {
             .iter()
             .map(|(id, _, t)| (*id, t.entries.clone()))
             .collect()
+    }
+}
+
+/// A manifest from the store's bytes without checking who signed it, for what only reads
+/// and never applies: the publisher's clean-up, `fleet status`, a standby's map page. An
+/// edge applies only what `envelope::open` passed. A bare manifest (from a publisher
+/// before signing) reads too.
+pub fn manifest_unchecked(b: &[u8]) -> Result<Manifest> {
+    match envelope::peek(b) {
+        Some((payload, _)) => Manifest::parse(&payload),
+        None => Manifest::parse(b),
     }
 }
 

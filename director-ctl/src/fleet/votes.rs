@@ -10,14 +10,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use director_common::maps::HealthMask;
 use director_plan::decide::Ids;
+use director_plan::fleet::envelope::{self, Kind};
 use director_plan::fleet::observers::{is_down, majority, observers, Edge};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use super::store::Store;
+use super::keys::Sealer;
+use super::store::{now_ms, Store};
 use super::Options;
 use crate::api::{Event, ServiceServer};
 use crate::controller::checks::health_plan;
@@ -27,11 +29,33 @@ use crate::health::Target;
 use crate::health::{next, probe, unit};
 use crate::kernel::Maps;
 
-/// `overlay`: the servers out of their services by a quorum of observers.
+/// `overlay`: the servers out of their services by a quorum of observers, in a signed
+/// envelope. `serial` grows with every overlay written (the leader's clock in ms, kept
+/// above the store's), so an edge refuses an older one put back (a rollback).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Overlay {
+    #[serde(default)]
+    pub serial: u64,
     pub down: Vec<ServiceServer>,
 }
+
+impl Overlay {
+    pub fn parse(b: &[u8]) -> Result<Overlay> {
+        serde_json::from_slice(b).context("not an overlay")
+    }
+
+    /// The overlay in the store's bytes without checking who signed it (`fleet status`).
+    pub fn unchecked(b: &[u8]) -> Option<Overlay> {
+        match envelope::peek(b) {
+            Some((payload, _)) => Overlay::parse(&payload).ok(),
+            None => Overlay::parse(b).ok(),
+        }
+    }
+}
+
+/// A serial in the store this far ahead of the leader's clock is not followed: only a
+/// forgery (or a clock years off) has one, and edges never took it.
+const SERIAL_AHEAD_MS: u64 = 3_600_000;
 
 /// The live edges (`live/<name>` = site, under each edge's lease).
 pub async fn live_edges(st: &mut Store) -> Result<Vec<Edge>> {
@@ -46,8 +70,16 @@ pub async fn live_edges(st: &mut Store) -> Result<Vec<Edge>> {
         .collect())
 }
 
-/// Publisher: the overlay from the votes, written when it changed.
-pub async fn tally(o: &Options, st: &mut Store, cfg: &Config, leader: &[u8]) -> Result<()> {
+/// Publisher: the overlay from the votes, written when it changed, or when the store's is
+/// not one this publisher's key signed (another leader's, or anybody's written straight
+/// into the store: what edges refused is replaced at the next tally).
+pub async fn tally(
+    o: &Options,
+    st: &mut Store,
+    cfg: &Config,
+    leader: &[u8],
+    sealer: &Sealer,
+) -> Result<()> {
     let edges = live_edges(st).await?;
     let mut votes: HashMap<(String, String), HashMap<String, bool>> = HashMap::new();
     for (k, v) in st.list("votes/").await? {
@@ -75,17 +107,27 @@ pub async fn tally(o: &Options, st: &mut Store, cfg: &Config, leader: &[u8]) -> 
             }
         }
     }
-    let doc = Overlay { down };
     let key = st.key("overlay");
-    let have = st
-        .get(&key, false)
-        .await?
-        .and_then(|b| serde_json::from_slice::<Overlay>(&b).ok());
-    if have.as_ref() != Some(&doc) {
-        if !st
-            .leader_write(&key, Some(serde_json::to_vec(&doc)?), leader)
-            .await?
-        {
+    let stored = st.get(&key, false).await?;
+    let mine = stored
+        .as_deref()
+        .and_then(|b| sealer.mine(b, Kind::Overlay, &o.fleet))
+        .and_then(|p| Overlay::parse(&p).ok());
+    if mine.as_ref().map(|m| &m.down) != Some(&down) {
+        let now = now_ms();
+        let unchecked = stored.as_deref().and_then(Overlay::unchecked);
+        let after = unchecked
+            .as_ref()
+            .map(|ov| ov.serial)
+            .filter(|&s| s <= now + SERIAL_AHEAD_MS)
+            .map_or(0, |s| s + 1);
+        let same = unchecked.is_some_and(|ov| ov.down == down);
+        let doc = Overlay {
+            serial: now.max(after),
+            down,
+        };
+        let sealed = sealer.seal(Kind::Overlay, &o.fleet, &serde_json::to_vec(&doc)?);
+        if !st.leader_write(&key, Some(sealed), leader).await? {
             return Err(anyhow::Error::new(super::store::Deposed));
         }
         let names: Vec<String> = doc
@@ -93,12 +135,21 @@ pub async fn tally(o: &Options, st: &mut Store, cfg: &Config, leader: &[u8]) -> 
             .iter()
             .map(|d| format!("{}/{}", d.service, d.server))
             .collect();
+        let why = if same {
+            format!(
+                " (the same servers: the store's overlay was not signed by this \
+                 publisher's key, signed again as serial {})",
+                doc.serial
+            )
+        } else {
+            String::new()
+        };
         o.log.event(
             Event::Overlay {
                 down: doc.down.clone(),
             },
             format!(
-                "publisher {}: servers down by quorum: [{}]",
+                "publisher {}: servers down by quorum: [{}]{why}",
                 o.name,
                 names.join(", ")
             ),

@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use director_ctl::api::FleetStatus;
 use director_tests::bench::scale::{rtt_file, write_config};
 use director_tests::bench::table::Table;
-use director_tests::fleet::{Etcd, Hub};
+use director_tests::fleet::{Etcd, Hub, Keys};
 use director_tests::netns::{describe, Controller, Lab};
 use director_tests::tempdir::{replace_file, TempDir};
 use serde_json::Value;
@@ -61,13 +61,23 @@ fn mib(v: &Value) -> String {
     format!("{:.2}", v.as_f64().unwrap_or(0.0) / (1024.0 * 1024.0))
 }
 
-fn publisher(hub: &Hub, etcd: &Etcd, fleet: &str, config: &Path, log: PathBuf) -> Controller {
+fn publisher(
+    hub: &Hub,
+    etcd: &Etcd,
+    keys: &Keys,
+    fleet: &str,
+    config: &Path,
+    log: PathBuf,
+) -> Controller {
     let (url, config) = (etcd.url(), config.display().to_string());
+    let sign = keys.sign_args();
     Controller::start_in(
         hub.ns(),
         Path::new("/nonexistent"),
         &[
             "run",
+            &sign[0],
+            &sign[1],
             "--json",
             "--store",
             &url,
@@ -107,12 +117,23 @@ fn main() -> Result<()> {
     hub.join(&lab, 1);
     let url = etcd.url();
     let config = write_config(dir.root())?;
-    let mut p = publisher(&hub, &etcd, "bench", &config, dir.path("publisher.log"));
+    let keys = Keys::make(dir.root(), "p");
+    let mut p = publisher(
+        &hub,
+        &etcd,
+        &keys,
+        "bench",
+        &config,
+        dir.path("publisher.log"),
+    );
     let state = dir.path("edge-state").display().to_string();
+    let trust = keys.trust_args();
     let mut e = Controller::start_command(
         &lab,
         &[
             "run",
+            &trust[0],
+            &trust[1],
             "--json",
             "--store",
             &url,
@@ -160,7 +181,7 @@ fn main() -> Result<()> {
     // The store's size over 100 publishes of a small fleet on the same cluster.
     let small = dir.path("small.toml");
     replace_file(&small, &small_config(10));
-    let mut q = publisher(&hub, &etcd, "small", &small, dir.path("small.log"));
+    let mut q = publisher(&hub, &etcd, &keys, "small", &small, dir.path("small.log"));
     wait_event(&mut q, "published", 1, Duration::from_secs(30))?;
     let before = status(&lab, &url, "small")?;
     let t0 = Instant::now();

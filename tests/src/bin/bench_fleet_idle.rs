@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use director_tests::bench::args::Parser;
 use director_tests::bench::sys::{nsenter, proc_kb, run_ok};
 use director_tests::bench::table::Table;
-use director_tests::fleet::{Etcd, Hub};
+use director_tests::fleet::{Etcd, Hub, Keys};
 use director_tests::netns::{Controller, Lab};
 use director_tests::nginx::Nginx;
 use director_tests::tempdir::{replace_file, TempDir};
@@ -116,11 +116,15 @@ fn main() -> Result<()> {
     let cfg = dir.path("fleet.toml");
     replace_file(&cfg, &config());
     let url = etcd.url();
+    let keys = Keys::make(dir.root(), "p");
+    let (sign, trust) = (keys.sign_args(), keys.trust_args());
     let mut publisher = Controller::start_in(
         hub.ns(),
         std::path::Path::new("/nonexistent"),
         &[
             "run",
+            &sign[0],
+            &sign[1],
             "--store",
             &url,
             "--role",
@@ -145,6 +149,8 @@ fn main() -> Result<()> {
             &lab,
             &[
                 "run",
+                &trust[0],
+                &trust[1],
                 "--store",
                 &url,
                 "--role",
