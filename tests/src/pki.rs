@@ -38,7 +38,7 @@ fn leaf(
     dir: &Path,
     stem: &str,
 ) -> (PathBuf, PathBuf) {
-    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let names: Vec<String> = names.iter().map(ToString::to_string).collect();
     let mut p = CertificateParams::new(names).expect("leaf params");
     p.distinguished_name.push(DnType::CommonName, stem);
     p.extended_key_usages = vec![usage];

@@ -151,7 +151,7 @@ pub async fn run(o: &Options, e: &Edge) -> Result<()> {
         results: Arc::default(),
     };
     s.trusting();
-    s.from_disk();
+    s.take_disk_copy();
     if let Some(listen) = e.metrics {
         metrics::serve(
             listen,
@@ -590,7 +590,7 @@ impl EdgeState<'_> {
     /// At start: the overlay and the version this edge took last, from its copy, each
     /// checked against the trust file again (what a key removed since signed is no longer
     /// taken; the pinned maps answer meanwhile).
-    fn from_disk(&mut self) {
+    fn take_disk_copy(&mut self) {
         let o = self.o;
         if let Some(b) = self.cache.overlay() {
             match trusted::overlay(&self.trust, &o.fleet, &Overlay::default(), &b) {

@@ -14,7 +14,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 
 use super::auth::{Auth, Verdict};
-use super::WebConfig;
+use super::config::WebConfig;
 
 /// How long a client may take for the TLS handshake, and then to send a request's head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);

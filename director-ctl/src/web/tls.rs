@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
-use super::WebConfig;
+use super::config::WebConfig;
 
 /// *ring*, as the store's client (etcd-client's `tls`) uses: aws-lc-rs, rustls's own
 /// default, would bring a C build of its own. rustls 0.23.48 marks *ring*'s provider
