@@ -637,10 +637,11 @@ fn forged_versions_and_overlays_are_refused_by_every_edge() {
         assert_eq!(f.answer(1), Y, "the pinned maps answer");
         sleep(Duration::from_millis(100));
     }
+    // The copy's manifest and its overlay, each refused once.
     let r = f.refused(1);
     assert_eq!(
         r.get(&("copy".into(), "unknown_key".into())),
-        Some(&1.0),
+        Some(&2.0),
         "{r:?}"
     );
     assert_eq!(
