@@ -52,17 +52,22 @@ fn window_records(
     );
 }
 
-/// Whether a record's minimum and median are within max(2 ms, 5 %) of `want_ms` (the
-/// median with half as much again), or what is off.
+/// Whether a record's minimum and median are near `want_ms`, or what is off: no less than
+/// max(2 ms, 5 %) under it (the delay line never delivers early), and no more than 2.5
+/// times that over it (the median half as much again): the delay line is a thread of this
+/// test's process, and on a busy machine its own latency adds to the path, steadily (a CI
+/// run measured 42.2 ms on a 40 ms path in two windows in a row, the same at both agents).
+/// An agent measuring the wrong packets is off by a whole leg (20 ms) or more.
 fn near(r: &RttRecord, want_ms: f64) -> Result<(), String> {
     let tol = (want_ms * 0.05).max(2.0);
-    if (r.min_ms - want_ms).abs() > tol {
+    let (low, high) = (want_ms - tol, want_ms + 2.5 * tol);
+    if r.min_ms < low || r.min_ms > high {
         return Err(format!(
-            "{}: min {} ms, configured {want_ms} ms (±{tol})",
+            "{}: min {} ms, configured {want_ms} ms ({low} to {high})",
             r.prefix, r.min_ms
         ));
     }
-    if r.median_ms < r.min_ms || (r.median_ms - want_ms).abs() > tol * 1.5 {
+    if r.median_ms < r.min_ms || r.median_ms > want_ms + 2.5 * tol * 1.5 {
         return Err(format!(
             "{}: median {} ms, configured {want_ms} ms",
             r.prefix, r.median_ms
